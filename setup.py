@@ -1,0 +1,14 @@
+"""Builds the C extension; all other metadata is in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "rdc._native._chunker",
+            sources=["rdc/_native/_chunker.c", "rdc/_native/chunker_impl.c"],
+            depends=["rdc/_native/chunker_impl.h"],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        )
+    ]
+)
