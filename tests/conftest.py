@@ -1,0 +1,36 @@
+"""Shared test set-up. The suite runs twice in CI: with the C extension, which must have
+loaded, and with RDC_PUREPYTHON=1, where `scaled` shrinks the larger inputs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+from rdc import _native
+
+PURE = _native.PURE_PYTHON
+
+settings.register_profile("c", max_examples=200, deadline=None)
+settings.register_profile("pure", max_examples=25, deadline=None)
+settings.load_profile("pure" if PURE else "c")
+
+
+def scaled(c_size: int, pure_size: int) -> int:
+    """An input size: the full one with the C extension, a smaller one in the pure run."""
+    return pure_size if PURE else c_size
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"rdc chunker implementation: {_native.IMPLEMENTATION}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not PURE and _native.IMPLEMENTATION != "c":  # pragma: no cover
+        raise pytest.UsageError("the C extension did not load; refusing to test the fallback")
+
+
+@pytest.fixture
+def fixtures_dir() -> str:
+    return os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
