@@ -1,0 +1,29 @@
+"""The one place that picks the chunker implementation.
+
+The compiled module is required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
+reference: a broken build must fail loudly, not hide behind a 100x slower fallback.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rdc._native.chunker_ref import ReferenceScanner
+
+PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
+
+if PURE_PYTHON:
+    Scanner = ReferenceScanner
+    IMPLEMENTATION = "python"
+else:
+    try:
+        from rdc._native._chunker import Scanner
+    except ImportError as exc:  # pragma: no cover - exercised by a broken install
+        raise ImportError(
+            f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
+            "Python headers are available (pip install -e .), or set RDC_PUREPYTHON=1 "
+            "to run the slow pure-Python implementation."
+        ) from exc
+    IMPLEMENTATION = "c"
+
+__all__ = ["IMPLEMENTATION", "PURE_PYTHON", "ReferenceScanner", "Scanner"]
