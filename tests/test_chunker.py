@@ -1,0 +1,296 @@
+"""The winnowing chunker: fast path == reference, streaming, bounds, shift resistance, and
+the frozen format."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc import _native
+from rdc._native import chunker_ref
+from rdc.chunking import Chunker, boundaries, chunks_of
+from rdc.params import DEFAULT_PARAMS, ChunkParams
+
+from .conftest import PURE, scaled
+
+
+def reference_cuts(data: bytes, params: ChunkParams) -> list[int]:
+    scanner = chunker_ref.ReferenceScanner(params.window, params.min_size, params.max_size)
+    return scanner.scan(data, 0, True)
+
+
+def fast_cuts(data: bytes, params: ChunkParams, filter: bool = True) -> list[int]:
+    return _native.Scanner(params.window, params.min_size, params.max_size, filter).scan(
+        data, 0, True
+    )
+
+
+def assert_all_paths_agree(data: bytes, params: ChunkParams) -> list[int]:
+    expected = reference_cuts(data, params)
+    assert fast_cuts(data, params) == expected
+    assert fast_cuts(data, params, filter=False) == expected
+    return expected
+
+
+params_strategy = st.sampled_from([16, 32, 64]).flatmap(
+    lambda w: st.integers(w, w + 600).flatmap(
+        lambda lo: st.builds(ChunkParams, st.just(w), st.just(lo), st.integers(lo + 1, lo + 2500))
+    )
+)
+
+
+def low_entropy(draw_bytes: bytes) -> bytes:
+    """Bytes from a tiny alphabet, in runs: many tied lead bytes and repeated windows."""
+    out = bytearray()
+    for b in draw_bytes:
+        out += bytes([b & 3]) * (1 + (b >> 2))
+    return bytes(out)
+
+
+@given(st.binary(max_size=scaled(20000, 6000)), params_strategy)
+def test_fast_path_matches_reference_on_arbitrary_data(data: bytes, params: ChunkParams) -> None:
+    assert_all_paths_agree(data, params)
+
+
+@given(st.binary(max_size=scaled(3000, 800)), params_strategy)
+def test_fast_path_matches_reference_on_low_entropy_data(data: bytes, params) -> None:
+    assert_all_paths_agree(low_entropy(data), params)
+
+
+GRID = [
+    ChunkParams(16, 16, 17),
+    ChunkParams(16, 64, 300),
+    ChunkParams(32, 256, 1024),
+    ChunkParams(64, 64, 5000),
+    ChunkParams(32, 2048, 14336),
+    DEFAULT_PARAMS,
+]
+
+
+def data_classes(size: int) -> dict[str, bytes]:
+    rng = random.Random(size)
+    words = b"winnowing chunk rabin gear lead window minimum sketch trait merkle".split()
+    text = b" ".join(rng.choice(words) for _ in range(size // 4))[:size]
+    classes = {
+        "random": rng.randbytes(size),
+        "zeros": bytes(size),
+        "text": text,
+        "zeros-then-random": bytes(size // 2) + rng.randbytes(size - size // 2),
+    }
+    for period in range(1, 65):
+        classes[f"period-{period}"] = (rng.randbytes(period) * (size // period + 1))[:size]
+    return classes
+
+
+@pytest.mark.parametrize("params", GRID, ids=lambda p: f"{p.window}-{p.min_size}-{p.max_size}")
+def test_fast_path_matches_reference_on_data_classes(params: ChunkParams) -> None:
+    for name, data in data_classes(scaled(120_000, 30_000)).items():
+        expected = reference_cuts(data, params)
+        assert fast_cuts(data, params) == expected, name
+        assert fast_cuts(data, params, filter=False) == expected, name
+
+
+@pytest.mark.parametrize("order", ["up", "down"])
+@pytest.mark.parametrize("max_size", [40, 280, 1000])
+def test_fast_path_matches_reference_on_sorted_keys(fixtures_dir, order, max_size) -> None:
+    with open(os.path.join(fixtures_dir, f"sorted_keys_{order}.bin"), "rb") as f:
+        data = f.read()
+    assert_all_paths_agree(data, ChunkParams(16, 16, max_size))
+    assert_all_paths_agree(data, ChunkParams(16, 30, max_size + 7))
+
+
+def test_sorted_keys_fixture_really_has_long_sorted_runs(fixtures_dir) -> None:
+    with open(os.path.join(fixtures_dir, "sorted_keys_up.bin"), "rb") as f:
+        data = f.read()
+    keys = [k for _, k in chunker_ref.window_keys(data, 16, len(data), ChunkParams(16, 16, 17))]
+    ascending = sum(b >= a for a, b in itertools.pairwise(keys))
+    assert ascending >= 0.98 * (len(keys) - 1)
+
+
+def test_lead_filter_evaluates_ext_rarely_on_random_data() -> None:
+    if PURE:
+        pytest.skip("the reference evaluates every key by design")
+    data = random.Random(1).randbytes(8 << 20)
+    scanner = _native.Scanner(32, 2048, 14336)
+    scanner.scan(data, 0, True)
+    assert scanner.ext_evaluations < 0.01 * len(data)
+    baseline = _native.Scanner(32, 2048, 14336, False)
+    baseline.scan(data, 0, True)
+    assert baseline.ext_evaluations > 0.5 * len(data)
+
+
+def test_zeros_need_no_ext_at_all() -> None:
+    if PURE:
+        pytest.skip("the reference evaluates every key by design")
+    scanner = _native.Scanner(32, 2048, 14336)
+    scanner.scan(bytes(1 << 20), 0, True)
+    assert scanner.ext_evaluations == 0
+
+
+# ---------------------------------------------------------------- streaming
+
+
+def stream_cuts(data: bytes, splits: list[int], params: ChunkParams) -> list[int]:
+    chunker = Chunker(params)
+    cuts: list[int] = []
+    start = 0
+    for size in splits:
+        cuts += chunker.feed(data[start : start + size])
+        start += size
+    cuts += chunker.feed(data[start:])
+    return cuts + chunker.finish()
+
+
+@given(
+    st.binary(max_size=scaled(30000, 8000)),
+    st.lists(st.integers(0, 5000), max_size=40),
+    params_strategy,
+)
+def test_streaming_splits_do_not_move_boundaries(data, splits, params) -> None:
+    assert stream_cuts(data, splits, params) == boundaries(data, params)
+
+
+def test_one_byte_reads_give_the_same_boundaries() -> None:
+    params = ChunkParams(32, 64, 700)
+    data = random.Random(9).randbytes(scaled(40_000, 6_000))
+    data += bytes(3000) + data[:5000]
+    assert stream_cuts(data, [1] * len(data), params) == boundaries(data, params)
+
+
+def test_streaming_keeps_bounded_memory() -> None:
+    params = ChunkParams(32, 256, 1024)
+    chunker = Chunker(params)
+    rng = random.Random(4)
+    for _ in range(scaled(200, 20)):
+        chunker.feed(rng.randbytes(4096))
+        assert len(chunker._pending) < params.max_size + 4096
+
+
+def test_feed_after_finish_is_refused() -> None:
+    chunker = Chunker()
+    chunker.feed(b"abc")
+    assert chunker.finish() == [3]
+    with pytest.raises(ValueError):
+        chunker.feed(b"more")
+
+
+# ---------------------------------------------------------------- sizes
+
+
+@pytest.mark.parametrize("params", GRID[1:], ids=lambda p: f"{p.min_size}-{p.max_size}")
+def test_chunks_stay_within_bounds(params: ChunkParams) -> None:
+    for name, data in data_classes(scaled(300_000, 20_000)).items():
+        lengths = [c.length for c in chunks_of(data, params)]
+        assert sum(lengths) == len(data)
+        assert all(params.min_size < n <= params.max_size for n in lengths[:-1]), name
+        assert 0 < lengths[-1] <= params.max_size
+
+
+def test_zeros_give_exactly_max_size_chunks() -> None:
+    params = DEFAULT_PARAMS
+    size = scaled(100, 6) * params.max_size + 123
+    lengths = [c.length for c in chunks_of(bytes(size), params)]
+    assert lengths == [params.max_size] * (size // params.max_size) + [123]
+
+
+def test_empty_and_tiny_inputs() -> None:
+    assert boundaries(b"") == []
+    assert boundaries(b"x") == [1]
+    assert boundaries(bytes(DEFAULT_PARAMS.min_size)) == [DEFAULT_PARAMS.min_size]
+
+
+def test_invalid_parameters_are_refused() -> None:
+    for bad in [(24, 100, 200), (32, 16, 200), (32, 200, 200), (32, 100, (1 << 20) + 1)]:
+        with pytest.raises(ValueError):
+            ChunkParams(*bad)
+        with pytest.raises(ValueError):
+            _native.Scanner(*bad)
+
+
+def test_scan_refuses_data_after_the_last_cut() -> None:
+    scanner = _native.Scanner(32, 64, 128)
+    with pytest.raises(ValueError):
+        scanner.scan(b"x" * 10, 5, False)
+
+
+# ---------------------------------------------------------------- shift resistance
+
+
+def surviving_fraction(old: bytes, new: bytes, params: ChunkParams) -> float:
+    """Fraction of the old chunks (by bytes) found unchanged among the new ones."""
+    new_chunks = {new[c.offset : c.offset + c.length] for c in chunks_of(new, params)}
+    old_chunks = chunks_of(old, params)
+    kept = sum(c.length for c in old_chunks if old[c.offset : c.offset + c.length] in new_chunks)
+    return kept / len(old)
+
+
+@pytest.mark.parametrize("edit", ["insert", "delete"])
+def test_small_edits_near_the_start_keep_almost_all_chunks(edit: str) -> None:
+    # 16 MiB with the default parameters; the pure run keeps the chunk count (about 1,900)
+    # by scaling the chunk sizes down with the data.
+    params = DEFAULT_PARAMS if not PURE else ChunkParams(32, 128, 896)
+    rng = random.Random(edit)
+    old = rng.randbytes(scaled(16 << 20, 1 << 20))
+    for size in (1, 2, 7, 31, 64, 100):
+        at = rng.randrange(100, 3 * params.max_size)
+        if edit == "insert":
+            new = old[:at] + rng.randbytes(size) + old[at:]
+        else:
+            new = old[:at] + old[at + size :]
+        assert surviving_fraction(old, new, params) >= 0.99, (edit, size, at)
+
+
+# ---------------------------------------------------------------- frozen format
+
+
+def digest_of_cuts(cuts: list[int]) -> str:
+    return hashlib.sha256(b"".join(c.to_bytes(8, "little") for c in cuts)).hexdigest()[:16]
+
+
+GOLDEN_INPUTS = {
+    "random": lambda: random.Random(2024).randbytes(300_000),
+    "text": lambda: b"".join(
+        b"%d rows of winnowing in the %s\n" % (i, b"book" if i % 7 else b"code")
+        for i in range(12_000)
+    ),
+    "zeros": lambda: bytes(100_000),
+}
+GOLDEN_PARAMS = [
+    ChunkParams(16, 64, 300),
+    ChunkParams(32, 256, 1024),
+    ChunkParams(64, 1000, 9000),
+    DEFAULT_PARAMS,
+]
+# Computed once and checked equal to the reference scanner's cuts.
+GOLDEN = {
+    "random/16/64/300": "857f4dc0df486d68",
+    "random/32/256/1024": "9dc92b1cb03aa01b",
+    "random/32/4096/12288": "40335a1e6369abe3",
+    "random/64/1000/9000": "cb905c4a95ca3bdd",
+    "text/16/64/300": "a3729cd4b7179428",
+    "text/32/256/1024": "1ac1d739fad8ffff",
+    "text/32/4096/12288": "6f202c8a51b2dd7d",
+    "text/64/1000/9000": "f0abad1bd033dc59",
+    "zeros/16/64/300": "9f6155027b8102a8",
+    "zeros/32/256/1024": "b5b34506af003177",
+    "zeros/32/4096/12288": "02b519d5cc891fe2",
+    "zeros/64/1000/9000": "302fb3fa5165abd6",
+}
+
+
+def test_boundaries_are_frozen() -> None:
+    """A change here is a format break: every stored signature would stop matching."""
+    found = {}
+    for name, make in GOLDEN_INPUTS.items():
+        data = make()
+        for p in GOLDEN_PARAMS:
+            found[f"{name}/{p.window}/{p.min_size}/{p.max_size}"] = digest_of_cuts(
+                boundaries(data, p)
+            )
+    assert found == GOLDEN
