@@ -1,0 +1,5 @@
+"""``python -m rdc_client`` runs the ``rdc`` command."""
+
+from rdc_client.cli import main
+
+raise SystemExit(main())

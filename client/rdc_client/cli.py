@@ -1,0 +1,52 @@
+"""The ``rdc`` command: argument parsing, dispatch, and turning errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib import metadata
+
+from rdc.errors import RdcError
+from rdc_client import cmd_chunk
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rdc",
+        description="Keep directories in step, sending only what the other side lacks.",
+    )
+    parser.add_argument("--version", action="version", version=f"rdc {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (cmd_chunk,):
+        module.add_parser(sub)
+    return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rdc")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except RdcError as exc:
+        print(f"rdc: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rdc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (rdc chunk --list | head): stop quietly, and keep Python from
+        # failing again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
