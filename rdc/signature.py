@@ -1,0 +1,131 @@
+"""A file's signature: its Merkle tree over chunk hashes, and its similarity sketch.
+
+Chunk data is hashed as it is read, in bounded memory. A file of fewer than
+`SKETCH_MIN_LEAVES` chunks is sketched over its sub-chunks instead of its chunks, so that a
+small file that was moved and edited still resembles its old self.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import blake3
+
+from rdc.chunking import READ_SIZE, boundaries, iter_chunk_views
+from rdc.params import DEFAULT_PARAMS, ChunkParams
+from rdc.sketch import Sketch, sketch_of
+from rdc.tree import DEFAULT_GROUPS, HASH_BYTES, GroupParams, Level, Tree, build_tree
+
+# Sub-chunks: the level below the leaves, computed only where a chunk is unknown (and for
+# the sketches of small files). docs/formats.md explains the choice.
+SUB_PARAMS = ChunkParams(window=16, min_size=48, max_size=320)
+SKETCH_MIN_LEAVES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureParams:
+    chunks: ChunkParams = DEFAULT_PARAMS
+    groups: GroupParams = DEFAULT_GROUPS
+    sub_chunks: ChunkParams = SUB_PARAMS
+
+
+DEFAULT_SIGNATURE = SignatureParams()
+
+
+@dataclass(frozen=True, slots=True)
+class FileSignature:
+    tree: Tree
+    sketch: Sketch | None
+
+    @property
+    def root(self) -> bytes:
+        return self.tree.root
+
+    @property
+    def size(self) -> int:
+        return self.tree.size
+
+
+def chunk_hash(data: bytes | memoryview) -> bytes:
+    return blake3.blake3(data).digest()
+
+
+def level_of(pieces: Iterable[bytes | memoryview]) -> Level:
+    """Leaf entries of a sequence of chunks."""
+    hashes = bytearray()
+    lengths = array("Q")
+    for piece in pieces:
+        hashes += chunk_hash(piece)
+        lengths.append(len(piece))
+    return Level(bytes(hashes), lengths)
+
+
+def sub_chunks(data: bytes | memoryview, params: ChunkParams = SUB_PARAMS) -> Level:
+    """Entries of the sub-chunks of one chunk (or of a small file)."""
+    view = memoryview(data)
+    ends = boundaries(view, params)
+    return level_of(view[start:end] for start, end in zip([0, *ends], ends, strict=False))
+
+
+def sketch_for(leaves: Level, small_data: bytes | None, params: SignatureParams) -> Sketch | None:
+    """Sketch over the leaves, or over the sub-chunks when the file has few leaves (then
+    ``small_data`` holds its whole content)."""
+    if len(leaves) < SKETCH_MIN_LEAVES and small_data is not None:
+        subs = sub_chunks(small_data, params.sub_chunks)
+        return sketch_of(subs.hash(i) for i in range(len(subs)))
+    return sketch_of(leaves.hash(i) for i in range(len(leaves)))
+
+
+def signature_of_file(
+    f: BinaryIO, params: SignatureParams = DEFAULT_SIGNATURE, read_size: int = READ_SIZE
+) -> FileSignature:
+    """Signature of an open binary file, read once from its current position."""
+    hashes = bytearray()
+    lengths = array("Q")
+    head = bytearray()  # the content while it may still be a small file
+    small_limit = SKETCH_MIN_LEAVES * params.chunks.max_size
+    for _, data in iter_chunk_views(f, params.chunks, read_size):
+        hashes += chunk_hash(data)
+        lengths.append(len(data))
+        if head is not None:
+            head += data
+            if len(head) > small_limit:
+                head = None
+    leaves = Level(bytes(hashes), lengths)
+    tree = build_tree(leaves, params.groups)
+    return FileSignature(tree, sketch_for(leaves, head, params))
+
+
+def signature_of_path(path: str, params: SignatureParams = DEFAULT_SIGNATURE) -> FileSignature:
+    with open(path, "rb") as f:
+        return signature_of_file(f, params)
+
+
+def signature_of_bytes(data: bytes, params: SignatureParams = DEFAULT_SIGNATURE) -> FileSignature:
+    view = memoryview(data)
+    ends = boundaries(view, params.chunks)
+    leaves = level_of(view[s:e] for s, e in zip([0, *ends], ends, strict=False))
+    tree = build_tree(leaves, params.groups)
+    return FileSignature(tree, sketch_for(leaves, data, params))
+
+
+def leaf_set(tree: Tree) -> set[bytes]:
+    leaves = tree.leaves
+    return {leaves.hashes[i : i + HASH_BYTES] for i in range(0, len(leaves.hashes), HASH_BYTES)}
+
+
+def sketch_elements(tree: Tree, read_all: Callable[[], bytes]) -> set[bytes]:
+    """The set a file's sketch samples: its leaf hashes, or, for a file of few leaves, the
+    hashes of its sub-chunks (``read_all`` gives its content)."""
+    if len(tree.leaves) >= SKETCH_MIN_LEAVES:
+        return leaf_set(tree)
+    subs = sub_chunks(read_all())
+    return {subs.hash(i) for i in range(len(subs))}
+
+
+def jaccard(a: set[bytes], b: set[bytes]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 1.0
