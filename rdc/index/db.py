@@ -1,0 +1,230 @@
+"""The signature index: one SQLite database (WAL) per synced root, kept outside the data.
+
+It is a cache. A database that fails to open, has another schema or other signature
+parameters, or raises a database error is deleted and rebuilt by the next refresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import blake3
+
+from rdc.signature import DEFAULT_SIGNATURE, FileSignature, SignatureParams
+from rdc.sketch import buckets
+from rdc.tree import Tree, pack_tree, unpack_tree
+
+SCHEMA_VERSION = 1
+# Candidate defaults, measured by tests/test_sketch_index.py: 4 matching traits of 12 keep
+# chance matches rare among 10,000 files while finding near-duplicates (J >= 0.5).
+CANDIDATE_THRESHOLD = 4
+CANDIDATE_LIMIT = 5
+
+
+def params_tag(params: SignatureParams) -> str:
+    """What the stored signatures depend on; other values make the index stale."""
+    c, g, s = params.chunks, params.groups, params.sub_chunks
+    return (
+        f"chunks={c.window}/{c.min_size}/{c.max_size} groups={g.min_entries}/"
+        f"{g.max_entries} subs={s.window}/{s.min_size}/{s.max_size} tree=v1 sketch=v1"
+    )
+
+
+def default_location(root: str | os.PathLike[str]) -> Path:
+    """The client's index for ``root``: in the user's cache directory, keyed by the root's
+    absolute path."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = blake3.blake3(os.fsencode(os.path.abspath(root))).hexdigest()[:24]
+    return Path(base) / "rdc" / "index" / f"{key}.sqlite3"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedFile:
+    id: int
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int
+    mode: int
+    root: bytes
+    sketch: bytes | None
+    racy: bool
+
+
+def _migrations() -> list[tuple[int, str]]:
+    sql_dir = resources.files("rdc.index") / "sql"
+    out = []
+    for entry in sql_dir.iterdir():
+        if entry.name.endswith(".sql"):
+            out.append((int(entry.name.split(".")[0]), entry.read_text()))
+    return sorted(out)
+
+
+class IndexDatabase:
+    """Connection and queries. Paths are relative, '/'-separated ``str`` (surrogate-escaped
+    like ``os.fsdecode``), stored as the bytes on disk."""
+
+    def __init__(
+        self, location: str | os.PathLike[str], params: SignatureParams = DEFAULT_SIGNATURE
+    ) -> None:
+        self.location = Path(location)
+        self.params = params
+        self.location.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = self._open()
+        except sqlite3.DatabaseError:
+            self._discard()
+            self.conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.location, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(f"index schema {version} is newer than this rdc")
+            for number, sql in _migrations():
+                if number > version:
+                    conn.executescript(f"BEGIN; {sql}; PRAGMA user_version={number}; COMMIT;")
+            tag = params_tag(self.params)
+            stored = conn.execute("SELECT value FROM meta WHERE key='params'").fetchone()
+            if stored is None:
+                conn.execute("INSERT INTO meta VALUES ('params', ?)", (tag,))
+            elif stored[0] != tag:
+                raise sqlite3.DatabaseError("index built with other signature parameters")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _discard(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.location}{suffix}")
+
+    def rebuild(self) -> None:
+        """Start from an empty index (after a database error)."""
+        self.conn.close()
+        self._discard()
+        self.conn = self._open()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ------------------------------------------------------------ reads
+
+    _COLUMNS = "id, path, size, mtime_ns, inode, mode, root, sketch, racy"
+
+    @staticmethod
+    def _row(row: tuple) -> IndexedFile:
+        return IndexedFile(row[0], os.fsdecode(row[1]), *row[2:8], bool(row[8]))
+
+    def files(self) -> Iterator[IndexedFile]:
+        for row in self.conn.execute(f"SELECT {self._COLUMNS} FROM file ORDER BY path"):
+            yield self._row(row)
+
+    def get(self, path: str) -> IndexedFile | None:
+        row = self.conn.execute(
+            f"SELECT {self._COLUMNS} FROM file WHERE path = ?", (os.fsencode(path),)
+        ).fetchone()
+        return self._row(row) if row else None
+
+    def by_id(self, file_id: int) -> IndexedFile | None:
+        row = self.conn.execute(
+            f"SELECT {self._COLUMNS} FROM file WHERE id = ?", (file_id,)
+        ).fetchone()
+        return self._row(row) if row else None
+
+    def with_root(self, root: bytes) -> list[IndexedFile]:
+        rows = self.conn.execute(
+            f"SELECT {self._COLUMNS} FROM file WHERE root = ? ORDER BY path", (root,)
+        )
+        return [self._row(r) for r in rows]
+
+    def tree(self, file_id: int) -> Tree:
+        """The stored tree, checked (raises TreeFormatError if it does not add up)."""
+        (blob,) = self.conn.execute("SELECT tree FROM file WHERE id = ?", (file_id,)).fetchone()
+        return unpack_tree(blob, self.params.groups)
+
+    def candidates(
+        self,
+        sketch: bytes,
+        threshold: int = CANDIDATE_THRESHOLD,
+        limit: int = CANDIDATE_LIMIT,
+        exclude: int | None = None,
+    ) -> list[tuple[int, int]]:
+        """Files sharing at least ``threshold`` traits with ``sketch``, best first:
+        ``(file id, matching traits)``."""
+        keys = buckets(sketch)
+        rows = self.conn.execute(
+            f"SELECT file_id, COUNT(*) AS n FROM trait WHERE bucket IN "
+            f"({','.join('?' * len(keys))}) AND file_id IS NOT ? GROUP BY file_id "
+            f"HAVING n >= ? ORDER BY n DESC, file_id LIMIT ?",
+            (*keys, exclude, threshold, limit),
+        )
+        return [(file_id, n) for file_id, n in rows]
+
+    def count(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM file").fetchone()[0]
+
+    # ------------------------------------------------------------ writes (in a transaction)
+
+    def put(self, path: str, st: os.stat_result, signature: FileSignature, racy: bool) -> None:
+        encoded = os.fsencode(path)
+        self.conn.execute("DELETE FROM file WHERE path = ?", (encoded,))
+        cursor = self.conn.execute(
+            "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                encoded,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+                st.st_mode,
+                signature.root,
+                signature.sketch,
+                pack_tree(signature.tree),
+                int(racy),
+            ),
+        )
+        if signature.sketch is not None:
+            self.conn.executemany(
+                "INSERT INTO trait (bucket, file_id) VALUES (?, ?)",
+                [(b, cursor.lastrowid) for b in buckets(signature.sketch)],
+            )
+
+    def move(self, file_id: int, path: str, st: os.stat_result, racy: bool) -> None:
+        """A file renamed without a content change keeps its signature."""
+        self.conn.execute(
+            "DELETE FROM file WHERE path = ? AND id != ?", (os.fsencode(path), file_id)
+        )
+        self.conn.execute(
+            "UPDATE file SET path = ?, mtime_ns = ?, mode = ?, racy = ? WHERE id = ?",
+            (os.fsencode(path), st.st_mtime_ns, st.st_mode, int(racy), file_id),
+        )
+
+    def touch(self, file_id: int, st: os.stat_result, racy: bool) -> None:
+        self.conn.execute(
+            "UPDATE file SET mode = ?, racy = ? WHERE id = ?", (st.st_mode, int(racy), file_id)
+        )
+
+    def delete(self, file_id: int) -> None:
+        self.conn.execute("DELETE FROM file WHERE id = ?", (file_id,))

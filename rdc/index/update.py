@@ -1,0 +1,190 @@
+"""Bring an index up to date with a directory, reading only what changed.
+
+A file whose size, mtime and inode match its row is not read again, unless it was modified
+so close to its last refresh that a later write could have kept all three ("racy", as in
+git). A new path whose inode, size and mtime belong to a vanished path is a rename and keeps
+its signature. Signatures are computed on worker threads (the chunker and BLAKE3 release
+the GIL) and written in batches, each its own transaction: a refresh killed midway leaves a
+consistent index that the next refresh completes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from rdc.index.db import IndexDatabase
+from rdc.signature import FileSignature, signature_of_file
+
+RACY_NS = 2_000_000_000
+BATCH_SECONDS = 0.5
+BATCH_FILES = 256
+
+
+@dataclass
+class RefreshStats:
+    files: int = 0
+    signed: int = 0
+    signed_bytes: int = 0
+    renamed: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A refresh event: how much of the reading is done."""
+
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    path: str
+
+
+def walk_files(
+    root: str, exclude: Callable[[str, bool], bool] | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
+    """Regular files under ``root`` as (relative '/'-path, lstat), not following links.
+    ``exclude(relpath, is_dir)`` prunes paths."""
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, rel_dir)), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if not (exclude and exclude(rel, True)):
+                    stack.append(rel)
+            elif stat.S_ISREG(st.st_mode) and not (exclude and exclude(rel, False)):
+                yield rel, st
+
+
+def _sign(path: str) -> tuple[os.stat_result, FileSignature, os.stat_result]:
+    with open(path, "rb") as f:
+        before = os.fstat(f.fileno())
+        signature = signature_of_file(f)
+        after = os.fstat(f.fileno())
+    return before, signature, after
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mtime_ns, a.st_ino) == (b.st_size, b.st_mtime_ns, b.st_ino)
+
+
+def refresh(
+    db: IndexDatabase,
+    root: str,
+    *,
+    workers: int = 2,
+    exclude: Callable[[str, bool], bool] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> RefreshStats:
+    """Update ``db`` to describe the regular files under ``root``."""
+    try:
+        return _refresh(db, root, workers, exclude, progress)
+    except sqlite3.DatabaseError:
+        db.rebuild()
+        return _refresh(db, root, workers, exclude, progress)
+
+
+def _refresh(db, root, workers, exclude, progress) -> RefreshStats:
+    stats = RefreshStats()
+    started = time.time_ns()
+    db_path = os.path.abspath(db.location)
+    rows = {f.path: f for f in db.files()}
+    on_disk: dict[str, os.stat_result] = {}
+    for rel, st in walk_files(root, exclude):
+        if os.path.abspath(os.path.join(root, rel)).startswith(db_path):
+            continue
+        on_disk[rel] = st
+    stats.files = len(on_disk)
+
+    def racy(st: os.stat_result) -> bool:
+        return st.st_mtime_ns >= started - RACY_NS
+
+    changed: list[str] = []
+    with db.transaction():
+        for rel, st in on_disk.items():
+            row = rows.get(rel)
+            if (
+                row
+                and not row.racy
+                and (row.size, row.mtime_ns, row.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
+            ):
+                stats.unchanged += 1
+                if row.mode != st.st_mode:
+                    db.touch(row.id, st, False)
+            else:
+                changed.append(rel)
+        vanished = {row.id: row for path, row in rows.items() if path not in on_disk}
+        by_inode = {row.inode: row for row in vanished.values() if not row.racy}
+        still_changed = []
+        for rel in changed:
+            st = on_disk[rel]
+            old = by_inode.pop(st.st_ino, None)
+            if old and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                db.move(old.id, rel, st, racy(st))
+                del vanished[old.id]
+                stats.renamed += 1
+            else:
+                still_changed.append(rel)
+        for row in vanished.values():
+            db.delete(row.id)
+            stats.deleted += 1
+    _sign_all(db, root, still_changed, on_disk, workers, racy, stats, progress)
+    return stats
+
+
+def _sign_all(db, root, paths, on_disk, workers, racy, stats, progress) -> None:
+    total_bytes = sum(on_disk[p].st_size for p in paths)
+    done_bytes = 0
+    pending: dict[Future, str] = {}
+    queue = list(reversed(paths))
+    batch: list[tuple[str, os.stat_result, FileSignature, bool]] = []
+    last_commit = time.monotonic()
+
+    def flush() -> None:
+        nonlocal last_commit
+        if batch:
+            with db.transaction():
+                for rel, st, signature, is_racy in batch:
+                    db.put(rel, st, signature, is_racy)
+            batch.clear()
+        last_commit = time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        while queue or pending:
+            while queue and len(pending) < 2 * max(1, workers):
+                rel = queue.pop()
+                pending[pool.submit(_sign, os.path.join(root, rel))] = rel
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                rel = pending.pop(future)
+                try:
+                    before, signature, after = future.result()
+                except OSError as exc:
+                    stats.errors.append((rel, exc.strerror or str(exc)))
+                    continue
+                batch.append((rel, before, signature, racy(before) or not _same(before, after)))
+                stats.signed += 1
+                stats.signed_bytes += signature.size
+                done_bytes += on_disk[rel].st_size
+                if progress:
+                    progress(Progress(stats.signed, len(paths), done_bytes, total_bytes, rel))
+            if len(batch) >= BATCH_FILES or time.monotonic() - last_commit > BATCH_SECONDS:
+                flush()
+    flush()

@@ -1,0 +1,223 @@
+"""Index refresh: only changed files are read; renames, deletions, racy writes, kills and
+corruption are handled."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rdc.index import IndexDatabase, refresh
+from rdc.signature import DEFAULT_SIGNATURE, SignatureParams, signature_of_path
+from rdc.tree import GroupParams
+
+OLD_NS = 1_600_000_000 * 10**9  # long ago: not racy
+
+
+def make_tree(root, count: int = 20, size: int = 30_000, seed: int = 1) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    files = {}
+    for i in range(count):
+        rel = f"d{i % 3}/file{i}.bin"
+        data = rng.randbytes(rng.randrange(size // 2, size))
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        os.utime(path, ns=(OLD_NS, OLD_NS + i))
+        files[rel] = data
+    return files
+
+
+def contents(db: IndexDatabase) -> dict[str, bytes]:
+    return {f.path: f.root for f in db.files()}
+
+
+def expected(root) -> dict[str, bytes]:
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            out[os.path.relpath(full, root)] = signature_of_path(full).root
+    return out
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "data"
+    make_tree(root)
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    yield root, db
+    db.close()
+
+
+def test_first_refresh_signs_everything_and_second_reads_nothing(tree) -> None:
+    root, db = tree
+    stats = refresh(db, str(root))
+    assert (stats.files, stats.signed, stats.unchanged) == (20, 20, 0)
+    assert contents(db) == expected(root)
+    stats = refresh(db, str(root))
+    assert (stats.signed, stats.unchanged) == (0, 20)
+
+
+def test_modify_touch_rename_delete_and_replace(tree) -> None:
+    root, db = tree
+    refresh(db, str(root))
+    (root / "d0/file0.bin").write_bytes(b"new content")
+    os.utime(root / "d0/file0.bin", ns=(OLD_NS, OLD_NS + 100))
+    os.utime(root / "d1/file1.bin", ns=(OLD_NS, OLD_NS + 101))  # touched only
+    os.rename(root / "d2/file2.bin", root / "d0/renamed.bin")
+    os.unlink(root / "d0/file3.bin")
+    # replaced by a different file of the same size and mtime: a new inode tells
+    same = (root / "d1/file4.bin").stat()
+    (root / "tmp").write_bytes(os.urandom(same.st_size))
+    os.utime(root / "tmp", ns=(same.st_atime_ns, same.st_mtime_ns))
+    os.replace(root / "tmp", root / "d1/file4.bin")
+    stats = refresh(db, str(root))
+    assert stats.renamed == 1
+    assert stats.deleted == 1
+    assert stats.signed == 3  # modified, touched, replaced
+    assert contents(db) == expected(root)
+
+
+def test_rename_keeps_the_signature_without_reading(tree, monkeypatch) -> None:
+    root, db = tree
+    refresh(db, str(root))
+    os.rename(root / "d2/file5.bin", root / "d2/moved.bin")
+    import rdc.index.update as module
+
+    def no_reading(path):
+        raise AssertionError(f"read {path}")
+
+    monkeypatch.setattr(module, "_sign", no_reading)
+    stats = refresh(db, str(root))
+    assert stats.renamed == 1 and stats.signed == 0
+    assert contents(db) == expected(root)
+
+
+def test_racy_files_are_read_again(tree) -> None:
+    root, db = tree
+    path = root / "d0/file6.bin"
+    path.write_bytes(b"A" * 1000)  # mtime now: racy
+    refresh(db, str(root))
+    assert db.get("d0/file6.bin").racy
+    st = path.stat()
+    path.write_bytes(b"B" * 1000)  # same size, and the same mtime again
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    refresh(db, str(root))
+    assert db.get("d0/file6.bin").root == signature_of_path(str(path)).root
+
+
+def test_symlinks_and_special_files_are_not_indexed(tree) -> None:
+    root, db = tree
+    os.symlink("/etc/passwd", root / "link")
+    os.mkfifo(root / "fifo")
+    refresh(db, str(root))
+    assert "link" not in contents(db) and "fifo" not in contents(db)
+
+
+def test_unreadable_files_are_reported_not_fatal(tree, monkeypatch) -> None:
+    root, db = tree
+    import rdc.index.update as module
+
+    real = module._sign
+
+    def sign(path):
+        if path.endswith("file0.bin"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(module, "_sign", sign)
+    stats = refresh(db, str(root))
+    assert stats.errors == [("d0/file0.bin", "Permission denied")]
+    assert stats.signed == 19 and "d0/file0.bin" not in contents(db)
+
+
+def test_corrupt_index_is_rebuilt(tmp_path) -> None:
+    root = tmp_path / "data"
+    make_tree(root, count=5)
+    location = tmp_path / "index.sqlite3"
+    db = IndexDatabase(location)
+    refresh(db, str(root))
+    db.close()
+    with open(location, "r+b") as f:
+        f.seek(0)
+        f.write(b"this is not a database" * 50)
+    db = IndexDatabase(location)
+    refresh(db, str(root))
+    assert contents(db) == expected(root)
+
+
+def test_index_of_other_parameters_is_rebuilt(tmp_path) -> None:
+    root = tmp_path / "data"
+    make_tree(root, count=3)
+    location = tmp_path / "index.sqlite3"
+    db = IndexDatabase(location)
+    refresh(db, str(root))
+    db.close()
+    other = SignatureParams(groups=GroupParams(3, 9))
+    db = IndexDatabase(location, other)
+    assert db.count() == 0
+    db.close()
+    db = IndexDatabase(location, DEFAULT_SIGNATURE)
+    assert db.count() == 0
+
+
+def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
+    root = tmp_path / "data"
+    make_tree(root, count=120, size=400_000, seed=3)
+    location = tmp_path / "index.sqlite3"
+    script = textwrap.dedent(f"""
+        import sys
+        import rdc.index.update as r
+        from rdc.index import IndexDatabase
+        r.BATCH_FILES = 3
+        db = IndexDatabase({str(location)!r})
+        def progress(event):
+            print(event.files_done, flush=True)
+        r.refresh(db, {str(root)!r}, workers=1, progress=progress)
+        print("finished", flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        for line in child.stdout:
+            if line.strip() == "finished":
+                pytest.fail("the refresh finished before it could be killed")
+            if int(line) >= 20:
+                child.send_signal(signal.SIGKILL)
+                break
+    finally:
+        child.wait(timeout=60)
+    db = IndexDatabase(location)
+    partial = db.count()
+    assert 0 < partial < 120
+    stats = refresh(db, str(root))
+    assert stats.signed == 120 - partial
+    assert contents(db) == expected(root)
+
+
+def test_files_changing_while_read_are_marked_racy(tree, monkeypatch) -> None:
+    root, db = tree
+    import rdc.index.update as module
+
+    real = module.signature_of_file
+
+    def sign_and_change(f, *args, **kwargs):
+        result = real(f, *args, **kwargs)
+        with open(f.name, "ab") as out:
+            out.write(b"appended while reading")
+        return result
+
+    monkeypatch.setattr(module, "signature_of_file", sign_and_change)
+    refresh(db, str(root), workers=1)
+    assert all(f.racy for f in db.files())
+    monkeypatch.setattr(module, "signature_of_file", real)
+    time.sleep(0)  # next refresh reads them all again and now they are stable
+    stats = refresh(db, str(root))
+    assert stats.signed == 20
+    assert contents(db) == expected(root)
