@@ -1,0 +1,518 @@
+"""The per-file exchange, sans I/O: what a target asks for and how it rebuilds the file.
+
+The target holds seeds (older versions, similar files). Given the source's offer it either
+has the file already, asks for all of it (no seeds, or a tiny file), or descends the
+source's tree: it asks for the children of nodes it does not know, level by level; for
+unknown leaves it asks for their sub-chunk lists and looks for those sub-chunks in the
+seed region between the leaf's matched neighbours; it fetches only what it still lacks.
+
+`target_descent` is a generator: it yields requests and is sent the replies; it returns a
+`Plan` of pieces that rebuild the file. `SourceFile` answers the requests. The protocol
+engine runs many of these at once over one connection; `simulate` runs one in memory and
+counts the bytes each way, which is what ``rdc delta`` reports.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+import msgpack
+
+from rdc.chunking import boundaries
+from rdc.entries import SUB_PREFIX, WIRE_PREFIX, pack_varints, prefixes, unpack_varints
+from rdc.signature import SUB_PARAMS, chunk_hash, signature_of_bytes
+from rdc.tree import HASH_BYTES, Tree
+
+# A file this small is cheaper to send whole than to describe.
+WHOLE_BELOW = 256
+# An unknown leaf this small is fetched whole rather than split into sub-chunks.
+SUBS_FROM = 1024
+# The seed region searched for a leaf's sub-chunks is at most this long.
+REGION_LIMIT = 1 << 20
+
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class EntryList:
+    """Entries as they travel: ``first`` is the index of the first one in its level."""
+
+    first: int
+    prefixes: bytes
+    lengths: bytes  # varints
+
+    def decode(self, prefix: int) -> list[tuple[bytes, int]]:
+        if len(self.prefixes) % prefix:
+            raise ValueError("prefix list has a partial entry")
+        count = len(self.prefixes) // prefix
+        lengths = unpack_varints(self.lengths, count)
+        return [(self.prefixes[i * prefix : (i + 1) * prefix], n) for i, n in enumerate(lengths)]
+
+    def decode_subs(self, total: int) -> list[tuple[bytes, int]]:
+        """A sub-chunk list of a leaf of ``total`` bytes: every sub-chunk but the last is
+        ``min_size + 1`` to ``max_size`` long and travels as its excess over ``min_size + 1``;
+        the last one is what remains of the leaf."""
+        if not self.prefixes or len(self.prefixes) % SUB_PREFIX:
+            raise ValueError("sub-chunk prefix list is empty or has a partial entry")
+        count = len(self.prefixes) // SUB_PREFIX
+        base = SUB_PARAMS.min_size + 1
+        excess = unpack_varints(self.lengths, count - 1, SUB_PARAMS.max_size - base)
+        lengths = [base + e for e in excess]
+        last = total - sum(lengths)
+        if not 0 < last <= SUB_PARAMS.max_size:
+            raise ValueError("sub-chunk list does not cover its leaf")
+        lengths.append(last)
+        keys = self.prefixes
+        return [(keys[i * SUB_PREFIX : (i + 1) * SUB_PREFIX], n) for i, n in enumerate(lengths)]
+
+
+def sub_list(data: bytes) -> EntryList:
+    """The sub-chunk list of one leaf's bytes, as it travels (see `EntryList.decode_subs`)."""
+    ends = boundaries(data, SUB_PARAMS)
+    spans = list(zip([0, *ends[:-1]], ends, strict=True))
+    keys = b"".join(chunk_hash(data[s:e])[:SUB_PREFIX] for s, e in spans)
+    base = SUB_PARAMS.min_size + 1
+    return EntryList(0, keys, pack_varints([e - s - base for s, e in spans[:-1]]))
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What the source says of a file. ``subs``: for a file of one chunk that the target
+    probably holds an older version of, the chunk's sub-chunk list, which saves the
+    descent two round trips."""
+
+    size: int
+    root: bytes
+    depth: int  # levels in the tree, leaves included
+    sketch: bytes | None = None
+    subs: EntryList | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Have:
+    """The target holds content with this root: nothing to send."""
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """Send all the content."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expand:
+    """Send the children of these nodes, each ``(level, index)``."""
+
+    nodes: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SubLists:
+    """Send the sub-chunk lists of these leaves."""
+
+    leaves: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Send data: per item ``(leaf, first_sub, sub_count)``; ``sub_count == 0`` is the whole
+    leaf."""
+
+    items: tuple[tuple[int, int, int], ...]
+
+
+Request = Have | Whole | Expand | SubLists | Fetch
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Entry lists (for Expand and SubLists) or data pieces (for Whole and Fetch)."""
+
+    lists: tuple[EntryList, ...] = ()
+    data: tuple[bytes, ...] = ()
+
+
+def wire_size(message: Offer | Request | Reply) -> int:
+    """Bytes of a message as msgpack, the way the protocol frames it (without the frame
+    header): a tag and the fields."""
+    if isinstance(message, Offer):
+        subs = message.subs and [message.subs.prefixes, message.subs.lengths]
+        body: list = [message.size, message.root, message.depth, message.sketch, subs]
+    elif isinstance(message, Expand):
+        body = [list(message.nodes)]
+    elif isinstance(message, SubLists):
+        body = [list(message.leaves)]
+    elif isinstance(message, Fetch):
+        body = [list(message.items)]
+    elif isinstance(message, Reply):
+        body = [[[e.first, e.prefixes, e.lengths] for e in message.lists], list(message.data)]
+    else:
+        body = []
+    return len(msgpack.packb([type(message).__name__[:2], body]))
+
+
+# ---------------------------------------------------------------- the target's side
+
+
+@dataclass(frozen=True, slots=True)
+class SeedFile:
+    tree: Tree
+    read: Callable[[int, int], bytes]  # (offset, length) -> bytes
+
+
+class SeedMap:
+    """Every node and leaf of the seed trees by hash prefix: where its bytes are."""
+
+    def __init__(self, seeds: list[SeedFile], prefix: int = WIRE_PREFIX) -> None:
+        self.seeds = seeds
+        self.prefix = prefix
+        self.where: dict[bytes, tuple[int, int, int]] = {}
+        for s, seed in enumerate(seeds):
+            for level in seed.tree.levels:
+                offset = 0
+                for i, length in enumerate(level.lengths):
+                    key = level.hashes[HASH_BYTES * i : HASH_BYTES * i + prefix]
+                    self.where.setdefault(key, (s, offset, length))
+                    offset += length
+
+    def __bool__(self) -> bool:
+        return bool(self.seeds)
+
+    def find(self, key: bytes, length: int) -> tuple[int, int] | None:
+        hit = self.where.get(key)
+        if hit is None or hit[2] != length:
+            return None
+        return hit[0], hit[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """``length`` bytes of the new file at ``offset``: from a seed (``seed``, ``seed_offset``)
+    or literal (``data``)."""
+
+    offset: int
+    length: int
+    seed: int = -1
+    seed_offset: int = 0
+    data: bytes = b""
+
+
+@dataclass
+class Plan:
+    """How to rebuild the file. ``checks``: ``(offset, length, prefix)`` of leaves rebuilt
+    from sub-chunks, whose hash must start with ``prefix`` (else fetch the leaf whole)."""
+
+    have: bool = False
+    pieces: list[Piece] = field(default_factory=list)
+    checks: list[tuple[int, int, bytes]] = field(default_factory=list)
+    root: bytes = b""  # the offered root, which the rebuilt file must have
+
+    def matched_bytes(self) -> int:
+        return sum(p.length for p in self.pieces if p.seed >= 0)
+
+    def literal_bytes(self) -> int:
+        return sum(p.length for p in self.pieces if p.seed < 0)
+
+
+def _region(
+    known: list[Piece], offset: int, end: int, seeds: SeedMap, fallback: int
+) -> tuple[int, int, int] | None:
+    """The seed bytes between the matched neighbours of new-file range [offset, end):
+    ``(seed, start, stop)``. With one neighbour, as far again on the open side; with none,
+    the first seed (the file at the same path, when there is one)."""
+    at = bisect.bisect_left([p.offset for p in known], offset)
+    left = known[at - 1] if at > 0 else None
+    right = known[at] if at < len(known) else None
+    span = max(2 * (end - offset), fallback)
+    if left and right and left.seed == right.seed:
+        seed, start, stop = left.seed, left.seed_offset + left.length, right.seed_offset
+        if stop < start:
+            start, stop = stop, start + span  # reordered content: look around the right end
+    elif left:
+        seed, start = left.seed, left.seed_offset + left.length
+        stop = start + span
+    elif right:
+        seed, stop = right.seed, right.seed_offset
+        start = stop - span
+    else:
+        seed, start, stop = 0, 0, seeds.seeds[0].tree.size
+    size = seeds.seeds[seed].tree.size
+    start, stop = max(0, start), min(size, stop, max(0, start) + REGION_LIMIT)
+    return (seed, start, stop) if stop > start else None
+
+
+def target_descent(
+    offer: Offer, seeds: SeedMap, have_root: bool
+) -> Generator[Request, Reply | None, Plan]:
+    """The target's decisions for one file. Yields requests; returns the plan."""
+    if have_root:
+        yield Have()
+        return Plan(have=True, root=offer.root)
+    single_small_leaf = offer.depth == 2 and offer.size < SUBS_FROM
+    if not seeds or offer.size < WHOLE_BELOW or single_small_leaf:
+        reply = yield Whole()
+        return Plan(pieces=[Piece(0, offer.size, data=b"".join(reply.data))], root=offer.root)
+
+    prefix = seeds.prefix
+    known: list[Piece] = []
+    unknown: list[tuple[int, int, int, bytes]] = []  # (leaf index, offset, length, key)
+    supplied: dict[int, EntryList] = {}
+    if offer.subs is not None and offer.depth == 2:  # one leaf, its sub-chunks at hand
+        unknown.append((0, 0, offer.size, b""))
+        supplied[0] = offer.subs
+        frontier = []
+    else:
+        frontier = [(offer.depth, 0)]
+    offsets = {(offer.depth, 0): 0}
+    while frontier:
+        reply = yield Expand(tuple(frontier))
+        next_frontier = []
+        for (level, _), entry_list in zip(frontier, reply.lists, strict=True):
+            offset = offsets[(level, _)]
+            for i, (key, length) in enumerate(entry_list.decode(prefix)):
+                child = (level - 1, entry_list.first + i)
+                found = seeds.find(key, length)
+                if found:
+                    known.append(Piece(offset, length, found[0], found[1]))
+                elif level - 1 == 1:
+                    unknown.append((child[1], offset, length, key))
+                else:
+                    next_frontier.append(child)
+                    offsets[child] = offset
+                offset += length
+        frontier = next_frontier
+    known.sort(key=lambda p: p.offset)
+    unknown.sort(key=lambda u: u[1])
+    pieces = list(known)
+
+    # Unknown leaves: split the larger ones into sub-chunks and look for those in the seed
+    # region between the leaf's matched neighbours.
+    split = [u for u in unknown if u[2] >= SUBS_FROM]
+    fetch: list[tuple[int, int, int]] = [(u[0], 0, 0) for u in unknown if u[2] < SUBS_FROM]
+    fetch_at = {u[0]: u[1] for u in unknown}
+    subs_of: dict[int, list[int]] = {}
+    checks: list[tuple[int, int, bytes]] = []
+    if split:
+        wanted = tuple(u[0] for u in split if u[0] not in supplied)
+        if wanted:
+            reply = yield SubLists(wanted)
+            supplied.update(zip(wanted, reply.lists, strict=True))
+        region_subs: dict[tuple[int, int, int], dict[bytes, int]] = {}
+        for leaf, offset, length, leaf_key in split:
+            entry_list = supplied[leaf]
+            entries = entry_list.decode_subs(length)
+            region = _region(known, offset, offset + length, seeds, length)
+            found = region_subs.setdefault(region, _sub_index(region, seeds)) if region else {}
+            sub_offset = offset
+            run_start = None
+            for k, (sub_key, n) in enumerate(entries):
+                hit = found.get(sub_key)
+                if hit is not None:
+                    pieces.append(Piece(sub_offset, n, region[0], hit))
+                    if run_start is not None:
+                        fetch.append((leaf, run_start, k - run_start))
+                        run_start = None
+                elif run_start is None:
+                    run_start = k
+                sub_offset += n
+            if run_start is not None:
+                fetch.append((leaf, run_start, len(entries) - run_start))
+            subs_of[leaf] = [n for _, n in entries]
+            if leaf_key:  # (a single leaf is checked by the root)
+                checks.append((offset, length, leaf_key))
+    if fetch:
+        fetch.sort()
+        reply = yield Fetch(tuple(fetch))
+        for (leaf, first, count), data in zip(fetch, reply.data, strict=True):
+            offset = fetch_at[leaf]
+            if count:
+                offset += sum(subs_of[leaf][:first])
+            pieces.append(Piece(offset, len(data), data=data))
+    pieces.sort(key=lambda p: p.offset)
+    return Plan(pieces=pieces, checks=checks, root=offer.root)
+
+
+def _sub_index(region: tuple[int, int, int], seeds: SeedMap) -> dict[bytes, int]:
+    """Sub-chunk prefixes of a seed region -> their offsets in that seed."""
+    seed, start, stop = region
+    data = seeds.seeds[seed].read(start, stop - start)
+    view = memoryview(data)
+    found: dict[bytes, int] = {}
+    previous = 0
+    for end in boundaries(view, SUB_PARAMS):
+        found.setdefault(chunk_hash(view[previous:end])[:SUB_PREFIX], start + previous)
+        previous = end
+    return found
+
+
+# ---------------------------------------------------------------- the source's side
+
+
+class SourceFile:
+    """Answers a target's requests from the new file's tree and bytes."""
+
+    def __init__(self, tree: Tree, read: Callable[[int, int], bytes], prefix: int = WIRE_PREFIX):
+        self.tree = tree
+        self.read = read
+        self.prefix = prefix
+        self._leaf_offsets = [0]
+        for length in tree.leaves.lengths:
+            self._leaf_offsets.append(self._leaf_offsets[-1] + length)
+        # children of node i of level k+1 are entries first[k][i] .. first[k][i+1] of level k
+        self._first: list[list[int]] = []
+        for below, above in zip(tree.levels, tree.levels[1:], strict=False):
+            firsts, j, total = [0], 0, 0
+            for length in above.lengths:
+                while total < length:
+                    total += below.lengths[j]
+                    j += 1
+                firsts.append(j)
+                total = 0
+            self._first.append(firsts)
+
+    def offer(self, sketch: bytes | None = None, inline_subs: bool = False) -> Offer:
+        """The offer; ``inline_subs``: the target probably holds an older version."""
+        subs = None
+        if inline_subs and len(self.tree.leaves) == 1 and self.tree.size >= SUBS_FROM:
+            subs = self._subs(0)
+        return Offer(self.tree.size, self.tree.root, len(self.tree.levels), sketch, subs)
+
+    def answer(self, request: Request) -> Reply | None:
+        if isinstance(request, Have):
+            return None
+        if isinstance(request, Whole):
+            return Reply(data=(self.read(0, self.tree.size),))
+        if isinstance(request, Expand):
+            return Reply(lists=tuple(self._children(level, i) for level, i in request.nodes))
+        if isinstance(request, SubLists):
+            return Reply(lists=tuple(self._subs(leaf) for leaf in request.leaves))
+        if isinstance(request, Fetch):
+            return Reply(data=tuple(self._data(*item) for item in request.items))
+        raise TypeError(f"unknown request {request!r}")
+
+    def _children(self, level: int, index: int) -> EntryList:
+        below = self.tree.levels[level - 2]
+        first = self._first[level - 2][index]
+        stop = self._first[level - 2][index + 1]
+        return EntryList(
+            first,
+            prefixes(below.hashes[HASH_BYTES * first : HASH_BYTES * stop], self.prefix),
+            pack_varints(below.lengths[first:stop]),
+        )
+
+    def _leaf_bytes(self, leaf: int) -> bytes:
+        start = self._leaf_offsets[leaf]
+        return self.read(start, self._leaf_offsets[leaf + 1] - start)
+
+    def _sub_ends(self, data: bytes) -> list[int]:
+        return boundaries(data, SUB_PARAMS)
+
+    def _subs(self, leaf: int) -> EntryList:
+        return sub_list(self._leaf_bytes(leaf))
+
+    def _data(self, leaf: int, first: int, count: int) -> bytes:
+        data = self._leaf_bytes(leaf)
+        if not count:
+            return data
+        ends = self._sub_ends(data)
+        starts = [0, *ends[:-1]]
+        return data[starts[first] : ends[first + count - 1]]
+
+
+# ---------------------------------------------------------------- in memory
+
+
+@dataclass
+class DeltaReport:
+    literal_bytes: int = 0
+    matched_bytes: int = 0
+    signature_bytes: int = 0  # entry lists from the source, per level below
+    request_bytes: int = 0  # everything the target sent
+    offer_bytes: int = 0
+    data_message_bytes: int = 0  # literal data with its framing
+    round_trips: int = 0
+    have: bool = False
+    signature_bytes_by_level: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.offer_bytes + self.request_bytes + self.signature_bytes + self.data_message_bytes
+        )
+
+    def add(self, other: DeltaReport) -> None:
+        for name in (
+            "literal_bytes",
+            "matched_bytes",
+            "signature_bytes",
+            "request_bytes",
+            "offer_bytes",
+            "data_message_bytes",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.round_trips = max(self.round_trips, other.round_trips)
+        for level, n in other.signature_bytes_by_level.items():
+            self.signature_bytes_by_level[level] = self.signature_bytes_by_level.get(level, 0) + n
+
+
+def simulate(
+    source: SourceFile,
+    seeds: SeedMap,
+    have_root: bool,
+    sketch: bytes | None = None,
+    inline_subs: bool = False,
+) -> tuple[Plan, DeltaReport]:
+    """Run one file's exchange in memory; count what each side would send."""
+    report = DeltaReport()
+    offer = source.offer(sketch, inline_subs)
+    report.offer_bytes = wire_size(offer)
+    report.round_trips = 1
+    steps = target_descent(offer, seeds, have_root)
+    reply = None
+    try:
+        while True:
+            request = steps.send(reply)
+            report.request_bytes += wire_size(request)
+            reply = source.answer(request)
+            if reply is None:
+                continue
+            report.round_trips += 1
+            size = wire_size(reply)
+            if isinstance(request, Expand | SubLists):
+                report.signature_bytes += size
+                key = "sub" if isinstance(request, SubLists) else f"level {request.nodes[0][0] - 1}"
+                report.signature_bytes_by_level[key] = (
+                    report.signature_bytes_by_level.get(key, 0) + size
+                )
+            else:
+                report.data_message_bytes += size
+    except StopIteration as done:
+        plan: Plan = done.value
+    report.have = plan.have
+    report.literal_bytes = plan.literal_bytes()
+    report.matched_bytes = plan.matched_bytes()
+    return plan, report
+
+
+def rebuild(plan: Plan, seeds: SeedMap) -> bytes:
+    """The new file's bytes from a plan (the target's assembly, in memory); raises
+    ValueError if a leaf rebuilt from sub-chunks fails its check."""
+    out = bytearray()
+    for piece in plan.pieces:
+        if piece.offset != len(out):
+            raise ValueError("plan pieces do not tile the file")
+        if piece.seed >= 0:
+            data = seeds.seeds[piece.seed].read(piece.seed_offset, piece.length)
+            if len(data) != piece.length:
+                raise ValueError("seed shorter than planned")
+            out += data
+        else:
+            out += piece.data
+    for offset, length, key in plan.checks:
+        if not chunk_hash(out[offset : offset + length]).startswith(key):
+            raise ValueError(f"leaf at {offset} rebuilt from sub-chunks fails its check")
+    if plan.root and signature_of_bytes(bytes(out)).root != plan.root:
+        raise ValueError("the rebuilt file does not have the offered root")
+    return bytes(out)

@@ -1,0 +1,37 @@
+"""Scattered small edits across a tree: where rsync's 700-byte blocks are at their best,
+rdc's sub-chunk level must not lose (rdc delta's whole cost against rsync's literal data)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from rdc.delta import delta_tree
+from rdc.index import IndexDatabase, refresh
+
+from .conftest import scaled
+from .corpus import make_source_tree, scatter_edits
+from .rsync_model import literal_bytes
+
+
+def test_scattered_edits_cost_no_more_than_rsyncs_literal_data(tmp_path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    make_source_tree(old, files=scaled(300, 80))
+    shutil.copytree(old, new)
+    edited = scatter_edits(new)
+    assert edited > 10
+    rsync = 0
+    for dirpath, _, names in os.walk(new):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f, open(path.replace(str(new), str(old)), "rb") as g:
+                a, b = g.read(), f.read()
+            if a != b:
+                rsync += literal_bytes(a, b)
+    old_db = IndexDatabase(tmp_path / "old.sqlite3")
+    new_db = IndexDatabase(tmp_path / "new.sqlite3")
+    refresh(old_db, str(old))
+    refresh(new_db, str(new))
+    report, offered = delta_tree(old_db, str(old), new_db, str(new), verify=True)
+    assert offered == edited
+    assert report.total_bytes <= rsync, (report.total_bytes, rsync, report.literal_bytes)
