@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 
 from rdc.errors import RdcError
-from rdc_client import cmd_chunk
+from rdc_client import cmd_chunk, cmd_delta, cmd_sig, cmd_similar
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rdc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (cmd_chunk,):
+    for module in (cmd_chunk, cmd_sig, cmd_similar, cmd_delta):
         module.add_parser(sub)
     return parser
 

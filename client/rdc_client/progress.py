@@ -1,0 +1,53 @@
+"""Progress: rate-limited rendering of structured events on stderr."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from rdc.index import Progress
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+class ProgressLine:
+    """One status line, redrawn at most every ``interval`` seconds; cleared on close."""
+
+    def __init__(
+        self, stream: TextIO = sys.stderr, interval: float = 0.2, enabled: bool | None = None
+    ) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.width = 0
+
+    def __call__(self, event: Progress) -> None:
+        now = time.monotonic()
+        if not self.enabled or (
+            now - self.last < self.interval and event.files_done != event.files_total
+        ):
+            return
+        self.last = now
+        rate = event.bytes_done / max(now - self.started, 1e-6)
+        text = (
+            f"signing {event.files_done:,}/{event.files_total:,} files, "
+            f"{human_bytes(event.bytes_done)} of {human_bytes(event.bytes_total)}, "
+            f"{human_bytes(rate)}/s"
+        )
+        self.stream.write("\r" + text.ljust(self.width))
+        self.width = len(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
