@@ -1,0 +1,718 @@
+"""Every read and write of a synced tree, confined to that tree and never half done.
+
+A ``SafeRoot`` holds the root directory open and reaches everything by a checked relative
+path (``rdc.paths.check_relpath``), opening one directory component at a time with
+O_NOFOLLOW relative to the one before. So no symlink is ever followed, whoever put it
+there: a link where a directory is expected is a ``PathError``, and a link as the last
+component is handled as a link (``lstat``, ``read_link``, ``symlink``, ``remove``) or
+refused (``open_read``, ``chmod``). The one symlink followed is the root path itself, which
+the user chose.
+
+New content is written to a temporary file beside its destination and renamed over it only
+when complete, fsynced and (optionally) after checking that the destination is still what
+the caller last saw (``Expect``). An interruption at any point leaves either the old entry
+or the new one at the path, plus at most a stray temporary that ``clean_temporaries``
+removes later (the one exception, replacing a directory, is under ``TempFile.commit``).
+Blocking calls throughout: run them on a worker thread from trio. A ``SafeRoot`` may be
+shared by threads (close it only when none is using it); a ``TempFile`` has one owner.
+
+OSErrors that the environment causes (ENOENT, ENOSPC, EACCES, EISDIR, ...) propagate with
+their errno, ``filename`` set to the relative path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Literal
+
+from rdc.errors import RdcError
+from rdc.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
+from rdc.paths import name as leaf_name
+
+# A temporary whose owner is alive is locked; the grace period covers the instant between
+# creating and locking it, symlink temporaries (never locked) and file systems where flock
+# does nothing. Tests set it to 0.
+TEMP_GRACE_SECONDS = 600.0
+# Setuid and setgid bits from a peer are dropped on files, so a daemon running as root
+# cannot be made to plant a setuid program. Directories keep every bit.
+ALLOW_SETID = False
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_TYPES = {
+    stat.S_IFREG: "a regular file", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symlink",
+    stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+class ConflictError(RdcError):
+    """{path} changed meanwhile: expected {expected}, found {found}"""
+
+    exit_code = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """What the caller believes is at a path now. A write or removal given one goes ahead only
+    if it still holds (compare and swap), so a concurrent change is not silently lost. Fields
+    left None are not compared. Build with the class methods.
+
+    It is checked as late as possible, just before the rename or unlink, but no system call
+    compares and renames in one step: a change made in the few calls between the check and
+    the rename is overwritten. ``absent`` is the exception, exact because link(2) never
+    replaces. A file rewritten in place with the same size within one mtime tick keeps its
+    (size, mtime_ns, inode) and is not seen as changed."""
+
+    kind: Literal["absent", "file", "link", "directory"]
+    size: int | None = None
+    mtime_ns: int | None = None
+    inode: int | None = None
+    target: str | None = None
+
+    @classmethod
+    def absent(cls) -> Expect:
+        return cls("absent")
+
+    @classmethod
+    def file(
+        cls, size: int | None = None, mtime_ns: int | None = None, inode: int | None = None
+    ) -> Expect:
+        """A regular file; with no arguments, any regular file."""
+        return cls("file", size, mtime_ns, inode)
+
+    @classmethod
+    def link(cls, target: str | bytes | None = None) -> Expect:
+        """A symlink; with no target, any symlink."""
+        return cls("link", target=None if target is None else os.fsdecode(target))
+
+    @classmethod
+    def directory(cls) -> Expect:
+        return cls("directory")
+
+    @classmethod
+    def from_stat(cls, st: os.stat_result | None) -> Expect:
+        """The entry ``SafeRoot.lstat`` returned, unchanged (a link: any link)."""
+        if st is None:
+            return cls.absent()
+        if stat.S_ISREG(st.st_mode):
+            return cls.file(st.st_size, st.st_mtime_ns, st.st_ino)
+        if stat.S_ISLNK(st.st_mode):
+            return cls.link()
+        if stat.S_ISDIR(st.st_mode):
+            return cls.directory()
+        raise ValueError("no expectation describes a special file")
+
+    def __str__(self) -> str:
+        if self.kind == "file":
+            fields = [f"{k} {v}" for k in ("size", "mtime_ns", "inode")
+                      if (v := getattr(self, k)) is not None]
+            return "a regular file" + (f" ({', '.join(fields)})" if fields else "")
+        if self.kind == "link":
+            return "a symlink" + ("" if self.target is None else f" to {self.target!r}")
+        return "nothing" if self.kind == "absent" else "a directory"
+
+
+def _lstat_at(dfd: int, leaf: str) -> os.stat_result | None:
+    try:
+        return os.stat(leaf, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _describe(st: os.stat_result | None, dfd: int, leaf: str) -> str:
+    if st is None:
+        return "nothing"
+    if stat.S_ISREG(st.st_mode):
+        return f"a regular file (size {st.st_size}, mtime_ns {st.st_mtime_ns}, inode {st.st_ino})"
+    if stat.S_ISLNK(st.st_mode):
+        with contextlib.suppress(OSError):
+            return f"a symlink to {os.readlink(leaf, dir_fd=dfd)!r}"
+    return _TYPES.get(stat.S_IFMT(st.st_mode), "a special file")
+
+
+def _check(expect: Expect, st: os.stat_result | None, dfd: int, leaf: str, rel: str) -> None:
+    """ConflictError unless ``st`` (just read from ``leaf``) is what ``expect`` says."""
+    mode = st.st_mode if st is not None else 0
+    if expect.kind == "absent":
+        ok = st is None
+    elif expect.kind == "directory":
+        ok = stat.S_ISDIR(mode)
+    elif expect.kind == "link":
+        ok = stat.S_ISLNK(mode) and (
+            expect.target is None or os.readlink(leaf, dir_fd=dfd) == expect.target
+        )
+    else:
+        ok = stat.S_ISREG(mode) and all(
+            want is None or want == have
+            for want, have in ((expect.size, st.st_size), (expect.mtime_ns, st.st_mtime_ns),
+                               (expect.inode, st.st_ino))
+        )
+    if not ok:
+        raise ConflictError(path=repr(rel), expected=str(expect), found=_describe(st, dfd, leaf))
+
+
+def _file_mode(mode: int) -> int:
+    bits = stat.S_IMODE(mode)
+    return bits if ALLOW_SETID else bits & ~(stat.S_ISUID | stat.S_ISGID)
+
+
+def _open_step(fd: int, part: str, rel: str) -> int:
+    """The directory ``part`` inside ``fd``, opened without following a link."""
+    try:
+        return os.open(part, _DIR, dir_fd=fd)
+    except OSError as exc:
+        # Linux says ENOTDIR (sometimes ELOOP) for a link opened with O_DIRECTORY|O_NOFOLLOW.
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            st = _lstat_at(fd, part)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise PathError(path=rel, reason=f"goes through a symlink at {part!r}") from None
+        raise
+
+
+def _mkdir_at(dfd: int, leaf: str, mode: int) -> bool:
+    """Make directory ``leaf`` with exactly ``mode`` (no umask); False if something exists."""
+    try:
+        os.mkdir(leaf, 0o700, dir_fd=dfd)  # never wider than asked, even for an instant
+    except FileExistsError:
+        return False
+    fd = os.open(leaf, _DIR, dir_fd=dfd)
+    try:
+        os.fchmod(fd, stat.S_IMODE(mode))
+    finally:
+        os.close(fd)
+    os.fsync(dfd)
+    return True
+
+
+def _rmtree_at(dfd: int, leaf: str) -> None:
+    """Delete ``leaf`` in ``dfd`` and, if it is a directory, all below it, never following a
+    link and never entering another file system (EXDEV; a bind mount of the same file
+    system has the same st_dev and is not recognised). Iterative: a peer can build trees
+    deeper than Python's recursion limit (which shutil.rmtree of 3.11 recurses into); one
+    descriptor is held per level. Entries that vanish meanwhile are not errors."""
+    stack: list[tuple[int, str, int, list[str]]] = []  # (parent fd, name, fd, subdirs left)
+
+    def enter(pfd: int, entry: str) -> None:
+        try:
+            fd = os.open(entry, _DIR, dir_fd=pfd)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=pfd)
+                return
+            if exc.errno != errno.ENOENT:
+                raise
+            return
+        try:
+            if os.fstat(fd).st_dev != device:
+                raise OSError(errno.EXDEV, "a mount point; not removed", entry)
+            subdirs = []
+            with os.scandir(fd) as entries:
+                for child in entries:
+                    if child.is_dir(follow_symlinks=False):
+                        subdirs.append(child.name)
+                    else:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(child.name, dir_fd=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        stack.append((pfd, entry, fd, subdirs))
+
+    device = os.fstat(dfd).st_dev
+    try:
+        enter(dfd, leaf)
+        while stack:
+            pfd, entry, fd, subdirs = stack[-1]
+            if subdirs:
+                enter(fd, subdirs.pop())
+                continue
+            stack.pop()
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(entry, dir_fd=pfd)
+    finally:
+        for _, _, fd, _ in stack:
+            os.close(fd)
+
+
+def _install(
+    dfd: int, tmp: str, leaf: str, rel: str, tmp_st: os.stat_result,
+    expect: Expect | None, replace_dir: bool,
+) -> None:
+    """Put the finished temporary ``tmp`` in place of ``leaf``, both in directory ``dfd``."""
+    # Whatever now sits at our temporary name is installed by the rename: make sure it is
+    # still the file we wrote and checked, not something swapped in.
+    now = _lstat_at(dfd, tmp)
+    if now is None or not os.path.samestat(now, tmp_st):
+        raise ConflictError(path=repr(rel), expected="rdc's temporary file",
+                            found="it replaced or removed")
+    # The expectation is checked as late as possible; from here to the rename (a few
+    # system calls) a concurrent writer can still slip in and be overwritten, except
+    # for Expect.absent, which link(2) makes exact.
+    current = _lstat_at(dfd, leaf)
+    if expect is not None:
+        _check(expect, current, dfd, leaf, rel)
+    aside = None
+    if current is not None and stat.S_ISDIR(current.st_mode):
+        if not replace_dir:
+            raise IsADirectoryError(errno.EISDIR, "a directory is there (replace_dir not set)", rel)
+        aside = temporary_name(leaf)
+        os.rename(leaf, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+    try:
+        if not (expect is not None and expect.kind == "absent" and _link_new(dfd, tmp, leaf, rel)):
+            os.rename(tmp, leaf, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                os.rename(aside, leaf, src_dir_fd=dfd, dst_dir_fd=dfd)
+        raise
+    os.fsync(dfd)
+    if aside is not None:
+        # The new entry is in place, so this is no failure of the install: anything left
+        # (a mount point, no permission) stays under the temporary name.
+        with contextlib.suppress(OSError):
+            _rmtree_at(dfd, aside)
+
+
+def _link_new(dfd: int, tmp: str, leaf: str, rel: str) -> bool:
+    """Install ``tmp`` as ``leaf`` only if nothing is there, atomically: link(2) never
+    replaces. False where the file system has no hard links (then: rename)."""
+    try:
+        os.link(tmp, leaf, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+    except FileExistsError:
+        found = _describe(_lstat_at(dfd, leaf), dfd, leaf)
+        raise ConflictError(path=repr(rel), expected="nothing", found=found) from None
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
+            return False
+        raise
+    with contextlib.suppress(OSError):  # a name left over is removed by clean_temporaries
+        os.unlink(tmp, dir_fd=dfd)
+    return True
+
+
+def _unlink_if(dfd: int, tmp: str, st: os.stat_result) -> None:
+    with contextlib.suppress(OSError):
+        now = _lstat_at(dfd, tmp)
+        if now is not None and os.path.samestat(now, st):
+            os.unlink(tmp, dir_fd=dfd)
+
+
+class SafeRoot:
+    """One synced directory tree, held open; every operation takes a relative path (str or
+    bytes, checked by ``check_relpath``) and stays inside the tree."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> SafeRoot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def _open_dir(self, rel_dir: str, rel: str) -> int:
+        """A new descriptor on directory ``rel_dir``, reached component by component."""
+        fd = os.dup(self._fd)
+        try:
+            for part in rel_dir.split("/") if rel_dir else ():
+                step = _open_step(fd, part, rel)
+                os.close(fd)
+                fd = step
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def _parent(self, rel: str) -> Iterator[tuple[int, str]]:
+        """(descriptor of the directory holding ``rel``, last component); OSErrors raised
+        inside name ``rel``."""
+        try:
+            dfd = self._open_dir(parent(rel), rel)
+            try:
+                yield dfd, leaf_name(rel)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            exc.filename, exc.filename2 = rel, None
+            raise
+
+    def lstat(self, rel: str | bytes) -> os.stat_result | None:
+        """The entry at ``rel`` itself (a link is not followed); None if nothing is there,
+        a parent included. "" is the root."""
+        rel = check_relpath(rel, allow_root=True)
+        if not rel:
+            return os.fstat(self._fd)
+        try:
+            with self._parent(rel) as (dfd, leaf):
+                return _lstat_at(dfd, leaf)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def open_read(self, rel: str | bytes) -> BinaryIO:
+        """The regular file at ``rel``, open for reading. A symlink or special file there is
+        a PathError, a directory IsADirectoryError; neither is opened."""
+        rel = check_relpath(rel)
+        with self._parent(rel) as (dfd, leaf):
+            st = _lstat_at(dfd, leaf)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), rel)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise PathError(path=rel, reason=f"is {_describe(st, dfd, leaf)}")
+            # O_NONBLOCK: if a FIFO was swapped in since the lstat, do not hang opening it.
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PathError(path=rel, reason="was replaced by something not a regular file")
+            os.set_blocking(fd, True)
+            return open(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def read_link(self, rel: str | bytes) -> str:
+        """The target of the symlink at ``rel`` as stored (fsdecoded); EINVAL if not a link."""
+        rel = check_relpath(rel)
+        with self._parent(rel) as (dfd, leaf):
+            return os.readlink(leaf, dir_fd=dfd)
+
+    def create_temp(self, rel: str | bytes) -> TempFile:
+        """A new, empty temporary file (mode 0600) in the directory of ``rel``, which must
+        exist, to be committed over ``rel``. Nothing at ``rel`` changes until then."""
+        rel = check_relpath(rel)
+        with self._parent(rel) as (dfd, leaf):
+            for _ in range(3):
+                tmp = temporary_name(leaf)
+                try:
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+                except FileExistsError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "alive": see clean_temporaries
+                    return TempFile(os.dup(dfd), rel, tmp, fd)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=dfd)
+                    os.close(fd)
+                    raise
+            raise FileExistsError(errno.EEXIST, "no free temporary name", rel)
+
+    def mkdir(self, rel: str | bytes, mode: int, *, exist_ok: bool = True) -> bool:
+        """Make directory ``rel`` with exactly ``mode`` (umask ignored) in an existing parent;
+        True if made. An existing directory is fine with ``exist_ok``; anything else there,
+        a symlink included, is FileExistsError."""
+        rel = check_relpath(rel)
+        with self._parent(rel) as (dfd, leaf):
+            if _mkdir_at(dfd, leaf, mode):
+                return True
+            st = _lstat_at(dfd, leaf)
+            if not (exist_ok and st is not None and stat.S_ISDIR(st.st_mode)):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), rel)
+            return False
+
+    def makedirs(self, rel: str | bytes, mode: int) -> bool:
+        """Make ``rel`` and missing parents, each with ``mode``; True if any was made. A
+        symlink on the way is a PathError, another non-directory NotADirectoryError."""
+        rel = check_relpath(rel)
+        made = False
+        fd = os.dup(self._fd)
+        try:
+            for part in rel.split("/"):
+                made |= _mkdir_at(fd, part, mode)
+                step = _open_step(fd, part, rel)
+                os.close(fd)
+                fd = step
+        except OSError as exc:
+            exc.filename, exc.filename2 = rel, None
+            raise
+        finally:
+            os.close(fd)
+        return made
+
+    def symlink(
+        self, rel: str | bytes, target: str | bytes, expect: Expect | None = None, *,
+        mtime_ns: int | None = None, replace_dir: bool = False,
+    ) -> os.stat_result:
+        """Make ``rel`` a symlink to ``target``, replacing what is there atomically (made
+        under a temporary name, then renamed). The target is stored as given, never
+        followed or checked. ``expect``, ``replace_dir``: as for ``TempFile.commit``."""
+        rel = check_relpath(rel)
+        if not isinstance(target, str | bytes) or "\0" in os.fsdecode(target):
+            raise PathError(path=rel, reason=f"bad link target {target!r}")
+        with self._parent(rel) as (dfd, leaf):
+            tmp = temporary_name(leaf)
+            os.symlink(target, tmp, dir_fd=dfd)
+            try:
+                if mtime_ns is not None:
+                    os.utime(tmp, ns=(mtime_ns, mtime_ns), dir_fd=dfd, follow_symlinks=False)
+                tmp_st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+                _install(dfd, tmp, leaf, rel, tmp_st, expect, replace_dir)
+                return os.stat(leaf, dir_fd=dfd, follow_symlinks=False)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+                raise
+
+    def remove(self, rel: str | bytes, expect: Expect | None = None) -> bool:
+        """Remove the file, link or whole directory tree at ``rel`` (links are removed, not
+        followed; mount points inside are not entered: EXDEV); True if something was there.
+        Already absent is not an error, whatever ``expect`` says. A directory is first
+        renamed to a temporary name, so it leaves its path at once; if removing it then
+        fails, what is left is renamed back; if the process dies, ``clean_temporaries``
+        removes the rest."""
+        rel = check_relpath(rel)
+        try:
+            with self._parent(rel) as (dfd, leaf):
+                current = _lstat_at(dfd, leaf)
+                if current is None:
+                    return False
+                if expect is not None:
+                    _check(expect, current, dfd, leaf, rel)
+                if not stat.S_ISDIR(current.st_mode):
+                    os.unlink(leaf, dir_fd=dfd)
+                    return True
+                aside = temporary_name(leaf)
+                os.rename(leaf, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+                try:
+                    _rmtree_at(dfd, aside)
+                except OSError:
+                    # What could not be removed goes back where the user will see it.
+                    with contextlib.suppress(OSError):
+                        os.rename(aside, leaf, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    raise
+                return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def set_times(self, rel: str | bytes, mtime_ns: int) -> None:
+        """Set atime and mtime of ``rel`` itself (a link's own, not its target's)."""
+        rel = check_relpath(rel, allow_root=True)
+        ns = (mtime_ns, mtime_ns)
+        if not rel:
+            os.utime(self._fd, ns=ns)
+            return
+        with self._parent(rel) as (dfd, leaf):
+            os.utime(leaf, ns=ns, dir_fd=dfd, follow_symlinks=False)
+
+    def chmod(self, rel: str | bytes, mode: int) -> None:
+        """Set the mode of the regular file or directory at ``rel`` (see ALLOW_SETID).
+        Links have no mode on Linux: a link there, or a special file, is a PathError."""
+        rel = check_relpath(rel, allow_root=True)
+        if not rel:
+            os.fchmod(self._fd, stat.S_IMODE(mode))
+            return
+        with self._parent(rel) as (dfd, leaf):
+            # O_PATH pins the inode without opening it for reading (no side effects on
+            # special files, no read permission needed).
+            fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode):
+                    bits = _file_mode(mode)
+                elif stat.S_ISDIR(st.st_mode):
+                    bits = stat.S_IMODE(mode)
+                else:
+                    raise PathError(path=rel, reason=f"is {_describe(st, dfd, leaf)}, "
+                                    "not a regular file or directory")
+                _chmod_pinned(fd, st, dfd, leaf, bits)
+            finally:
+                os.close(fd)
+
+    def clean_temporaries(self) -> int:
+        """Remove rdc temporaries that no live writer owns, anywhere in the tree (links not
+        followed); return how many. A temporary file is in use while its ``TempFile`` holds
+        a lock on it, which the kernel drops when its process dies, however it dies; any
+        temporary younger than TEMP_GRACE_SECONDS (by ctime) is also left. Unreadable
+        directories are skipped."""
+        removed = 0
+        stack = [""]
+        while stack:
+            rel_dir = stack.pop()
+            try:
+                dfd = self._open_dir(rel_dir, rel_dir)
+            except (OSError, PathError):
+                continue  # gone or replaced meanwhile
+            try:
+                with os.scandir(dfd) as entries:
+                    children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                for entry, is_dir in children:
+                    if is_temporary(entry):
+                        removed += _remove_stale(dfd, entry)
+                    elif is_dir:
+                        stack.append(join(rel_dir, entry))
+            except OSError:
+                continue
+            finally:
+                os.close(dfd)
+        return removed
+
+
+def _chmod_pinned(fd: int, st: os.stat_result, dfd: int, leaf: str, bits: int) -> None:
+    """chmod the inode behind O_PATH descriptor ``fd`` (what glibc's fchmodat does)."""
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", bits)
+        return
+    except FileNotFoundError:
+        pass  # no /proc: open it after all
+    rfd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        if not os.path.samestat(os.fstat(rfd), st):
+            raise FileNotFoundError(errno.ENOENT, "replaced meanwhile", leaf)
+        os.fchmod(rfd, bits)
+    finally:
+        os.close(rfd)
+
+
+def _remove_stale(dfd: int, entry: str) -> int:
+    """Remove temporary ``entry`` in ``dfd`` if stale: 1 if removed, else 0."""
+    try:
+        st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+        if time.time() - st.st_ctime < TEMP_GRACE_SECONDS:
+            return 0
+        if stat.S_ISDIR(st.st_mode):
+            _rmtree_at(dfd, entry)
+            return 1
+        if not stat.S_ISREG(st.st_mode):
+            os.unlink(entry, dir_fd=dfd)
+            return 1
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+        except PermissionError:  # cannot lock it; its age has to do
+            os.unlink(entry, dir_fd=dfd)
+            return 1
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0  # a live TempFile owns it
+            if not os.path.samestat(os.fstat(fd), st):
+                return 0
+            os.unlink(entry, dir_fd=dfd)
+            return 1
+        finally:
+            os.close(fd)
+    except OSError:
+        return 0  # gone meanwhile, or not removable now: the next clean tries again
+
+
+class TempFile:
+    """A new file being written beside its destination (from ``SafeRoot.create_temp``).
+    ``commit`` puts it in place; ``abort``, an error in ``write`` or ``commit``, or leaving
+    the ``with`` block uncommitted removes it and leaves the destination as it was. A
+    process killed meanwhile leaves only the temporary, for ``clean_temporaries``."""
+
+    def __init__(self, dfd: int, rel: str, temp_name: str, fd: int) -> None:
+        self.path = rel
+        self.temp_name = temp_name
+        self._dfd = dfd
+        self._fd = fd
+        self._st = os.fstat(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def fileno(self) -> int:
+        self._check_open()
+        return self._fd
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append all of ``data``; on any error the temporary is removed first."""
+        self._check_open()
+        view = memoryview(data).cast("B")
+        total = view.nbytes
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        return total
+
+    def commit(
+        self, mode: int, mtime_ns: int, expect: Expect | None = None, *,
+        replace_dir: bool = False,
+    ) -> os.stat_result:
+        """Give the file ``mode`` (see ALLOW_SETID) and mtime ``mtime_ns``, fsync it, check
+        ``expect`` against what is at the destination (else ConflictError), rename it over
+        the destination and fsync the directory; return the file's final stat. A directory
+        at the destination is IsADirectoryError unless ``replace_dir``. On any error the
+        temporary is gone and the destination is as it was, except for an error after the
+        rename (fsyncing the directory), which leaves the new file in place. The rename is
+        made in the directory the temporary was created in, even if that was moved since.
+
+        ``replace_dir`` moves the directory to a temporary name, renames the file in, then
+        removes the directory tree: between the two renames the path is empty, and a
+        process killed just there leaves neither (both under temporary names)."""
+        self._check_open()
+        try:
+            os.fchmod(self._fd, _file_mode(mode))
+            os.utime(self._fd, ns=(mtime_ns, mtime_ns))
+            os.fsync(self._fd)
+            _install(self._dfd, self.temp_name, leaf_name(self.path), self.path, self._st,
+                     expect, replace_dir)
+            final = os.fstat(self._fd)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        self._close()
+        return final
+
+    def abort(self) -> None:
+        """Remove the temporary (if it is still ours) and close; idempotent."""
+        if not self.closed:
+            self._discard()
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, OSError):
+            exc.filename, exc.filename2 = self.path, None
+        self._discard()
+
+    def _discard(self) -> None:
+        try:
+            _unlink_if(self._dfd, self.temp_name, self._st)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        fd, dfd, self._fd, self._dfd = self._fd, self._dfd, -1, -1
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(dfd)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError(f"temporary for {self.path!r} is already committed or aborted")
+
+    def __enter__(self) -> TempFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    def __del__(self) -> None:
+        # Nobody can commit it any more: behave as abort.
+        with contextlib.suppress(Exception):
+            self.abort()

@@ -1,0 +1,700 @@
+"""SafeRoot: nothing a path can say reaches outside the tree, and no write is half done.
+
+Every test that plants a symlink to the outside directory checks afterwards that the
+outside directory is byte for byte, mode for mode, time for time as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc import fs
+from rdc.fs import ConflictError, Expect, SafeRoot
+from rdc.paths import PathError, is_temporary
+
+T1 = 1_234_567_891_234_567_891  # ns: exercises every digit of mtime_ns
+T2 = 1_600_000_000_000_000_007
+
+
+class Tree:
+    """A root to sync and a directory beside it that must never change."""
+
+    def __init__(self, base: Path) -> None:
+        self.root_path = base / "root"
+        self.outside = base / "outside"
+        self.root_path.mkdir()
+        self.outside.mkdir()
+        (self.outside / "secret").write_bytes(b"secret")
+        (self.outside / "sub").mkdir()
+        (self.outside / "sub" / "deep").write_bytes(b"deep")
+        # A temporary-looking name outside: the cleaner must not reach it through a link.
+        (self.outside / ".rdc-tmp-0123456789abcdef-bait").write_bytes(b"bait")
+        os.utime(self.outside / ".rdc-tmp-0123456789abcdef-bait", (0, 0))
+        self.before = self.snapshot(self.outside)
+        self.root = SafeRoot(self.root_path)
+
+    @staticmethod
+    def snapshot(top: Path) -> dict[str, tuple]:
+        out: dict[str, tuple] = {".": (os.lstat(top).st_mode, os.lstat(top).st_mtime_ns)}
+        for dirpath, dirnames, filenames in os.walk(top):
+            for entry in dirnames + filenames:
+                path = os.path.join(dirpath, entry)
+                s = os.lstat(path)
+                body = Path(path).read_bytes() if stat.S_ISREG(s.st_mode) else None
+                out[os.path.relpath(path, top)] = (s.st_mode, s.st_mtime_ns, s.st_size, body)
+        return out
+
+    def outside_untouched(self) -> bool:
+        return self.snapshot(self.outside) == self.before
+
+    def temporaries(self) -> list[str]:
+        return [
+            os.path.join(d, n)
+            for d, dirs, files in os.walk(self.root_path)
+            for n in dirs + files
+            if is_temporary(n)
+        ]
+
+    def put(self, rel: str, data: bytes, mode: int = 0o644, mtime_ns: int = T1) -> os.stat_result:
+        with self.root.create_temp(rel) as tmp:
+            tmp.write(data)
+            return tmp.commit(mode, mtime_ns)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    t = Tree(tmp_path)
+    yield t
+    t.root.close()
+
+
+@pytest.fixture
+def no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fs, "TEMP_GRACE_SECONDS", 0.0)
+
+
+def operations(root: SafeRoot, rel: str) -> dict[str, Callable[[], object]]:
+    """Every operation on ``rel``; each should refuse when ``rel`` leads outside."""
+    return {
+        "lstat": lambda: root.lstat(rel),
+        "open_read": lambda: root.open_read(rel).close(),
+        "read_link": lambda: root.read_link(rel),
+        "create_temp": lambda: root.create_temp(rel).abort(),
+        "mkdir": lambda: root.mkdir(rel, 0o777),
+        "makedirs": lambda: root.makedirs(rel, 0o777),
+        "symlink": lambda: root.symlink(rel, "/etc/passwd"),
+        "remove": lambda: root.remove(rel),
+        "set_times": lambda: root.set_times(rel, 0),
+        "chmod": lambda: root.chmod(rel, 0o777),
+    }
+
+
+# --- paths that name the outside ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["../outside/secret", "/etc/passwd", "a//b", "a/./b", "a\0b",
+                                 "x" * 256, b"../outside", 42])
+def test_bad_paths_refused_by_every_operation(tree: Tree, bad: str) -> None:
+    for op_name, op in operations(tree.root, bad).items():
+        with pytest.raises(PathError):
+            op()
+            pytest.fail(op_name)
+    assert tree.outside_untouched()
+    assert os.listdir(tree.root_path) == []
+
+
+@pytest.mark.parametrize("where", ["link", "a/link", "a/b/link"])
+def test_symlink_as_a_parent_is_never_followed(tree: Tree, where: str) -> None:
+    tree.root.makedirs("a/b", 0o755)
+    os.symlink(tree.outside, tree.root_path / where)
+    for target in ("secret", "sub/deep", "new", "sub/new/x"):
+        for op_name, op in operations(tree.root, f"{where}/{target}").items():
+            with pytest.raises(PathError, match="goes through a symlink"):
+                op()
+                pytest.fail(op_name)
+    # A relative link that climbs out is no different.
+    os.symlink("../../outside", tree.root_path / "a" / "rel")
+    with pytest.raises(PathError):
+        tree.root.open_read("a/rel/secret")
+    assert tree.outside_untouched()
+
+
+def test_symlink_as_the_last_component(tree: Tree) -> None:
+    os.symlink(tree.outside / "secret", tree.root_path / "f")
+    os.symlink(tree.outside / "sub", tree.root_path / "d")
+    r = tree.root
+    with pytest.raises(PathError, match="is a symlink"):
+        r.open_read("f")
+    with pytest.raises(PathError, match="symlink"):
+        r.chmod("f", 0o777)
+    with pytest.raises(FileExistsError):
+        r.mkdir("d", 0o777)
+    with pytest.raises(PathError):
+        r.makedirs("d", 0o777)
+    assert stat.S_ISLNK(r.lstat("f").st_mode)
+    assert r.read_link("f") == str(tree.outside / "secret")
+    r.set_times("f", T1)  # the link's own time
+    assert os.lstat(tree.root_path / "f").st_mtime_ns == T1
+    # A commit replaces the link itself; the file it pointed to is not written.
+    tree.put("f", b"mine")
+    assert (tree.root_path / "f").read_bytes() == b"mine"
+    assert not (tree.root_path / "f").is_symlink()
+    assert r.remove("d") is True  # the link goes, the directory it named stays
+    assert not os.path.lexists(tree.root_path / "d")
+    assert tree.outside_untouched()
+
+
+def test_commit_lands_in_the_directory_it_was_created_in(tree: Tree) -> None:
+    """A directory swapped for a link to outside between create_temp and commit does not
+    redirect the write: the directory descriptor was resolved once, safely."""
+    tree.root.mkdir("a", 0o755)
+    tmp = tree.root.create_temp("a/x")
+    tmp.write(b"new")
+    os.rename(tree.root_path / "a", tree.root_path / "a_old")
+    os.symlink(tree.outside, tree.root_path / "a")
+    tmp.commit(0o644, T1)
+    assert (tree.root_path / "a_old" / "x").read_bytes() == b"new"
+    assert tree.outside_untouched()
+
+
+def test_remove_tree_with_links_out(tree: Tree) -> None:
+    r = tree.root
+    r.makedirs("d/sub/deeper", 0o755)
+    tree.put("d/file", b"x")
+    tree.put("d/sub/deeper/file", b"y")
+    os.symlink(tree.outside, tree.root_path / "d" / "sub" / "out")
+    os.symlink(tree.outside / "secret", tree.root_path / "d" / "secret")
+    os.symlink("..", tree.root_path / "d" / "sub" / "up")
+    assert r.remove("d") is True
+    assert os.listdir(tree.root_path) == []
+    assert tree.outside_untouched()
+    assert r.remove("d") is False
+    assert r.remove("missing/below") is False
+
+
+def test_remove_a_tree_deeper_than_the_recursion_limit(tree: Tree) -> None:
+    depth = sys.getrecursionlimit() + 100
+    fd = os.open(tree.root_path, os.O_RDONLY)
+    for _ in range(depth):  # built by descriptor: the path is far beyond PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        step = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = step
+    os.close(fd)
+    assert tree.root.remove("d") is True
+    assert os.listdir(tree.root_path) == []
+
+
+# --- atomic replacement, interruption, cleanup ----------------------------------------------
+
+
+def test_replace_is_atomic_for_readers(tree: Tree) -> None:
+    tree.put("f", b"old" * 1000)
+    reader = tree.root.open_read("f")
+    with tree.root.create_temp("f") as tmp:
+        tmp.write(b"new")
+        assert (tree.root_path / "f").read_bytes() == b"old" * 1000  # not yet
+        tmp.commit(0o644, T2)
+    assert reader.read() == b"old" * 1000
+    reader.close()
+    with tree.root.open_read("f") as f:
+        assert f.read() == b"new"
+    assert tree.temporaries() == []
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from rdc.fs import SafeRoot
+    tmp = SafeRoot(sys.argv[1]).create_temp("f")
+    tmp.write(b"half of the new")
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_killed_writer_leaves_the_old_file_and_a_temporary(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.put("f", b"old")
+    run = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tree.root_path)], check=False)
+    assert run.returncode == -signal.SIGKILL
+    assert (tree.root_path / "f").read_bytes() == b"old"
+    [left] = tree.temporaries()
+    assert Path(left).read_bytes() == b"half of the new"
+    assert tree.root.clean_temporaries() == 0  # young: a writer might still own it
+    monkeypatch.setattr(fs, "TEMP_GRACE_SECONDS", 0.0)
+    assert tree.root.clean_temporaries() == 1  # its owner is dead: no lock held
+    assert tree.temporaries() == []
+    assert (tree.root_path / "f").read_bytes() == b"old"
+
+
+def test_cleaner_spares_a_live_temporary(tree: Tree, no_grace: None) -> None:
+    tree.root.mkdir("a", 0o755)
+    tmp = tree.root.create_temp("a/f")
+    tmp.write(b"in flight")
+    assert tree.root.clean_temporaries() == 0
+    tmp.commit(0o644, T1)
+    assert (tree.root_path / "a" / "f").read_bytes() == b"in flight"
+
+
+def test_cleaner_removes_stale_links_and_trees_without_following(
+    tree: Tree, no_grace: None
+) -> None:
+    r = tree.root
+    r.makedirs("a/b", 0o755)
+    os.symlink(tree.outside, tree.root_path / "a" / "out")  # holds a temporary-looking name
+    os.symlink(tree.outside, tree.root_path / "a" / ".rdc-tmp-00000000000000aa-l")
+    aside = tree.root_path / "a" / "b" / ".rdc-tmp-00000000000000bb-d"
+    aside.mkdir()
+    os.symlink(tree.outside, aside / "out")
+    (aside / "x").write_bytes(b"x")
+    (tree.root_path / ".rdc-tmp-00000000000000cc-f").write_bytes(b"f")
+    (tree.root_path / ".rdc-tmp-notes").write_bytes(b"a user's file")
+    assert r.clean_temporaries() == 3
+    assert tree.temporaries() == []
+    assert (tree.root_path / ".rdc-tmp-notes").exists()
+    assert os.path.islink(tree.root_path / "a" / "out")
+    assert tree.outside_untouched()
+
+
+def test_context_manager_aborts(tree: Tree) -> None:
+    tree.put("f", b"old")
+    with pytest.raises(RuntimeError), tree.root.create_temp("f") as tmp:
+        tmp.write(b"new")
+        raise RuntimeError("transfer failed")
+    assert tmp.closed
+    assert (tree.root_path / "f").read_bytes() == b"old"
+    assert tree.temporaries() == []
+    with pytest.raises(ValueError, match="already committed or aborted"):
+        tmp.commit(0o644, T1)
+    tmp.abort()  # idempotent
+
+
+def test_enospc_during_write_monkeypatched(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree.put("f", b"old")
+    tmp = tree.root.create_temp("f")
+    real_write = os.write
+    calls = []
+
+    def write(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if fd == tmp.fileno() and len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data[:100])  # short writes too: write() must loop
+
+    monkeypatch.setattr(os, "write", write)
+    tmp.write(b"a" * 100)
+    with pytest.raises(OSError) as info:
+        tmp.write(b"b" * 1000)
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC
+    assert tmp.closed
+    assert (tree.root_path / "f").read_bytes() == b"old"
+    assert tree.temporaries() == []
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, where root may mount one."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_enospc_on_a_full_file_system(small_fs: Path) -> None:
+    with SafeRoot(small_fs) as root:
+        with root.create_temp("f") as tmp:
+            tmp.write(b"old" * 1000)
+            tmp.commit(0o644, T1)
+        tmp = root.create_temp("f")
+        with pytest.raises(OSError) as info:
+            tmp.write(os.urandom(1 << 20))
+        assert info.value.errno == errno.ENOSPC
+        assert (small_fs / "f").read_bytes() == b"old" * 1000
+        assert os.listdir(small_fs) == ["f"]
+
+
+def test_remove_does_not_cross_into_a_mount(tree: Tree, small_fs: Path) -> None:
+    tree.root.makedirs("d/m", 0o755)
+    subprocess.run(["mount", "--bind", str(small_fs), str(tree.root_path / "d" / "m")],
+                   check=True)
+    try:
+        (small_fs / "keep").write_bytes(b"keep")
+        tree.put("d/other", b"other")
+        with pytest.raises(OSError) as info:
+            tree.root.remove("d")
+        assert info.value.errno == errno.EXDEV
+        assert (small_fs / "keep").read_bytes() == b"keep"
+        # What is left is back at its path, not hidden under a temporary name.
+        assert os.listdir(tree.root_path) == ["d"]
+        assert os.listdir(tree.root_path / "d") == ["m"]
+    finally:
+        subprocess.run(["umount", str(tree.root_path / "d" / "m")], check=True)
+
+
+def test_fsync_failure_in_commit(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree.put("f", b"old")
+    tmp = tree.root.create_temp("f")
+    tmp.write(b"new")
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError) as info:
+        tmp.commit(0o644, T1)
+    assert info.value.errno == errno.EIO
+    assert info.value.filename == "f"
+    assert (tree.root_path / "f").read_bytes() == b"old"
+    assert tree.temporaries() == []
+
+
+def test_swapped_temporary_is_not_installed(tree: Tree) -> None:
+    tree.put("f", b"old")
+    tmp = tree.root.create_temp("f")
+    tmp.write(b"checked content")
+    (tree.root_path / "intruder").write_bytes(b"unchecked")
+    os.rename(tree.root_path / "intruder", tree.root_path / tmp.temp_name)
+    with pytest.raises(ConflictError):
+        tmp.commit(0o644, T1)
+    assert (tree.root_path / "f").read_bytes() == b"old"
+    # Not ours, so not deleted either.
+    assert (tree.root_path / tmp.temp_name).read_bytes() == b"unchecked"
+
+
+# --- expectations ---------------------------------------------------------------------------
+
+
+def test_expectations_that_hold(tree: Tree) -> None:
+    r = tree.root
+    with r.create_temp("f") as tmp:
+        tmp.write(b"1")
+        first = tmp.commit(0o644, T1, Expect.absent())
+    with r.create_temp("f") as tmp:
+        tmp.write(b"22")
+        second = tmp.commit(0o644, T1, Expect.from_stat(first))
+    with r.create_temp("f") as tmp:
+        tmp.write(b"333")
+        tmp.commit(0o644, T1, Expect.file(size=2, inode=second.st_ino))
+    with r.create_temp("f") as tmp:
+        tmp.write(b"4444")
+        tmp.commit(0o644, T1, Expect.file())
+    r.symlink("l", "t", Expect.absent())
+    r.symlink("l", "u", Expect.link("t"))
+    r.symlink("l", "v", Expect.link())
+    assert r.remove("l", Expect.link(b"v")) is True
+    assert (tree.root_path / "f").read_bytes() == b"4444"
+
+
+@pytest.mark.parametrize(
+    ("expect", "found"),
+    [
+        (Expect.absent(), "a regular file"),
+        (Expect.file(size=2), "a regular file"),
+        (Expect.file(mtime_ns=T2), "a regular file"),
+        (Expect.file(inode=1), "a regular file"),
+        (Expect.link(), "a regular file"),
+        (Expect.directory(), "a regular file"),
+    ],
+)
+def test_expectation_mismatch_changes_nothing(tree: Tree, expect: Expect, found: str) -> None:
+    tree.put("f", b"old", 0o600, T1)
+    # Entries, bodies, modes and times; not the root's own mtime, which a temporary
+    # coming and going moves.
+    before = Tree.snapshot(tree.root_path)
+    del before["."]
+    message = f"'f' changed meanwhile: expected .* found {found}"
+    with pytest.raises(ConflictError, match=message), tree.root.create_temp("f") as tmp:
+        tmp.write(b"new")
+        tmp.commit(0o644, T2, expect)
+    with pytest.raises(ConflictError):
+        tree.root.symlink("f", "x", expect)
+    with pytest.raises(ConflictError):
+        tree.root.remove("f", expect)
+    after = Tree.snapshot(tree.root_path)
+    del after["."]
+    assert after == before
+
+
+def test_stale_stat_is_a_conflict(tree: Tree) -> None:
+    seen = tree.put("f", b"old")
+    tree.put("f", b"changed by someone else", mtime_ns=T2)
+    tmp = tree.root.create_temp("f")
+    tmp.write(b"mine")
+    with pytest.raises(ConflictError):
+        tmp.commit(0o644, T1, Expect.from_stat(seen))
+    assert (tree.root_path / "f").read_bytes() == b"changed by someone else"
+    assert tree.temporaries() == []
+
+
+def test_link_expectations(tree: Tree) -> None:
+    tree.root.symlink("l", "t")
+    with pytest.raises(ConflictError, match="found a symlink to 't'"):
+        tree.root.symlink("l", "u", Expect.link("other"))
+    with pytest.raises(ConflictError):
+        tree.root.remove("l", Expect.file())
+    assert tree.root.read_link("l") == "t"
+    assert tree.root.remove("gone", Expect.file()) is False  # absent is absent
+
+
+def test_absent_expectation_is_exact(tree: Tree) -> None:
+    """The file appears after the late check but before the install: link(2) refuses."""
+    tmp = tree.root.create_temp("f")
+    tmp.write(b"mine")
+    real_lstat = fs._lstat_at
+
+    def lstat_then_race(dfd: int, leaf: str) -> os.stat_result | None:
+        st = real_lstat(dfd, leaf)
+        if leaf == "f":
+            (tree.root_path / "f").write_bytes(b"theirs")
+        return st
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fs, "_lstat_at", lstat_then_race)
+        with pytest.raises(ConflictError):
+            tmp.commit(0o644, T1, Expect.absent())
+    assert (tree.root_path / "f").read_bytes() == b"theirs"
+    assert tree.temporaries() == []
+
+
+def test_absent_without_hard_links_falls_back_to_rename(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "link", no_links)
+    with tree.root.create_temp("f") as tmp:
+        tmp.write(b"new")
+        st = tmp.commit(0o644, T1, Expect.absent())
+    assert st.st_nlink == 1
+    assert (tree.root_path / "f").read_bytes() == b"new"
+    with pytest.raises(ConflictError), tree.root.create_temp("f") as tmp:
+        tmp.commit(0o644, T1, Expect.absent())
+    assert tree.temporaries() == []
+
+
+# --- metadata -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o755, 0o444, 0o000, 0o1777])
+@pytest.mark.parametrize("mtime_ns", [T1, 0, -1_500_000_000_123_456_789, 1])
+def test_mode_and_mtime_exact(tree: Tree, mode: int, mtime_ns: int) -> None:
+    old_umask = os.umask(0o077)
+    try:
+        returned = tree.put("f", b"x", mode, mtime_ns)
+    finally:
+        os.umask(old_umask)
+    on_disk = os.lstat(tree.root_path / "f")
+    assert stat.S_IMODE(on_disk.st_mode) == mode
+    assert on_disk.st_mtime_ns == mtime_ns
+    assert (returned.st_ino, returned.st_mode, returned.st_mtime_ns) == (
+        on_disk.st_ino, on_disk.st_mode, on_disk.st_mtime_ns)
+
+
+def test_setid_bits_dropped_unless_allowed(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert stat.S_IMODE(tree.put("f", b"x", 0o6755).st_mode) == 0o755
+    tree.root.chmod("f", 0o4755)
+    assert stat.S_IMODE(os.lstat(tree.root_path / "f").st_mode) == 0o755
+    tree.root.mkdir("d", 0o2775)  # a setgid directory is harmless and common
+    assert stat.S_IMODE(os.lstat(tree.root_path / "d").st_mode) == 0o2775
+    monkeypatch.setattr(fs, "ALLOW_SETID", True)
+    assert stat.S_IMODE(tree.put("f", b"x", 0o4755).st_mode) == 0o4755
+
+
+def test_chmod_and_set_times(tree: Tree) -> None:
+    r = tree.root
+    tree.put("f", b"x")
+    r.mkdir("d", 0o755)
+    r.chmod("f", 0o600)
+    r.chmod("d", 0o700)
+    r.chmod("", 0o750)
+    assert stat.S_IMODE(os.lstat(tree.root_path / "f").st_mode) == 0o600
+    assert stat.S_IMODE(os.lstat(tree.root_path / "d").st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(tree.root_path).st_mode) == 0o750
+    r.chmod("f", 0o000)  # no read permission needed to change it back
+    r.chmod("f", 0o644)
+    for rel in ("f", "d", ""):
+        r.set_times(rel, T2)
+        assert r.lstat(rel).st_mtime_ns == T2
+    os.mkfifo(tree.root_path / "p")
+    with pytest.raises(PathError, match="is a FIFO, not a regular file or directory"):
+        r.chmod("p", 0o600)
+    with pytest.raises(FileNotFoundError):
+        r.chmod("missing", 0o600)
+
+
+# --- symlinks, directories ------------------------------------------------------------------
+
+
+def test_symlink_replace(tree: Tree) -> None:
+    r = tree.root
+    st1 = r.symlink("l", "first", mtime_ns=T1)
+    assert st1.st_mtime_ns == T1
+    r.symlink("l", b"second\xff")
+    assert r.read_link("l") == "second\udcff"
+    assert os.readlink(os.fsencode(tree.root_path / "l")) == b"second\xff"
+    tree.put("f", b"x")
+    r.symlink("f", "../../../etc/passwd")  # stored as given, a file replaced
+    assert os.readlink(tree.root_path / "f") == "../../../etc/passwd"
+    tree.put("l", b"file again")  # and back
+    assert (tree.root_path / "l").read_bytes() == b"file again"
+    with pytest.raises(PathError, match="bad link target"):
+        r.symlink("l", "a\0b")
+    assert tree.temporaries() == []
+
+
+def test_directory_is_not_replaced_unless_asked(tree: Tree) -> None:
+    r = tree.root
+    r.makedirs("d/sub", 0o755)
+    tree.put("d/sub/f", b"x")
+    tmp = r.create_temp("d")
+    tmp.write(b"file")
+    with pytest.raises(IsADirectoryError) as info:
+        tmp.commit(0o644, T1)
+    assert info.value.filename == "d"
+    assert (tree.root_path / "d" / "sub" / "f").read_bytes() == b"x"
+    with pytest.raises(IsADirectoryError):
+        r.symlink("d", "t")
+    assert tree.temporaries() == []
+    with r.create_temp("d") as tmp:
+        tmp.write(b"file")
+        tmp.commit(0o644, T1, Expect.directory(), replace_dir=True)
+    assert (tree.root_path / "d").read_bytes() == b"file"
+    r.mkdir("e", 0o755)
+    r.symlink("e", "t", replace_dir=True)
+    assert r.read_link("e") == "t"
+    assert sorted(os.listdir(tree.root_path)) == ["d", "e"]
+
+
+def test_mkdir_and_makedirs(tree: Tree) -> None:
+    r = tree.root
+    old_umask = os.umask(0o077)
+    try:
+        assert r.makedirs("a/b/c", 0o755) is True
+        assert r.makedirs("a/b/c", 0o700) is False
+        assert r.mkdir("a/x", 0o775) is True
+    finally:
+        os.umask(old_umask)
+    for rel, mode in (("a", 0o755), ("a/b/c", 0o755), ("a/x", 0o775)):
+        assert stat.S_IMODE(r.lstat(rel).st_mode) == mode
+    assert r.mkdir("a", 0o755) is False
+    with pytest.raises(FileExistsError):
+        r.mkdir("a", 0o755, exist_ok=False)
+    tree.put("a/f", b"x")
+    with pytest.raises(FileExistsError):
+        r.mkdir("a/f", 0o755)
+    with pytest.raises(NotADirectoryError) as info:
+        r.makedirs("a/f/g", 0o755)
+    assert info.value.filename == "a/f/g"
+    with pytest.raises(FileNotFoundError):
+        r.mkdir("missing/d", 0o755)
+
+
+# --- reading, errors ------------------------------------------------------------------------
+
+
+def test_open_read_refuses_what_is_not_a_file(tree: Tree) -> None:
+    r = tree.root
+    r.mkdir("d", 0o755)
+    os.mkfifo(tree.root_path / "p")  # opening must not hang
+    with pytest.raises(IsADirectoryError):
+        r.open_read("d")
+    with pytest.raises(PathError, match="is a FIFO"):
+        r.open_read("p")
+    with pytest.raises(FileNotFoundError) as info:
+        r.open_read("d/missing")
+    assert info.value.errno == errno.ENOENT
+    assert info.value.filename == "d/missing"
+    with pytest.raises(PathError):
+        r.open_read("")
+
+
+def test_lstat(tree: Tree) -> None:
+    r = tree.root
+    assert stat.S_ISDIR(r.lstat("").st_mode)
+    assert r.lstat("missing") is None
+    assert r.lstat("missing/below") is None
+    tree.put("f", b"x")
+    assert r.lstat("f/below") is None
+    assert r.lstat("f").st_size == 1
+    with pytest.raises(OSError) as info:
+        r.read_link("f")
+    assert info.value.errno == errno.EINVAL
+
+
+def test_create_temp_needs_the_directory(tree: Tree) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        tree.root.create_temp("no/such/dir/f")
+    assert info.value.filename == "no/such/dir/f"
+    tmp = tree.root.create_temp("f")
+    assert is_temporary(tmp.temp_name)
+    assert stat.S_IMODE(os.lstat(tree.root_path / tmp.temp_name).st_mode) == 0o600
+    tmp.abort()
+    assert tree.temporaries() == []
+
+
+def test_non_utf8_names_round_trip(tree: Tree) -> None:
+    r = tree.root
+    raw_dir, raw_file = b"caf\xe9", b"\xff\xfe na\xefve.bin"
+    rel = os.fsdecode(raw_dir + b"/" + raw_file)
+    r.mkdir(os.fsdecode(raw_dir), 0o755)
+    tree.put(rel, b"latin-1 names")
+    assert os.listdir(os.fsencode(tree.root_path)) == [raw_dir]
+    assert os.listdir(os.fsencode(tree.root_path) + b"/" + raw_dir) == [raw_file]
+    with r.open_read(raw_dir + b"/" + raw_file) as f:  # bytes in, as from the wire
+        assert f.read() == b"latin-1 names"
+    assert r.lstat(rel).st_size == len(b"latin-1 names")
+    assert r.remove(raw_dir) is True
+    assert os.listdir(tree.root_path) == []
+
+
+def _valid_name(raw: bytes) -> bool:
+    return b"/" not in raw and b"\0" not in raw and raw not in (b".", b"..") and not is_temporary(
+        os.fsdecode(raw))
+
+
+@given(st.binary(min_size=1, max_size=255).filter(_valid_name), st.binary(max_size=64))
+def test_any_name_round_trips(raw: bytes, body: bytes) -> None:
+    with tempfile.TemporaryDirectory() as base, SafeRoot(base) as root:
+        with root.create_temp(raw) as tmp:
+            tmp.write(body)
+            tmp.commit(0o644, T1)
+        assert os.listdir(os.fsencode(base)) == [raw]
+        with root.open_read(raw) as f:
+            assert f.read() == body
+        assert root.remove(os.fsdecode(raw)) is True
+
+
+def test_errors_are_oserrors_or_rdc_errors(tree: Tree) -> None:
+    """No bare ValueError/TypeError/RecursionError from anything a path can say."""
+    hostile = ["", "..", "/", "a/../../b", "\udcff" * 300, b"\xff" * 255, "a\0", None, 3.5]
+    for rel in hostile:
+        for op in operations(tree.root, rel).values():  # type: ignore[arg-type]
+            with contextlib.suppress(OSError, PathError):
+                op()
+    assert tree.outside_untouched()
