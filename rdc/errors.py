@@ -31,10 +31,50 @@ class FileAccessError(RdcError):
     exit_code = 3
 
 
+class ProtocolError(RdcError):
+    """protocol error: {message}"""
+
+    exit_code = 6
+
+
+class ConnectionFailed(RdcError):
+    """{message}"""
+
+    exit_code = 5
+
+
+class AccessDenied(RdcError):
+    """{message}"""
+
+    exit_code = 4
+
+
+class Refusal(RdcError):
+    """{message}"""
+
+    # Exit status by wire error code (docs/protocol.md section 4); others exit 1.
+    CODE_EXIT: ClassVar[dict[str, int]] = {
+        "auth": 4, "share": 4, "readonly": 4, "protocol": 6, "version": 6,
+    }
+
+    def __init__(self, code: str = "internal", **fields: object) -> None:
+        self.code = code
+        self.exit_code = self.CODE_EXIT.get(code, 1)  # type: ignore[misc]
+        super().__init__(**fields)
+
+
+class RemoteError(Refusal):
+    """{message}"""
+
+
 EXIT_OK = 0
 EXIT_CODES = {
     0: "success",
     1: "error",
     2: "usage error (bad arguments or options)",
     3: "some files could not be read or written; the rest was done",
+    4: "access denied (bad token, unknown share, read-only share)",
+    5: "cannot connect, or the connection was lost",
+    6: "protocol error (the peer sent something malformed or unexpected)",
+    130: "interrupted (Ctrl-C or SIGTERM)",
 }

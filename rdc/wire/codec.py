@@ -1,0 +1,47 @@
+"""msgpack with the project's defaults: one place that packs, and unpackers that treat
+their input as hostile (sizes bounded, no ext types, string map keys only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from rdc.errors import ProtocolError
+
+MAX_FRAME = 4 * 1024 * 1024
+MAX_ITEMS = 4096
+MAX_PIECE = 1 << 20
+
+_packer = msgpack.Packer(use_bin_type=True, strict_types=False, autoreset=True)
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack bytes of ``obj`` (bytes become ``bin``, str becomes ``str``)."""
+    return _packer.pack(obj)
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise ProtocolError(message=f"msgpack ext type {code} is not used by this protocol")
+
+
+def unpack(data: bytes | bytearray | memoryview) -> Any:
+    """One msgpack object from a peer, bounded by the frame size; raises ProtocolError for
+    anything malformed, truncated, followed by trailing bytes, or over a limit."""
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            ext_hook=_no_ext,
+            max_bin_len=MAX_FRAME,
+            max_str_len=1 << 16,
+            max_array_len=4 * MAX_ITEMS,
+            max_map_len=64,
+        )
+    except ProtocolError:
+        raise
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
+            msgpack.StackError, RecursionError) as exc:
+        raise ProtocolError(message=f"malformed msgpack: {exc}") from None

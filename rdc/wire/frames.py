@@ -1,0 +1,164 @@
+"""Frames: a 4-byte header (compressed flag, body length) and a msgpack array of messages.
+
+`FrameStream` turns a trio stream into batches of messages and back, enforcing the limits
+of docs/protocol.md section 1 on everything it receives. `CountingStream` counts the bytes
+that really cross the socket (under TLS, wrap the TCP stream, not the TLS one).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+import zstandard
+
+from rdc.errors import ProtocolError
+from rdc.wire.codec import MAX_FRAME, MAX_ITEMS, pack, unpack
+
+COMPRESSED = 1 << 31
+HEADER = struct.Struct(">I")
+# Below this a frame is sent as is: zstd's own header would eat the gain.
+COMPRESS_FROM = 256
+# Bodies this large are (de)compressed on a worker thread (zstd releases the GIL) so the
+# event loop keeps serving other conversations.
+THREAD_FROM = 256 * 1024
+READ_SIZE = 65536
+
+
+class ConnectionClosed(Exception):
+    """The peer closed the connection cleanly between two frames."""
+
+
+class CountingStream(trio.abc.Stream):
+    """A stream that counts the bytes sent and received through it."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+        self.bytes_sent += len(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.inner.receive_some(max_bytes)
+        self.bytes_received += len(data)
+        return data
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+class FrameStream:
+    """Batches of messages over a stream. Sending and receiving may run in two tasks; each
+    direction must be used by one task at a time. Cancellation in the middle of a frame
+    leaves the stream unusable (close it)."""
+
+    def __init__(self, stream: trio.abc.Stream, level: int = 3) -> None:
+        self.stream = stream
+        self.compress = False  # switched on after the handshake if both sides agree
+        self._compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        self._buffer = bytearray()
+
+    # ------------------------------------------------------------ sending
+
+    async def send(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Send ``messages`` in as few frames as the size limit allows, in order."""
+        batch: list[bytes] = []
+        size = 0
+        for message in messages:
+            packed = pack(message)
+            if len(packed) + 5 > MAX_FRAME:
+                raise ValueError(f"a {message.get('t')!r} message of {len(packed)} bytes is "
+                                 "over the frame limit")
+            if batch and (size + len(packed) + 5 > MAX_FRAME or len(batch) == MAX_ITEMS):
+                await self._send_frame(batch)
+                batch, size = [], 0
+            batch.append(packed)
+            size += len(packed)
+        if batch:
+            await self._send_frame(batch)
+
+    async def _send_frame(self, packed: list[bytes]) -> None:
+        body = _array_header(len(packed)) + b"".join(packed)
+        flag = 0
+        if self.compress and len(body) >= COMPRESS_FROM:
+            if len(body) >= THREAD_FROM:
+                squeezed = await trio.to_thread.run_sync(self._compressor.compress, body)
+            else:
+                squeezed = self._compressor.compress(body)
+            if len(squeezed) < len(body):
+                body, flag = squeezed, COMPRESSED
+        await self.stream.send_all(HEADER.pack(flag | len(body)) + body)
+
+    # ------------------------------------------------------------ receiving
+
+    async def _fill(self, n: int) -> bool:
+        """Buffer at least ``n`` bytes; False on a clean EOF before any byte of a frame."""
+        while len(self._buffer) < n:
+            data = await self.stream.receive_some(READ_SIZE)
+            if not data:
+                if not self._buffer:
+                    return False
+                raise ProtocolError(message="connection closed in the middle of a frame")
+            self._buffer += data
+        return True
+
+    async def receive(self) -> list[dict[str, Any]]:
+        """The messages of the next frame. Raises ConnectionClosed at a clean end of the
+        stream and ProtocolError for anything that breaks section 1 of the protocol."""
+        if not await self._fill(4):
+            raise ConnectionClosed
+        (header,) = HEADER.unpack_from(self._buffer)
+        length = header & ~COMPRESSED
+        if not 1 <= length <= MAX_FRAME:
+            raise ProtocolError(message=f"frame length {length} outside 1..{MAX_FRAME}")
+        await self._fill(4 + length)
+        body = bytes(self._buffer[4 : 4 + length])
+        del self._buffer[: 4 + length]
+        if header & COMPRESSED:
+            body = await _decompress(body)
+        messages = unpack(body)
+        if not isinstance(messages, list) or not 1 <= len(messages) <= MAX_ITEMS:
+            raise ProtocolError(message="a frame body must be an array of 1 to 4096 messages")
+        for message in messages:
+            if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+                raise ProtocolError(message="a message must be a map with a string 't'")
+        return messages
+
+
+async def _decompress(body: bytes) -> bytes:
+    """One zstd frame that states its content size, at most MAX_FRAME. The one-shot decoder
+    writes into a buffer of exactly that size and fails if the data would overflow it, so a
+    peer cannot make us allocate more than a frame (a zip bomb)."""
+    try:
+        size = zstandard.frame_content_size(body)
+    except zstandard.ZstdError as exc:
+        raise ProtocolError(message=f"bad zstd frame: {exc}") from None
+    if not 0 < size <= MAX_FRAME:
+        raise ProtocolError(message=f"compressed frame content size {size} not in 1..{MAX_FRAME}")
+
+    def run() -> bytes:
+        return zstandard.ZstdDecompressor().decompress(body)
+
+    try:
+        out = await trio.to_thread.run_sync(run) if len(body) >= THREAD_FROM // 4 else run()
+    except zstandard.ZstdError as exc:
+        raise ProtocolError(message=f"bad zstd frame: {exc}") from None
+    if len(out) != size:
+        raise ProtocolError(message="compressed frame does not hold its stated size")
+    return out
