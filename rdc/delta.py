@@ -25,10 +25,10 @@ def delta_one(
 ) -> DeltaReport:
     seed_map = SeedMap(seeds, prefix)
     source = SourceFile(tree, file_reader(new_path), prefix)
-    plan, report = simulate(source, seed_map, have, sketch, inline_subs)
+    plan, report, literal = simulate(source, seed_map, have, sketch, inline_subs)
     if verify and not report.have:
         with open(new_path, "rb") as f:
-            if rebuild(plan, seed_map) != f.read():
+            if rebuild(plan, seed_map, literal) != f.read():
                 raise AssertionError(f"rebuilt {new_path} differs from the original")
     return report
 

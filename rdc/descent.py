@@ -22,6 +22,7 @@ import msgpack
 
 from rdc.chunking import boundaries
 from rdc.entries import SUB_PREFIX, WIRE_PREFIX, pack_varints, prefixes, unpack_varints
+from rdc.params import MAX_CHUNK_LIMIT
 from rdc.signature import SUB_PARAMS, chunk_hash, signature_of_bytes
 from rdc.tree import HASH_BYTES, Tree
 
@@ -31,6 +32,11 @@ WHOLE_BELOW = 256
 SUBS_FROM = 1024
 # The seed region searched for a leaf's sub-chunks is at most this long.
 REGION_LIMIT = 1 << 20
+# Literal data asked for in one request: bounds what is in flight per file.
+FETCH_LIMIT = 4 << 20
+FETCH_ITEMS = 4096
+MAX_DEPTH = 64
+MAX_LEAF = MAX_CHUNK_LIMIT
 
 
 # ---------------------------------------------------------------- messages
@@ -189,31 +195,64 @@ class SeedMap:
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """``length`` bytes of the new file at ``offset``: from a seed (``seed``, ``seed_offset``)
-    or literal (``data``)."""
+    """``length`` bytes of the new file at ``offset``: from a seed (``seed``,
+    ``seed_offset``) or, with ``seed == -1``, literal: the data of fetch item ``item``."""
 
     offset: int
     length: int
     seed: int = -1
     seed_offset: int = 0
-    data: bytes = b""
+    item: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchItem:
+    """Literal data to ask the source for: a whole leaf (``count == 0``) or sub-chunks
+    ``first .. first + count - 1`` of it; ``length`` bytes."""
+
+    leaf: int
+    first: int
+    count: int
+    length: int
 
 
 @dataclass
 class Plan:
-    """How to rebuild the file. ``checks``: ``(offset, length, prefix)`` of leaves rebuilt
-    from sub-chunks, whose hash must start with ``prefix`` (else fetch the leaf whole)."""
+    """How to rebuild the file: ``have`` (nothing to do), ``whole`` (ask for all of it), or
+    ``pieces`` in file order, the literal ones filled by the ``fetch`` items in the same
+    order. ``checks``: ``(offset, length, prefix)`` of leaves rebuilt from sub-chunks, whose
+    hash must start with ``prefix``."""
 
     have: bool = False
+    whole: bool = False
     pieces: list[Piece] = field(default_factory=list)
+    fetch: list[FetchItem] = field(default_factory=list)
     checks: list[tuple[int, int, bytes]] = field(default_factory=list)
     root: bytes = b""  # the offered root, which the rebuilt file must have
+    size: int = 0
 
     def matched_bytes(self) -> int:
         return sum(p.length for p in self.pieces if p.seed >= 0)
 
     def literal_bytes(self) -> int:
-        return sum(p.length for p in self.pieces if p.seed < 0)
+        if self.have:
+            return 0
+        if self.whole:
+            return self.size
+        return sum(item.length for item in self.fetch)
+
+    def fetch_batches(self, limit: int = FETCH_LIMIT) -> list[list[int]]:
+        """Fetch item indices in file order, cut into batches of at most ``limit`` bytes
+        (or one item), so that the data in flight for one file stays bounded."""
+        batches: list[list[int]] = []
+        size = limit
+        for i, item in enumerate(self.fetch):
+            if size + item.length > limit or len(batches[-1]) >= FETCH_ITEMS:
+                batches.append([])
+                size = 0
+            batches[-1].append(i)
+            size += item.length
+        return batches
 
 
 def _region(
@@ -246,14 +285,13 @@ def _region(
 def target_descent(
     offer: Offer, seeds: SeedMap, have_root: bool
 ) -> Generator[Request, Reply | None, Plan]:
-    """The target's decisions for one file. Yields requests; returns the plan."""
+    """The target's decisions for one file: yields `Expand` and `SubLists` requests, is sent
+    their replies, and returns the plan (whose literal data the caller fetches)."""
     if have_root:
-        yield Have()
-        return Plan(have=True, root=offer.root)
+        return Plan(have=True, root=offer.root, size=offer.size)
     single_small_leaf = offer.depth == 2 and offer.size < SUBS_FROM
     if not seeds or offer.size < WHOLE_BELOW or single_small_leaf:
-        reply = yield Whole()
-        return Plan(pieces=[Piece(0, offer.size, data=b"".join(reply.data))], root=offer.root)
+        return Plan(whole=True, root=offer.root, size=offer.size)
 
     prefix = seeds.prefix
     known: list[Piece] = []
@@ -265,13 +303,21 @@ def target_descent(
         frontier = []
     else:
         frontier = [(offer.depth, 0)]
-    offsets = {(offer.depth, 0): 0}
+    if not 2 <= offer.depth <= MAX_DEPTH:
+        raise ValueError(f"a tree of depth {offer.depth}")
+    spans = {(offer.depth, 0): (0, offer.size)}
     while frontier:
         reply = yield Expand(tuple(frontier))
         next_frontier = []
-        for (level, _), entry_list in zip(frontier, reply.lists, strict=True):
-            offset = offsets[(level, _)]
-            for i, (key, length) in enumerate(entry_list.decode(prefix)):
+        for node, entry_list in zip(frontier, reply.lists, strict=True):
+            level = node[0]
+            offset, node_length = spans[node]
+            entries = entry_list.decode(prefix)
+            if sum(length for _, length in entries) != node_length or (
+                level == 2 and any(length > MAX_LEAF for _, length in entries)
+            ):
+                raise ValueError(f"the children of node {node} do not add up to it")
+            for i, (key, length) in enumerate(entries):
                 child = (level - 1, entry_list.first + i)
                 found = seeds.find(key, length)
                 if found:
@@ -280,7 +326,7 @@ def target_descent(
                     unknown.append((child[1], offset, length, key))
                 else:
                     next_frontier.append(child)
-                    offsets[child] = offset
+                    spans[child] = (offset, length)
                 offset += length
         frontier = next_frontier
     known.sort(key=lambda p: p.offset)
@@ -292,6 +338,7 @@ def target_descent(
     split = [u for u in unknown if u[2] >= SUBS_FROM]
     fetch: list[tuple[int, int, int]] = [(u[0], 0, 0) for u in unknown if u[2] < SUBS_FROM]
     fetch_at = {u[0]: u[1] for u in unknown}
+    leaf_length = {u[0]: u[2] for u in unknown}
     subs_of: dict[int, list[int]] = {}
     checks: list[tuple[int, int, bytes]] = []
     if split:
@@ -322,16 +369,19 @@ def target_descent(
             subs_of[leaf] = [n for _, n in entries]
             if leaf_key:  # (a single leaf is checked by the root)
                 checks.append((offset, length, leaf_key))
-    if fetch:
-        fetch.sort()
-        reply = yield Fetch(tuple(fetch))
-        for (leaf, first, count), data in zip(fetch, reply.data, strict=True):
-            offset = fetch_at[leaf]
-            if count:
-                offset += sum(subs_of[leaf][:first])
-            pieces.append(Piece(offset, len(data), data=data))
+    fetch.sort()
+    items = []
+    for leaf, first, count in fetch:
+        offset = fetch_at[leaf]
+        if count:
+            offset += sum(subs_of[leaf][:first])
+            length = sum(subs_of[leaf][first : first + count])
+        else:
+            length = leaf_length[leaf]
+        pieces.append(Piece(offset, length, item=len(items)))
+        items.append(FetchItem(leaf, first, count, length))
     pieces.sort(key=lambda p: p.offset)
-    return Plan(pieces=pieces, checks=checks, root=offer.root)
+    return Plan(pieces=pieces, fetch=items, checks=checks, root=offer.root, size=offer.size)
 
 
 def _sub_index(region: tuple[int, int, int], seeds: SeedMap) -> dict[bytes, int]:
@@ -376,23 +426,30 @@ class SourceFile:
         """The offer; ``inline_subs``: the target probably holds an older version."""
         subs = None
         if inline_subs and len(self.tree.leaves) == 1 and self.tree.size >= SUBS_FROM:
-            subs = self._subs(0)
+            subs = self.subs(0)
         return Offer(self.tree.size, self.tree.root, len(self.tree.levels), sketch, subs)
 
     def answer(self, request: Request) -> Reply | None:
+        """The reply to one request (in memory); ValueError for a request that does not fit
+        this file."""
         if isinstance(request, Have):
             return None
         if isinstance(request, Whole):
             return Reply(data=(self.read(0, self.tree.size),))
         if isinstance(request, Expand):
-            return Reply(lists=tuple(self._children(level, i) for level, i in request.nodes))
+            return Reply(lists=tuple(self.children(level, i) for level, i in request.nodes))
         if isinstance(request, SubLists):
-            return Reply(lists=tuple(self._subs(leaf) for leaf in request.leaves))
+            return Reply(lists=tuple(self.subs(leaf) for leaf in request.leaves))
         if isinstance(request, Fetch):
-            return Reply(data=tuple(self._data(*item) for item in request.items))
+            return Reply(data=tuple(self.data(*item) for item in request.items))
         raise TypeError(f"unknown request {request!r}")
 
-    def _children(self, level: int, index: int) -> EntryList:
+    def children(self, level: int, index: int) -> EntryList:
+        """The entries below node ``index`` of ``level`` (2 = the level above the leaves)."""
+        if not 2 <= level <= len(self.tree.levels) or not 0 <= index < len(
+            self.tree.levels[level - 1]
+        ):
+            raise ValueError(f"no node {index} at level {level}")
         below = self.tree.levels[level - 2]
         first = self._first[level - 2][index]
         stop = self._first[level - 2][index + 1]
@@ -402,23 +459,35 @@ class SourceFile:
             pack_varints(below.lengths[first:stop]),
         )
 
-    def _leaf_bytes(self, leaf: int) -> bytes:
+    def leaf_bytes(self, leaf: int) -> bytes:
+        if not 0 <= leaf < len(self.tree.leaves):
+            raise ValueError(f"no leaf {leaf}")
         start = self._leaf_offsets[leaf]
-        return self.read(start, self._leaf_offsets[leaf + 1] - start)
+        length = self._leaf_offsets[leaf + 1] - start
+        data = self.read(start, length)
+        if len(data) != length:
+            raise SourceChanged(f"the file is shorter than its signature (leaf {leaf})")
+        return data
 
-    def _sub_ends(self, data: bytes) -> list[int]:
-        return boundaries(data, SUB_PARAMS)
+    def subs(self, leaf: int) -> EntryList:
+        """The sub-chunk list of one leaf."""
+        return sub_list(self.leaf_bytes(leaf))
 
-    def _subs(self, leaf: int) -> EntryList:
-        return sub_list(self._leaf_bytes(leaf))
-
-    def _data(self, leaf: int, first: int, count: int) -> bytes:
-        data = self._leaf_bytes(leaf)
+    def data(self, leaf: int, first: int, count: int) -> bytes:
+        """A leaf's bytes (``count == 0``) or those of its sub-chunks ``first ..
+        first + count - 1``."""
+        data = self.leaf_bytes(leaf)
         if not count:
             return data
-        ends = self._sub_ends(data)
+        ends = boundaries(data, SUB_PARAMS)
+        if first + count > len(ends):
+            raise ValueError(f"leaf {leaf} has {len(ends)} sub-chunks, not {first + count}")
         starts = [0, *ends[:-1]]
         return data[starts[first] : ends[first + count - 1]]
+
+
+class SourceChanged(OSError):
+    """The source file no longer matches the signature being served."""
 
 
 # ---------------------------------------------------------------- in memory
@@ -463,56 +532,75 @@ def simulate(
     have_root: bool,
     sketch: bytes | None = None,
     inline_subs: bool = False,
-) -> tuple[Plan, DeltaReport]:
-    """Run one file's exchange in memory; count what each side would send."""
+) -> tuple[Plan, DeltaReport, list[bytes]]:
+    """Run one file's exchange in memory; count what each side would send. Returns the
+    plan, the report and the literal data (the whole file when the plan is ``whole``, else
+    one item per fetch item)."""
     report = DeltaReport()
     offer = source.offer(sketch, inline_subs)
     report.offer_bytes = wire_size(offer)
     report.round_trips = 1
     steps = target_descent(offer, seeds, have_root)
     reply = None
+
+    def exchange(request: Request) -> Reply:
+        report.request_bytes += wire_size(request)
+        answer = source.answer(request)
+        assert answer is not None
+        report.round_trips += 1
+        return answer
+
     try:
         while True:
             request = steps.send(reply)
-            report.request_bytes += wire_size(request)
-            reply = source.answer(request)
-            if reply is None:
-                continue
-            report.round_trips += 1
+            reply = exchange(request)
             size = wire_size(reply)
-            if isinstance(request, Expand | SubLists):
-                report.signature_bytes += size
-                key = "sub" if isinstance(request, SubLists) else f"level {request.nodes[0][0] - 1}"
-                report.signature_bytes_by_level[key] = (
-                    report.signature_bytes_by_level.get(key, 0) + size
-                )
-            else:
-                report.data_message_bytes += size
+            report.signature_bytes += size
+            key = "sub" if isinstance(request, SubLists) else f"level {request.nodes[0][0] - 1}"
+            report.signature_bytes_by_level[key] = (
+                report.signature_bytes_by_level.get(key, 0) + size
+            )
     except StopIteration as done:
         plan: Plan = done.value
+    literal: list[bytes] = []
+    if plan.whole:
+        answer = exchange(Whole())
+        report.data_message_bytes += wire_size(answer)
+        literal = list(answer.data)
+    elif not plan.have:
+        for batch in plan.fetch_batches():
+            items = tuple(
+                (plan.fetch[i].leaf, plan.fetch[i].first, plan.fetch[i].count) for i in batch
+            )
+            answer = exchange(Fetch(items))
+            report.data_message_bytes += wire_size(answer)
+            literal.extend(answer.data)
     report.have = plan.have
     report.literal_bytes = plan.literal_bytes()
     report.matched_bytes = plan.matched_bytes()
-    return plan, report
+    return plan, report, literal
 
 
-def rebuild(plan: Plan, seeds: SeedMap) -> bytes:
-    """The new file's bytes from a plan (the target's assembly, in memory); raises
-    ValueError if a leaf rebuilt from sub-chunks fails its check."""
-    out = bytearray()
-    for piece in plan.pieces:
-        if piece.offset != len(out):
-            raise ValueError("plan pieces do not tile the file")
-        if piece.seed >= 0:
-            data = seeds.seeds[piece.seed].read(piece.seed_offset, piece.length)
+def rebuild(plan: Plan, seeds: SeedMap, literal: list[bytes]) -> bytes:
+    """The new file's bytes from a plan and its literal data (the target's assembly, in
+    memory); raises ValueError if anything does not check out."""
+    if plan.whole:
+        out = bytearray(b"".join(literal))
+    else:
+        out = bytearray()
+        for piece in plan.pieces:
+            if piece.offset != len(out):
+                raise ValueError("plan pieces do not tile the file")
+            if piece.seed >= 0:
+                data = seeds.seeds[piece.seed].read(piece.seed_offset, piece.length)
+            else:
+                data = literal[piece.item]
             if len(data) != piece.length:
-                raise ValueError("seed shorter than planned")
+                raise ValueError("a piece is shorter or longer than planned")
             out += data
-        else:
-            out += piece.data
-    for offset, length, key in plan.checks:
-        if not chunk_hash(out[offset : offset + length]).startswith(key):
-            raise ValueError(f"leaf at {offset} rebuilt from sub-chunks fails its check")
+        for offset, length, key in plan.checks:
+            if not chunk_hash(out[offset : offset + length]).startswith(key):
+                raise ValueError(f"leaf at {offset} rebuilt from sub-chunks fails its check")
     if plan.root and signature_of_bytes(bytes(out)).root != plan.root:
         raise ValueError("the rebuilt file does not have the offered root")
     return bytes(out)

@@ -13,12 +13,10 @@ from rdc import descent
 from rdc.descent import (
     EntryList,
     Fetch,
-    Have,
     Offer,
     SeedFile,
     SeedMap,
     SourceFile,
-    Whole,
     rebuild,
     simulate,
     target_descent,
@@ -37,8 +35,8 @@ def transfer(old: bytes, new: bytes):
     old_sig, new_sig = signature_of_bytes(old), signature_of_bytes(new)
     seeds = SeedMap([SeedFile(old_sig.tree, reader(old))])
     source = SourceFile(new_sig.tree, reader(new))
-    plan, report = simulate(source, seeds, old_sig.root == new_sig.root)
-    return plan, report, seeds
+    plan, report, literal = simulate(source, seeds, old_sig.root == new_sig.root)
+    return plan, report, seeds, literal
 
 
 edits = st.lists(
@@ -65,11 +63,11 @@ def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int) -> No
     rng = random.Random(seed)
     old = rng.randbytes(size)
     new = apply(old, changes, rng)
-    plan, report, seeds = transfer(old, new)
+    plan, report, seeds, literal = transfer(old, new)
     if report.have:
         assert old == new
         return
-    assert rebuild(plan, seeds) == new
+    assert rebuild(plan, seeds, literal) == new
     assert report.literal_bytes + report.matched_bytes == len(new)
     assert report.literal_bytes <= len(new)
 
@@ -82,14 +80,14 @@ def test_text_with_moved_and_edited_lines_rebuilds() -> None:
     rng.shuffle(lines[100:200])
     lines[50] = b"# edited\n"
     new = b"".join(lines)
-    plan, report, seeds = transfer(old, new)
-    assert rebuild(plan, seeds) == new
+    plan, report, seeds, literal = transfer(old, new)
+    assert rebuild(plan, seeds, literal) == new
     assert report.matched_bytes > 0.9 * len(new)
 
 
 def test_unchanged_content_is_had_not_sent() -> None:
     data = random.Random(1).randbytes(100_000)
-    plan, report, _ = transfer(data, data)
+    plan, report, _, _ = transfer(data, data)
     assert plan.have and report.literal_bytes == 0 and report.round_trips == 1
 
 
@@ -97,15 +95,34 @@ def test_no_seeds_or_tiny_files_are_sent_whole() -> None:
     data = random.Random(2).randbytes(50_000)
     sig = signature_of_bytes(data)
     source = SourceFile(sig.tree, reader(data))
-    steps = target_descent(source.offer(), SeedMap([]), False)
-    assert isinstance(next(steps), Whole)
+    assert planned_without_requests(source.offer(), SeedMap([]), False).whole
     tiny = b"hello"
     tiny_sig = signature_of_bytes(tiny)
-    steps = target_descent(SourceFile(tiny_sig.tree, reader(tiny)).offer(),
-                           SeedMap([SeedFile(sig.tree, reader(data))]), False)
-    assert isinstance(next(steps), Whole)
-    steps = target_descent(source.offer(), SeedMap([]), True)
-    assert isinstance(next(steps), Have)
+    plan = planned_without_requests(SourceFile(tiny_sig.tree, reader(tiny)).offer(),
+                                    SeedMap([SeedFile(sig.tree, reader(data))]), False)
+    assert plan.whole and plan.literal_bytes() == 5
+    plan = planned_without_requests(source.offer(), SeedMap([]), True)
+    assert plan.have and not plan.whole and plan.literal_bytes() == 0
+
+
+def planned_without_requests(offer, seeds, have_root):
+    """The plan of a descent that must decide without asking anything."""
+    steps = target_descent(offer, seeds, have_root)
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    return done.value.value
+
+
+def test_fetch_batches_bound_the_data_in_flight() -> None:
+    rng = random.Random(11)
+    old = rng.randbytes(scaled(3 << 20, 600_000))
+    new = bytes(b ^ 1 for b in old[: len(old) // 2]) + old[len(old) // 2 :]
+    plan, _report, seeds, literal = transfer(old, new)
+    batches = plan.fetch_batches(limit=100_000)
+    assert [i for batch in batches for i in batch] == list(range(len(plan.fetch)))
+    for batch in batches:
+        assert len(batch) == 1 or sum(plan.fetch[i].length for i in batch) <= 100_000
+    assert rebuild(plan, seeds, literal) == new
 
 
 def literal_per_edit(sub_chunks: bool, monkeypatch) -> float:
@@ -115,9 +132,9 @@ def literal_per_edit(sub_chunks: bool, monkeypatch) -> float:
     seeds = SeedMap([SeedFile(edits.tree, reader(edits.old))])
     literal = []
     for n, (_, tree) in enumerate(edits.edits(scaled(100, 20))):
-        plan, report = simulate(SourceFile(tree, reader(edits.data)), seeds, False)
+        plan, report, data = simulate(SourceFile(tree, reader(edits.data)), seeds, False)
         if n < 3:  # rebuilding is checked at length elsewhere; spot-check it here
-            assert rebuild(plan, seeds) == edits.data
+            assert rebuild(plan, seeds, data) == edits.data
         assert report.literal_bytes >= 1
         literal.append(report.literal_bytes)
     return sum(literal) / len(literal)
@@ -165,14 +182,14 @@ def test_rebuild_checks_leaves_made_of_sub_chunks() -> None:
     rng = random.Random(9)
     old = rng.randbytes(200_000)
     new = old[:120_000] + b"edit" + old[120_004:]
-    plan, _, seeds = transfer(old, new)
+    plan, _, seeds, literal = transfer(old, new)
     assert plan.checks, "the edit should be rebuilt from sub-chunks"
     offset, length, _ = plan.checks[0]
     index = next(i for i, p in enumerate(plan.pieces) if p.seed >= 0 and
                  offset <= p.offset < offset + length)
     plan.pieces[index] = replace(plan.pieces[index], seed_offset=plan.pieces[index].seed_offset + 1)
     with pytest.raises(ValueError):
-        rebuild(plan, seeds)
+        rebuild(plan, seeds, literal)
 
 
 def test_offer_wire_size_is_small() -> None:
