@@ -228,3 +228,11 @@ class IndexDatabase:
 
     def delete(self, file_id: int) -> None:
         self.conn.execute("DELETE FROM file WHERE id = ?", (file_id,))
+
+    def delete_tree(self, path: str) -> None:
+        """Forget ``path`` and every path below it ('/' sorts just before '0')."""
+        encoded = os.fsencode(path)
+        self.conn.execute(
+            "DELETE FROM file WHERE path = ? OR (path >= ? AND path < ?)",
+            (encoded, encoded + b"/", encoded + b"0"),
+        )

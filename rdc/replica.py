@@ -1,0 +1,178 @@
+"""One synced directory on this machine: its files (through `rdc.fs.SafeRoot`, so no
+operation escapes it), its signature index, and the tree that both sides compare.
+
+Methods are blocking; the transfer code calls them on worker threads. The index connection
+is shared by those threads under a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from rdc.descent import SeedFile
+from rdc.fs import SafeRoot
+from rdc.ignore import Excludes
+from rdc.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
+from rdc.signature import FileSignature, signature_of_file
+from rdc.snapshot import Entry, fill_roots, lookup, seal, walk
+from rdc.tree import Tree, TreeFormatError
+
+RACY_NS = 2_000_000_000
+
+
+class Replica:
+    """A directory tree with its index. ``tree`` is the last `scan`."""
+
+    def __init__(
+        self, root: str, index_location: str | os.PathLike[str], excludes: Excludes | None = None
+    ) -> None:
+        self.root = os.path.realpath(root)
+        self.fs = SafeRoot(self.root)
+        self.db = IndexDatabase(Path(index_location))
+        self.excludes = excludes or Excludes()
+        self.lock = threading.Lock()
+        self.tree: Entry | None = None
+
+    def close(self) -> None:
+        self.db.close()
+        self.fs.close()
+
+    # ------------------------------------------------------------ the tree
+
+    def scan(
+        self,
+        excludes: Excludes | None = None,
+        progress: Callable[[Progress], None] | None = None,
+    ) -> Entry:
+        """Walk the directory, bring the index up to date (reading only changed files), and
+        return the sealed tree (``excludes`` default to the replica's own)."""
+        excludes = excludes or self.excludes
+        tree, _ = walk(self.root, excludes)
+        with self.lock:
+            self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress)
+            roots = {f.path: f.root for f in self.db.files()}
+        fill_roots(tree, roots)
+        seal(tree)
+        self.tree = tree
+        return tree
+
+    def entry(self, path: str) -> Entry | None:
+        return lookup(self.tree, path) if self.tree is not None else None
+
+    def current_root(self, path: str) -> bytes | None:
+        """The root of the file at ``path`` if the index knows it for sure (the file is
+        unchanged since it was indexed), else None."""
+        st = self.fs.lstat(path)
+        if st is None:
+            return None
+        with self.lock:
+            row = self.db.get(path)
+        if row is None or row.racy or (row.size, row.mtime_ns, row.inode) != (
+            st.st_size, st.st_mtime_ns, st.st_ino
+        ):
+            return None
+        return row.root
+
+    # ------------------------------------------------------------ reading (source side)
+
+    def sign(self, path: str) -> tuple[FileSignature, os.stat_result, BinaryIO]:
+        """The signature of the file at ``path`` and the file, opened: the stored signature
+        if the file is unchanged since it was indexed, else read now (and stored)."""
+        f = self.fs.open_read(path)
+        try:
+            st = os.fstat(f.fileno())
+            with self.lock:
+                row = self.db.get(path)
+                tree = None
+                if row is not None and not row.racy and (row.size, row.mtime_ns, row.inode) == (
+                    st.st_size, st.st_mtime_ns, st.st_ino
+                ):
+                    try:
+                        tree = self.db.tree(row.id)
+                    except TreeFormatError:
+                        tree = None
+            if tree is not None:
+                return FileSignature(tree, row.sketch), st, f
+            signature = signature_of_file(f)
+            f.seek(0)
+            after = os.fstat(f.fileno())
+            self.record(path, st, signature, racy=_changed(st, after))
+            return signature, st, f
+        except BaseException:
+            f.close()
+            raise
+
+    # ------------------------------------------------------------ seeds (target side)
+
+    def holders(self, root: bytes) -> list[str]:
+        """Paths whose indexed content has this root."""
+        with self.lock:
+            return [f.path for f in self.db.with_root(root)]
+
+    def seeds(self, path: str, sketch: bytes | None) -> list[SeedFile]:
+        """The file at ``path`` plus the files whose sketches resemble ``sketch``. A stored
+        tree that does not check out, or a file that cannot be opened, is skipped."""
+        with self.lock:
+            chosen = []
+            same = self.db.get(path)
+            if same is not None:
+                chosen.append(same)
+            if sketch is not None:
+                exclude = same.id if same is not None else None
+                for file_id, _ in self.db.candidates(
+                    sketch, CANDIDATE_THRESHOLD, CANDIDATE_LIMIT, exclude=exclude
+                ):
+                    row = self.db.by_id(file_id)
+                    if row is not None:
+                        chosen.append(row)
+            trees: list[tuple[str, Tree]] = []
+            for row in chosen:
+                try:
+                    trees.append((row.path, self.db.tree(row.id)))
+                except TreeFormatError:
+                    continue
+        seeds = []
+        for seed_path, tree in trees:
+            reader = self.reader(seed_path)
+            if reader is not None:
+                seeds.append(SeedFile(tree, reader))
+        return seeds
+
+    def reader(self, path: str) -> Callable[[int, int], bytes] | None:
+        """(offset, length) -> bytes of the file at ``path``, opened once; None if it
+        cannot be opened. The descriptor closes when the reader is garbage."""
+        try:
+            f = self.fs.open_read(path)
+        except OSError:
+            return None
+        fd = f.fileno()
+
+        def read(offset: int, length: int, _keep: BinaryIO = f) -> bytes:
+            return os.pread(fd, length, offset)
+
+        return read
+
+    # ------------------------------------------------------------ the index after writes
+
+    def record(
+        self, path: str, st: os.stat_result, signature: FileSignature, racy: bool | None = None
+    ) -> None:
+        """Store the signature of a file just written or read."""
+        if racy is None:
+            racy = st.st_mtime_ns >= time.time_ns() - RACY_NS
+        with self.lock, self.db.transaction():
+            self.db.put(path, st, signature, racy)
+
+    def forget(self, path: str) -> None:
+        """Drop ``path`` and everything below it from the index."""
+        with self.lock, self.db.transaction():
+            self.db.delete_tree(path)
+
+
+def _changed(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mtime_ns, a.st_ino) != (b.st_size, b.st_mtime_ns, b.st_ino)

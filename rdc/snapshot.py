@@ -1,0 +1,215 @@
+"""A directory tree as both sides compare it: entries with their kinds, modes, times and
+content roots, and per directory two Merkle hashes (docs/formats.md section 5).
+
+The *content hash* of a directory covers its entries' names, kinds, permission bits and
+contents (a file's root, a link's target, a subdirectory's content hash); the *meta hash*
+covers their modification times. Two trees are compared top-down by content hash, so an
+unchanged subtree costs one hash; times travel separately, after the content is in step.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import blake3
+
+CONTENT_CONTEXT = "rdc 2026-11 directory content v1"
+META_CONTEXT = "rdc 2026-11 directory meta v1"
+KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
+
+
+@dataclass(slots=True)
+class Entry:
+    """One file, link or directory. ``root`` is a file's Merkle root; ``target`` a link's
+    target; ``children`` a directory's entries by name."""
+
+    kind: str
+    mode: int
+    mtime_ns: int
+    size: int = 0
+    root: bytes = b""
+    target: str = ""
+    children: dict[str, Entry] = field(default_factory=dict)
+    content: bytes = b""  # directories: content hash, once `seal` ran
+    meta: bytes = b""  # directories: meta hash
+    count: int = 0  # directories: entries in the subtree, not counting itself
+
+    def digest(self) -> bytes:
+        """What a listing says of this entry's content: root, content hash, or link target."""
+        if self.kind == "f":
+            return self.root
+        if self.kind == "d":
+            return self.content
+        return os.fsencode(self.target)
+
+    def sorted_children(self) -> list[tuple[str, Entry]]:
+        """Children in name-byte order (the canonical order of hashes and vectors)."""
+        return sorted(self.children.items(), key=lambda item: os.fsencode(item[0]))
+
+
+def _varint(n: int, out: bytearray) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def seal(directory: Entry) -> None:
+    """Compute content and meta hashes (and subtree counts) of ``directory`` and every
+    directory below it, bottom-up."""
+    content = bytearray()
+    meta = bytearray()
+    count = 0
+    for name, entry in directory.sorted_children():
+        if entry.kind == "d":
+            seal(entry)
+            count += entry.count
+        count += 1
+        raw = os.fsencode(name)
+        _varint(len(raw), content)
+        content += raw
+        content += KIND_CODE[entry.kind]
+        content += entry.mode.to_bytes(2, "little")
+        digest = entry.digest()
+        if entry.kind == "l":
+            _varint(len(digest), content)
+        content += digest
+        meta += entry.mtime_ns.to_bytes(8, "little", signed=True)
+        if entry.kind == "d":
+            meta += entry.meta
+    directory.content = blake3.blake3(content, derive_key_context=CONTENT_CONTEXT).digest()
+    directory.meta = blake3.blake3(meta, derive_key_context=META_CONTEXT).digest()
+    directory.count = count
+
+
+def lookup(root: Entry, path: str) -> Entry | None:
+    """The entry at ``path`` ('/'-separated, "" for ``root`` itself)."""
+    entry: Entry | None = root
+    if not path:
+        return entry
+    for part in path.split("/"):
+        if entry is None or entry.kind != "d":
+            return None
+        entry = entry.children.get(part)
+    return entry
+
+
+def iter_entries(directory: Entry, prefix: str = "") -> Iterator[tuple[str, Entry]]:
+    """Every entry below ``directory`` in depth-first name order: an entry, then, for a
+    directory, its subtree. This is the order of a whole-subtree times vector."""
+    for name, entry in directory.sorted_children():
+        path = f"{prefix}/{name}" if prefix else name
+        yield path, entry
+        if entry.kind == "d":
+            yield from iter_entries(entry, path)
+
+
+# ---------------------------------------------------------------- building from disk
+
+Exclude = Callable[[str, bool], bool]
+
+
+def walk(
+    root: str, exclude: Exclude | None = None
+) -> tuple[Entry, dict[str, os.stat_result]]:
+    """The tree under ``root`` without file roots (the index supplies those), and the lstat of
+    every regular file by relative path. Never follows symlinks; skips what it cannot read
+    and kinds it does not sync (sockets, devices, FIFOs)."""
+    top = os.lstat(root)
+    tree = Entry("d", stat.S_IMODE(top.st_mode), top.st_mtime_ns)
+    files: dict[str, os.stat_result] = {}
+    stack: list[tuple[str, Entry]] = [("", tree)]
+    while stack:
+        rel_dir, node = stack.pop()
+        try:
+            scanner = os.scandir(os.path.join(root, rel_dir) if rel_dir else root)
+        except OSError:
+            continue
+        with scanner:
+            for item in scanner:
+                rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                mode = st.st_mode
+                if stat.S_ISDIR(mode):
+                    if exclude and exclude(rel, True):
+                        continue
+                    child = Entry("d", stat.S_IMODE(mode), st.st_mtime_ns)
+                    stack.append((rel, child))
+                elif stat.S_ISREG(mode):
+                    if exclude and exclude(rel, False):
+                        continue
+                    child = Entry("f", stat.S_IMODE(mode), st.st_mtime_ns, st.st_size)
+                    files[rel] = st
+                elif stat.S_ISLNK(mode):
+                    if exclude and exclude(rel, False):
+                        continue
+                    try:
+                        target = os.readlink(item.path)
+                    except OSError:
+                        continue
+                    child = Entry("l", 0, st.st_mtime_ns, target=target)
+                else:
+                    continue
+                node.children[item.name] = child
+    return tree, files
+
+
+def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:
+    """Put each file's root in place; files without one (unreadable) are dropped from the
+    tree, and their paths returned."""
+    missing = []
+    for path, entry in list(iter_entries(tree)):
+        if entry.kind != "f":
+            continue
+        root = roots.get(path)
+        if root is None:
+            missing.append(path)
+        else:
+            entry.root = root
+    for path in missing:
+        parent, _, name = path.rpartition("/")
+        holder = lookup(tree, parent)
+        if holder is not None:
+            holder.children.pop(name, None)
+    return missing
+
+
+# ---------------------------------------------------------------- times vectors
+
+
+def encode_times(times: list[int]) -> tuple[list[int], bytes]:
+    """``[table, index]``: the distinct times ascending, and one index per time (1 byte
+    each for at most 256 distinct times, else 2 bytes big-endian)."""
+    table = sorted(set(times))
+    at = {t: i for i, t in enumerate(table)}
+    if len(table) <= 256:
+        return table, bytes(at[t] for t in times)
+    return table, b"".join(at[t].to_bytes(2, "big") for t in times)
+
+
+def decode_times(table: list[int], index: bytes) -> list[int]:
+    """Inverse of `encode_times`; raises ValueError if the index does not fit the table."""
+    width = 1 if len(table) <= 256 else 2
+    if len(index) % width:
+        raise ValueError("times index has a partial entry")
+    out = []
+    for i in range(0, len(index), width):
+        k = int.from_bytes(index[i : i + width], "big")
+        if k >= len(table):
+            raise ValueError("times index points past its table")
+        out.append(table[k])
+    return out
+
+
+def times_of(directory: Entry, whole: bool) -> list[int]:
+    """Modification times of a directory's entries in name order, or of its whole subtree
+    in depth-first name order."""
+    if whole:
+        return [entry.mtime_ns for _, entry in iter_entries(directory)]
+    return [entry.mtime_ns for _, entry in directory.sorted_children()]
