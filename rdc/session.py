@@ -1,0 +1,325 @@
+"""Conversations over one connection (docs/protocol.md section 3).
+
+A `Connection` runs two tasks: a writer that batches every queued message into as few
+frames as possible, and a reader that checks each incoming message against its schema and
+hands it to its conversation. Sending never blocks on the peer, except `send_data`, which
+waits while too much is queued: so a reader is never stuck behind a slow consumer and the
+two sides cannot deadlock each other. Memory stays bounded because each conversation may
+hold only so much unread input (a peer that sends more than was asked for commits a
+protocol error) and each side asks for bounded amounts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import trio
+
+from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.wire import messages
+from rdc.wire.frames import ConnectionClosed, FrameStream
+
+log = logging.getLogger("rdc.session")
+
+MAX_CONVERSATIONS = 256
+PENDING_MESSAGES = 1024
+PENDING_BYTES = 16 << 20
+HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
+BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
+REQUESTS = frozenset({"open", "list", "mlist", "offer", "get", "ops", "mset", "finish"})
+
+Handler = Callable[["Conversation", dict[str, Any]], Awaitable[None]]
+
+
+def _size(message: dict[str, Any]) -> int:
+    pieces = message.get("d")
+    return 64 + (sum(len(p) for p in pieces) if isinstance(pieces, list) else 0)
+
+
+class Conversation:
+    """One request and everything exchanged for it. ``receive`` raises `RemoteError` when
+    the peer ends the conversation with ``error``."""
+
+    def __init__(self, connection: Connection, conversation_id: int) -> None:
+        self.connection = connection
+        self.id = conversation_id
+        self._inbox_send, self._inbox = trio.open_memory_channel[dict[str, Any]](math.inf)
+        self.pending_messages = 0
+        self.pending_bytes = 0
+
+    def send(self, t: str, **fields: Any) -> None:
+        """Queue a message (never blocks)."""
+        self.connection.post({"t": t, "id": self.id, **fields})
+
+    async def send_data(self, t: str, **fields: Any) -> None:
+        """Queue a message once the outgoing queue has room: the one place where a bulk
+        sender waits for the peer to read."""
+        await self.connection.wait_for_room()
+        self.send(t, **fields)
+
+    async def receive(self, *expected: str) -> dict[str, Any]:
+        try:
+            message = await self._inbox.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise self.connection.failure or ConnectionClosed("connection closed") from None
+        self.pending_messages -= 1
+        self.pending_bytes -= _size(message)
+        if message["t"] == "error":
+            raise RemoteError(code=message["code"], message=message["msg"] or message["code"])
+        if expected and message["t"] not in expected:
+            raise ProtocolError(
+                message=f"expected {' or '.join(expected)} in conversation {self.id}, "
+                f"got {message['t']!r}"
+            )
+        return message
+
+    def refuse(self, code: str, msg: str) -> None:
+        """End the conversation with an error (the connection goes on)."""
+        self.connection.post({"t": "error", "id": self.id, "code": code, "msg": msg})
+        self.close()
+
+    def close(self) -> None:
+        self.connection._conversations.pop(self.id, None)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        self.pending_messages += 1
+        self.pending_bytes += _size(message)
+        if self.pending_messages > PENDING_MESSAGES or self.pending_bytes > PENDING_BYTES:
+            raise ProtocolError(message=f"conversation {self.id}: more unread input than asked for")
+        self._inbox_send.send_nowait(message)
+
+
+class Connection:
+    """Both directions of one connection. The client starts conversations; the server
+    passes each new one to ``handler`` (run concurrently). Use as::
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(connection.run)
+            ...
+            await connection.close()
+
+    If ``run`` ends (peer closed, protocol error), every conversation still waiting gets
+    `ConnectionClosed` or the error; cancellation leaves the stream closed."""
+
+    def __init__(
+        self, frames: FrameStream, *, handler: Handler | None = None, idle_timeout: float = 600
+    ) -> None:
+        self.frames = frames
+        self.handler = handler
+        self.idle_timeout = idle_timeout
+        self._conversations: dict[int, Conversation] = {}
+        self._out_send, self._out = trio.open_memory_channel[dict[str, Any]](math.inf)
+        self._queued_bytes = 0
+        self._room = trio.Condition()
+        self._next_id = 1
+        self._highest_seen = 0
+        self._failure: BaseException | None = None
+        self._closing = False
+        self._done = trio.Event()
+
+    # ------------------------------------------------------------ sending
+
+    def post(self, message: dict[str, Any]) -> None:
+        if self._failure is not None:
+            raise self._failure
+        self._queued_bytes += _size(message)
+        self._out_send.send_nowait(message)
+
+    async def wait_for_room(self) -> None:
+        async with self._room:
+            while self._queued_bytes > HIGH_WATER and self._failure is None:
+                await self._room.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    async def _writer(self) -> None:
+        while True:
+            batch = [await self._out.receive()]
+            size = _size(batch[0])
+            while size < BATCH_BYTES:
+                try:
+                    message = self._out.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                batch.append(message)
+                size += _size(message)
+            await self.frames.send(batch)
+            self._queued_bytes -= size
+            async with self._room:
+                self._room.notify_all()
+
+    # ------------------------------------------------------------ conversations
+
+    def start(self, t: str, **fields: Any) -> Conversation:
+        """A new conversation (client side) opened with its request message."""
+        conversation = Conversation(self, self._next_id)
+        self._next_id += 1
+        self._conversations[conversation.id] = conversation
+        conversation.send(t, **fields)
+        return conversation
+
+    @property
+    def open_conversations(self) -> int:
+        return len(self._conversations)
+
+    # ------------------------------------------------------------ receiving
+
+    async def _reader(self, nursery: trio.Nursery) -> None:
+        while True:
+            with trio.move_on_after(self.idle_timeout) as idle:
+                batch = await self.frames.receive()
+            if idle.cancelled_caught:
+                if self._conversations:
+                    silent = f"no word from the peer in {self.idle_timeout:g} s"
+                    self._fail(ConnectionClosed(silent))
+                    return
+                continue
+            for raw in batch:
+                self._dispatch(messages.check(raw), nursery)
+
+    def _dispatch(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
+        conversation_id = message.get("id")
+        if conversation_id is None:
+            if message["t"] == "error":
+                raise RemoteError(code=message["code"], message=message["msg"] or message["code"])
+            raise ProtocolError(message=f"{message['t']!r} outside a conversation")
+        conversation = self._conversations.get(conversation_id)
+        if conversation is not None:
+            conversation._deliver(message)
+            return
+        # Input for a conversation this side already ended (for example data still in
+        # flight after the target gave up on a file) is dropped.
+        if self.handler is None:
+            if conversation_id < self._next_id:
+                return
+            raise ProtocolError(message=f"message for unknown conversation {conversation_id}")
+        if conversation_id <= self._highest_seen:
+            return
+        if message["t"] not in REQUESTS:
+            raise ProtocolError(message=f"a conversation cannot start with {message['t']!r}")
+        if len(self._conversations) >= MAX_CONVERSATIONS:
+            raise ProtocolError(message=f"more than {MAX_CONVERSATIONS} open conversations")
+        self._highest_seen = conversation_id
+        conversation = Conversation(self, conversation_id)
+        self._conversations[conversation_id] = conversation
+        nursery.start_soon(self._handle, conversation, message, nursery)
+
+    async def _handle(
+        self, conversation: Conversation, message: dict[str, Any], nursery: trio.Nursery
+    ) -> None:
+        """Run the handler of one conversation. A refusal ends the conversation; a protocol
+        error or a bug ends the connection (and only it)."""
+        assert self.handler is not None
+        try:
+            await self.handler(conversation, message)
+        except RemoteError:
+            pass  # the peer ended the conversation itself
+        except Refusal as exc:
+            if conversation.id in self._conversations:
+                conversation.refuse(exc.code, str(exc))
+        except OSError as exc:  # the disk, not the peer: this conversation fails
+            log.warning("conversation %d: %s", conversation.id, exc)
+            if conversation.id in self._conversations:
+                conversation.refuse("io", exc.strerror or str(exc))
+        except ProtocolError as exc:
+            await self._abort(exc, "protocol", nursery)
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            nursery.cancel_scope.cancel()
+        except Exception as exc:
+            log.exception("conversation %d (%s) failed", conversation.id, message["t"])
+            await self._abort(ProtocolError(message=f"internal error: {exc}"), "internal", nursery)
+        finally:
+            conversation.close()
+
+    async def _abort(self, exc: BaseException, code: str, nursery: trio.Nursery) -> None:
+        self._fail(exc)
+        await self._send_error(code, str(exc))
+        nursery.cancel_scope.cancel()
+
+    # ------------------------------------------------------------ lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read and write until the peer closes or `close` is called. Raises ProtocolError
+        or RemoteError (connection-level) if that is how it ended."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, self._writer, nursery)
+                task_status.started()
+                await self._guard(self._reader, nursery, nursery)
+        finally:
+            self._done.set()
+            with trio.CancelScope(shield=True):
+                await self.frames.stream.aclose()
+        if isinstance(self._failure, ProtocolError | RemoteError):
+            raise self._failure
+
+    async def _guard(self, task: Callable[..., Awaitable[None]], nursery: trio.Nursery,
+                     *args: Any) -> None:
+        """Run the reader or the writer; however it ends, record why and stop the other."""
+        try:
+            await task(*args)
+        except ConnectionClosed as exc:
+            if not self._closing:
+                self._fail(exc)
+        except ProtocolError as exc:
+            self._fail(exc)
+            await self._send_error("protocol", str(exc))
+        except RemoteError as exc:
+            self._fail(exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            if not self._closing:
+                self._fail(ConnectionClosed(f"connection lost: {exc}"))
+        finally:
+            nursery.cancel_scope.cancel()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        for conversation in list(self._conversations.values()):
+            conversation._inbox_send.close()
+        self._conversations.clear()
+
+    async def _send_error(self, code: str, msg: str) -> None:
+        with trio.move_on_after(2) as scope:
+            scope.shield = True
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await self.frames.send([{"t": "error", "code": code, "msg": msg}])
+
+    async def close(self) -> None:
+        """Flush what is queued, then close the stream."""
+        self._closing = True
+        with trio.move_on_after(30):
+            while self._queued_bytes > 0 and self._failure is None:
+                async with self._room:
+                    await self._room.wait()
+        with trio.CancelScope(shield=True):
+            await self.frames.stream.aclose()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+
+@contextlib.contextmanager
+def unwrap_group() -> Iterator[None]:
+    """Re-raise the one exception inside a (nested) exception group from a nursery, so
+    callers can catch it by its own type; groups of several stay groups."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
