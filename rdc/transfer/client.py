@@ -1,0 +1,404 @@
+"""The client's side of push and pull: open, compare, transfer, metadata, finish.
+
+Both directions share the shape; what differs is who applies the changes (the server, by
+``ops`` and offers, in a push; this side, with the same functions, in a pull).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from rdc.descent import SourceFile
+from rdc.errors import Refusal, RemoteError
+from rdc.paths import to_wire
+from rdc.replica import Replica
+from rdc.session import Connection
+from rdc.snapshot import Entry, decode_times, encode_times, lookup, times_of
+from rdc.transfer.compare import Changes, Comparison
+from rdc.transfer.ops import apply_ops, apply_times
+from rdc.transfer.source import offer_fields, serve_wants
+from rdc.transfer.target import receive_file
+from rdc.wire.codec import MAX_ITEMS
+
+CONCURRENT_FILES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Progress of a transfer: files and bytes done of those planned."""
+
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    path: str = ""
+
+
+@dataclass
+class Options:
+    delete: bool = False
+    dry_run: bool = False
+    concurrency: int = CONCURRENT_FILES
+    progress: Callable[[Event], None] | None = None
+
+
+@dataclass
+class Stats:
+    """What a push or pull did. Socket byte counts are filled in by the caller."""
+
+    files_total: int = 0
+    files_transferred: int = 0
+    literal_bytes: int = 0
+    matched_bytes: int = 0
+    copied_files: int = 0
+    dirs_created: int = 0
+    links: int = 0
+    deleted: int = 0
+    modes: int = 0
+    times: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    changes: Changes | None = None
+    in_step: bool = False  # both trees equal at the end (content and times)
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "literal_bytes": self.literal_bytes,
+            "matched_bytes": self.matched_bytes,
+            "files_total": self.files_total,
+            "files_transferred": self.files_transferred,
+            "files_copied_locally": self.copied_files,
+            "dirs_created": self.dirs_created,
+            "links": self.links,
+            "deleted": self.deleted,
+            "errors": [{"path": p, "error": e} for p, e in self.failed],
+            "in_step": self.in_step,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+async def open_remote(
+    connection: Connection, share: str, path: str, write: bool, create: bool, excludes: list[str]
+) -> dict[str, Any]:
+    conversation = connection.start(
+        "open", share=share, path=to_wire(path), write=write, create=create, excludes=excludes
+    )
+    try:
+        return await conversation.receive("opened")
+    finally:
+        conversation.close()
+
+
+def count_files(tree: Entry) -> int:
+    from rdc.snapshot import iter_entries
+
+    return sum(1 for _, e in iter_entries(tree) if e.kind == "f")
+
+
+class _Progress:
+    def __init__(self, options: Options, changes: Changes) -> None:
+        self.report = options.progress
+        self.files_total = len(changes.files)
+        self.bytes_total = sum(changes.sizes.values())
+        self.files_done = 0
+        self.bytes_done = 0
+
+    def file_done(self, path: str, size: int) -> None:
+        self.files_done += 1
+        self.bytes_done += size
+        if self.report:
+            self.report(Event(self.files_done, self.files_total, self.bytes_done,
+                              self.bytes_total, path))
+
+
+# ---------------------------------------------------------------- push
+
+
+async def push(
+    connection: Connection, replica: Replica, tree: Entry, opened: dict, options: Options
+) -> Stats:
+    """Bring the opened remote directory to the content of ``tree`` (scanned from
+    ``replica``)."""
+    started = time.monotonic()
+    stats = Stats(files_total=count_files(tree))
+    if tree.content == opened["content"] and tree.meta == opened["meta"]:
+        stats.in_step = True
+        return stats
+    for hb in (8, 32):
+        changes = await Comparison(tree, push=True, hb=hb).run(connection, opened["content"])
+        stats.changes = changes
+        if options.dry_run:
+            return stats
+        await _push_changes(connection, replica, changes, options, stats)
+        await _push_times(connection, tree)
+        finished = await _finish(connection)
+        stats.in_step = finished["content"] == tree.content and finished["meta"] == tree.meta
+        if stats.in_step or stats.failed or finished["content"] == tree.content:
+            break
+        opened = finished  # a hash prefix matched by accident: compare in full
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+async def _ops(connection: Connection, ops: list[list], stats: Stats) -> list[bool]:
+    """Send ops in order (batches of MAX_ITEMS); True per op that succeeded."""
+    ok: list[bool] = []
+    for start in range(0, len(ops), MAX_ITEMS):
+        batch = ops[start : start + MAX_ITEMS]
+        conversation = connection.start("ops", ops=batch)
+        message = await conversation.receive("oks")
+        conversation.close()
+        for op, result in zip(batch, message["results"], strict=False):
+            if result is not None:
+                stats.failed.append((os.fsdecode(op[1]), f"{result[0]}: {result[1]}"))
+            ok.append(result is None)
+    return ok
+
+
+async def _push_changes(
+    connection: Connection, replica: Replica, changes: Changes, options: Options, stats: Stats
+) -> None:
+    prelude = [["rm", to_wire(p), None, e] for p, e in changes.replace]
+    prelude += [["mkdir", to_wire(p), mode, None] for p, mode in changes.mkdirs]
+    results = await _ops(connection, prelude, stats)
+    stats.dirs_created += sum(results[len(changes.replace):])
+    progress = _Progress(options, changes)
+    limiter = trio.CapacityLimiter(options.concurrency)
+
+    async def send_file(path: str, expect: bytes | None) -> None:
+        async with limiter:
+            await _push_file(connection, replica, path, expect, stats)
+        progress.file_done(path, changes.sizes.get(path, 0))
+
+    async with trio.open_nursery() as nursery:
+        for path, expect in changes.files:
+            nursery.start_soon(send_file, path, expect)
+        links = [["link", to_wire(p), target, e] for p, target, e in changes.links]
+        stats.links += sum(await _ops(connection, links, stats))
+    if options.delete:
+        removals = [["rm", to_wire(p), None, e] for p, e in changes.removals]
+        stats.deleted += sum(await _ops(connection, removals, stats))
+    modes = [["mode", to_wire(p), mode, None] for p, mode in changes.modes]
+    stats.modes += sum(await _ops(connection, modes, stats))
+
+
+async def _push_file(
+    connection: Connection, replica: Replica, path: str, expect: bytes | None, stats: Stats
+) -> None:
+    try:
+        signature, st, f = await trio.to_thread.run_sync(replica.sign, path)
+    except OSError as exc:
+        stats.failed.append((path, exc.strerror or str(exc)))
+        return
+    with f:
+        fd = f.fileno()
+
+        def read(offset: int, length: int) -> bytes:
+            return os.pread(fd, length, offset)
+
+        try:
+            fields = offer_fields(signature, st, read, older_version_likely=expect is not None)
+        except Refusal as exc:
+            stats.failed.append((path, str(exc)))
+            return
+        conversation = connection.start("offer", path=to_wire(path), expect=expect, **fields)
+        try:
+            if "data" in fields:
+                done = await conversation.receive("done")
+            else:
+                done = await serve_wants(conversation, SourceFile(signature.tree, read))
+        except Refusal as exc:  # the file changed under us, or the server refused
+            stats.failed.append((path, str(exc)))
+            if not isinstance(exc, RemoteError):
+                conversation.send("error", code=exc.code, msg=str(exc))
+            return
+        finally:
+            conversation.close()
+    _count(stats, path, done)
+
+
+def _count(stats: Stats, path: str, done: dict[str, Any]) -> None:
+    if not done["ok"]:
+        stats.failed.append((path, f"{done['code']}: {done['msg']}"))
+        return
+    if done["how"] in ("copy", "whole", "delta"):
+        stats.files_transferred += 1
+    if done["how"] == "copy":
+        stats.copied_files += 1
+    stats.literal_bytes += done["literal"]
+    stats.matched_bytes += done["matched"]
+
+
+# ---------------------------------------------------------------- metadata
+
+
+async def _mlist(connection: Connection, paths: list[str], hb: int) -> list:
+    conversation = connection.start("mlist", paths=[to_wire(p) for p in paths], hb=hb)
+    items: list = []
+    while True:
+        message = await conversation.receive("mlisting")
+        items.extend(message["dirs"])
+        if not message["more"]:
+            break
+    conversation.close()
+    return items
+
+
+async def _times_walk(
+    connection: Connection, tree: Entry, visit: Callable[[list, Entry], None], hb: int = 8
+) -> None:
+    """Descend the directories whose metadata hashes differ, calling ``visit`` with each
+    mlisting item and the matching local directory."""
+    frontier = [""]
+    while frontier:
+        next_frontier: list[str] = []
+        for item in await _mlist(connection, frontier, hb):
+            path, content, whole, _, metas = item
+            local = lookup(tree, path)
+            if local is None or local.kind != "d" or local.content[: len(content)] != content:
+                continue
+            visit(item, local)
+            if whole:
+                continue
+            subdirs = [(n, e) for n, e in local.sorted_children() if e.kind == "d"]
+            for k, (name, entry) in enumerate(subdirs):
+                if metas[k * hb : (k + 1) * hb] != entry.meta[:hb]:
+                    next_frontier.append(f"{path}/{name}" if path else name)
+        frontier = next_frontier
+
+
+async def _push_times(connection: Connection, tree: Entry) -> None:
+    updates: list = []
+
+    def visit(item: list, local: Entry) -> None:
+        path, content, whole, times, _ = item
+        mine = times_of(local, whole)
+        try:
+            theirs = decode_times(times[0], times[1])
+        except ValueError:
+            theirs = []
+        if mine != theirs:
+            table, index = encode_times(mine)
+            updates.append([to_wire(path), content, whole, [table, index]])
+
+    await _times_walk(connection, tree, visit)
+    for start in range(0, len(updates), 256):
+        conversation = connection.start("mset", dirs=updates[start : start + 256])
+        await conversation.receive("ok")
+        conversation.close()
+
+
+async def _finish(connection: Connection) -> dict[str, Any]:
+    conversation = connection.start("finish")
+    try:
+        return await conversation.receive("finished")
+    finally:
+        conversation.close()
+
+
+# ---------------------------------------------------------------- pull
+
+
+async def pull(
+    connection: Connection, replica: Replica, tree: Entry, opened: dict, options: Options
+) -> Stats:
+    """Bring the local directory (``replica``, scanned as ``tree``) to the content of the
+    opened remote directory."""
+    started = time.monotonic()
+    stats = Stats()
+    if tree.content == opened["content"] and tree.meta == opened["meta"]:
+        stats.in_step = True
+        stats.files_total = count_files(tree)
+        return stats
+    for hb in (8, 32):
+        changes = await Comparison(tree, push=False, hb=hb).run(connection, opened["content"])
+        stats.changes = changes
+        if options.dry_run:
+            return stats
+        await _pull_changes(connection, replica, changes, options, stats)
+        tree = await trio.to_thread.run_sync(replica.scan)
+        await _pull_times(connection, replica, tree)
+        tree = await trio.to_thread.run_sync(replica.scan)
+        stats.in_step = tree.content == opened["content"] and tree.meta == opened["meta"]
+        if stats.in_step or stats.failed or tree.content == opened["content"]:
+            break
+    stats.files_total = count_files(tree)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+async def _local_ops(replica: Replica, ops: list, stats: Stats) -> list[bool]:
+    results = await trio.to_thread.run_sync(apply_ops, replica, ops)
+    for op, result in zip(ops, results, strict=True):
+        if result is not None:
+            stats.failed.append((op[1], f"{result[0]}: {result[1]}"))
+    return [r is None for r in results]
+
+
+async def _pull_changes(
+    connection: Connection, replica: Replica, changes: Changes, options: Options, stats: Stats
+) -> None:
+    prelude = [("rm", p, None, e) for p, e in changes.replace]
+    prelude += [("mkdir", p, mode, None) for p, mode in changes.mkdirs]
+    results = await _local_ops(replica, prelude, stats)
+    stats.dirs_created += sum(results[len(changes.replace):])
+    progress = _Progress(options, changes)
+    limiter = trio.CapacityLimiter(options.concurrency)
+
+    async def get_file(path: str, expect: bytes | None) -> None:
+        async with limiter:
+            size = await _pull_file(connection, replica, path, expect, stats)
+        progress.file_done(path, size)
+
+    async with trio.open_nursery() as nursery:
+        for path, expect in changes.files:
+            nursery.start_soon(get_file, path, expect)
+    links = [("link", p, target, e) for p, target, e in changes.links]
+    stats.links += sum(await _local_ops(replica, links, stats))
+    if options.delete:
+        removals = [("rm", p, None, e) for p, e in changes.removals]
+        stats.deleted += sum(await _local_ops(replica, removals, stats))
+    modes = [("mode", p, mode, None) for p, mode in changes.modes]
+    stats.modes += sum(await _local_ops(replica, modes, stats))
+
+
+async def _pull_file(
+    connection: Connection, replica: Replica, path: str, expect: bytes | None, stats: Stats
+) -> int:
+    conversation = connection.start("get", path=to_wire(path), expect=expect)
+    try:
+        offer = await conversation.receive("offer")
+        outcome = await receive_file(conversation, replica, path, offer, expect)
+    except Refusal as exc:
+        stats.failed.append((path, str(exc)))
+        return 0
+    finally:
+        conversation.close()
+    _count(stats, path, {"ok": True, "how": outcome.how, "literal": outcome.literal,
+                         "matched": outcome.matched})
+    return offer["size"]
+
+
+async def _pull_times(connection: Connection, replica: Replica, tree: Entry) -> None:
+    updates: list = []
+
+    def visit(item: list, local: Entry) -> None:
+        updates.append(item)
+
+    await _times_walk(connection, tree, visit)
+
+    def apply() -> None:
+        for path, content, whole, times, _ in updates:
+            apply_times(replica, tree, path, content, whole, times)
+
+    await trio.to_thread.run_sync(apply)

@@ -1,0 +1,86 @@
+"""The handshake (docs/protocol.md section 2): versions, features, the token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from rdc.errors import AccessDenied, ConnectionFailed, ProtocolError, RemoteError
+from rdc.wire import messages
+from rdc.wire.frames import ConnectionClosed, FrameStream
+
+PROTOCOL_MIN = 1
+PROTOCOL_MAX = 1
+FEATURES = ("zstd",)
+HANDSHAKE_SECONDS = 10
+
+
+def agent() -> str:
+    from importlib import metadata
+
+    try:
+        return f"rdc/{metadata.version('rdc')}"
+    except metadata.PackageNotFoundError:  # a source tree
+        return "rdc/unknown"
+
+
+async def _one(frames: FrameStream, expected: str) -> dict[str, Any]:
+    batch = await frames.receive()
+    if len(batch) != 1:
+        raise ProtocolError(message="the handshake is one message per frame")
+    message = messages.check(batch[0])
+    if message["t"] == "error":
+        code = message["code"]
+        text = message["msg"] or code
+        if code in ("auth", "share", "readonly"):
+            raise AccessDenied(message=f"server: {text}")
+        raise RemoteError(code=code, message=f"server: {text}")
+    if message["t"] != expected:
+        raise ProtocolError(message=f"expected {expected!r}, got {message['t']!r}")
+    return message
+
+
+async def client_handshake(frames: FrameStream, token: str, compress: bool = True) -> dict:
+    """Say hello; return the server's welcome. Compression is switched on if both sides
+    have it (and ``compress``)."""
+    features = list(FEATURES) if compress else []
+    await frames.send(
+        [{"t": "hello", "proto": [PROTOCOL_MIN, PROTOCOL_MAX], "agent": agent(),
+          "features": features, "token": token}]
+    )
+    try:
+        welcome = await _one(frames, "welcome")
+    except ConnectionClosed:
+        raise ConnectionFailed(
+            message="the server closed the connection during the handshake"
+        ) from None
+    if not PROTOCOL_MIN <= welcome["proto"] <= PROTOCOL_MAX:
+        raise ProtocolError(message=f"the server chose protocol {welcome['proto']}")
+    frames.compress = "zstd" in welcome["features"] and "zstd" in features
+    return welcome
+
+
+async def server_handshake(
+    frames: FrameStream, token_ok: Callable[[str], Any], compress: bool = True
+) -> tuple[dict, Any]:
+    """Wait for hello (at most HANDSHAKE_SECONDS), check the version and the token; send
+    welcome. Returns the hello and what ``token_ok`` returned for the token (the client's
+    rights). A bad token gets ``error auth`` and nothing else."""
+    with trio.fail_after(HANDSHAKE_SECONDS):
+        hello = await _one(frames, "hello")
+    low, high = hello["proto"]
+    chosen = min(high, PROTOCOL_MAX)
+    rights = token_ok(hello["token"])
+    if not rights:
+        await frames.send([{"t": "error", "code": "auth", "msg": "authentication failed"}])
+        raise AccessDenied(message="authentication failed")
+    if chosen < max(low, PROTOCOL_MIN):
+        await frames.send([{"t": "error", "code": "version",
+                            "msg": f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"}])
+        raise ProtocolError(message=f"client speaks protocol {low}..{high}")
+    features = [f for f in hello["features"] if f in FEATURES and compress]
+    await frames.send([{"t": "welcome", "proto": chosen, "agent": agent(), "features": features}])
+    frames.compress = "zstd" in features
+    return hello, rights

@@ -1,0 +1,244 @@
+"""The server's side of a connection after the handshake: an allowlist of requests, each
+answered from the opened directory (docs/protocol.md section 3).
+
+The daemon supplies `Shares`, which knows which shares exist, what a token may do, and
+keeps one `Replica` per opened directory; everything here is protocol logic and is
+tested over in-memory streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from rdc.descent import SourceFile
+from rdc.errors import ProtocolError, Refusal
+from rdc.fs import ConflictError
+from rdc.ignore import Excludes
+from rdc.paths import PathError, to_wire
+from rdc.replica import Replica
+from rdc.session import Conversation
+from rdc.snapshot import Entry
+from rdc.transfer.ops import apply_ops, apply_times, listing, mlisting
+from rdc.transfer.source import offer_fields, serve_wants
+from rdc.transfer.target import NO_CHECK, receive_file
+from rdc.wire.codec import pack
+
+log = logging.getLogger("rdc.serve")
+LISTING_SPLIT = 8192  # entries of one directory per listing item
+
+
+@dataclass
+class Opened:
+    """What `Shares.open` hands back: the replica of the opened directory, whether this
+    client may write it, and the share's change counter."""
+
+    replica: Replica
+    writable: bool
+    share: str
+    lock: trio.Lock  # one scan of a replica at a time
+    changed: Callable[[], int]  # bump and return the share's change sequence number
+    sequence: Callable[[], int]  # the current one
+
+
+class Shares(Protocol):
+    async def open(self, share: str, path: str, write: bool, create: bool) -> Opened:
+        """The replica of ``path`` in ``share``; raises Refusal (``share``, ``readonly``,
+        ``path``)."""
+
+
+@dataclass
+class ServerSession:
+    """One client connection's state: nothing is allowed before ``open``."""
+
+    shares: Shares
+    peer: str = "?"
+    opened: Opened | None = None
+    excludes: Excludes = field(default_factory=Excludes)
+    tree: Entry | None = None
+    dirty: bool = False  # written since the last scan
+    _opening: bool = False
+
+    async def handle(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        kind = message["t"]
+        if kind == "open":
+            if self._opening:
+                raise ProtocolError(message="open twice on one connection")
+            self._opening = True
+            await self._open(conversation, message)
+            return
+        if self.opened is None:
+            raise ProtocolError(message=f"{kind!r} before open")
+        handler = self._handlers()[kind]
+        await handler(conversation, message)
+
+    def _handlers(self) -> dict[str, Callable[[Conversation, dict[str, Any]], Awaitable[None]]]:
+        return {
+            "list": self._list,
+            "mlist": self._mlist,
+            "offer": self._offer,
+            "get": self._get,
+            "ops": self._ops,
+            "mset": self._mset,
+            "finish": self._finish,
+        }
+
+    # ------------------------------------------------------------ open and scans
+
+    async def _open(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        try:
+            self.excludes = Excludes(message["excludes"])
+        except Refusal:
+            raise
+        except Exception as exc:  # a pattern the library cannot parse
+            raise Refusal("path", message=f"bad exclude pattern: {exc}") from None
+        opened = await self.shares.open(
+            message["share"], message["path"], message["write"], message["create"]
+        )
+        self.opened = opened
+        tree = await self._scan()
+        log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message["path"],
+                 "read-write" if opened.writable and message["write"] else "read-only")
+        conversation.send(
+            "opened",
+            content=tree.content,
+            meta=tree.meta,
+            writable=opened.writable,
+            seq=opened.sequence(),
+        )
+
+    async def _scan(self) -> Entry:
+        assert self.opened is not None
+        async with self.opened.lock:
+            self.tree = await trio.to_thread.run_sync(self.opened.replica.scan, self.excludes)
+        self.dirty = False
+        return self.tree
+
+    async def _fresh_tree(self) -> Entry:
+        if self.dirty or self.tree is None:
+            return await self._scan()
+        return self.tree
+
+    def _writable(self) -> Opened:
+        assert self.opened is not None
+        if not self.opened.writable:
+            raise Refusal("readonly", message=f"share {self.opened.share!r} is read-only")
+        return self.opened
+
+    # ------------------------------------------------------------ reading
+
+    async def _list(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        tree = await self._fresh_tree()
+        dirs = [[to_wire(path), listing(tree, path, message["hb"])] for path in message["paths"]]
+        _send_split(conversation, "listing", dirs)
+
+    async def _mlist(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        tree = await self._fresh_tree()
+        items = [mlisting(tree, path, message["hb"]) for path in message["paths"]]
+        dirs = [item for item in items if item is not None]
+        _send_split(conversation, "mlisting", dirs)
+
+    async def _get(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        assert self.opened is not None
+        replica = self.opened.replica
+        path = message["path"]
+        try:
+            signature, st, f = await trio.to_thread.run_sync(replica.sign, path)
+        except FileNotFoundError:
+            raise Refusal("vanished", message=f"{path} is gone") from None
+        except (PathError, IsADirectoryError, NotADirectoryError) as exc:
+            raise Refusal("path", message=str(exc)) from None
+        with f:
+            fd = f.fileno()
+
+            def read(offset: int, length: int) -> bytes:
+                return os.pread(fd, length, offset)
+
+            fields = offer_fields(
+                signature, st, read, older_version_likely=message.get("expect") is not None
+            )
+            conversation.send("offer", **fields)
+            if "data" in fields:
+                await conversation.receive("done")
+                return
+            await serve_wants(conversation, SourceFile(signature.tree, read))
+
+    # ------------------------------------------------------------ writing
+
+    async def _offer(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        opened = self._writable()
+        if "path" not in message or not message["path"]:
+            raise ProtocolError(message="an offer to the server names its path")
+        self.dirty = True
+        opened.changed()
+        await receive_file(
+            conversation, opened.replica, message["path"], message,
+            message.get("expect", NO_CHECK),
+        )
+
+    async def _ops(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        opened = self._writable()
+        self.dirty = True
+        opened.changed()
+        results = await trio.to_thread.run_sync(apply_ops, opened.replica, message["ops"])
+        conversation.send("oks", results=results)
+
+    async def _mset(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        opened = self._writable()
+        tree = await self._fresh_tree()
+        applied = skipped = 0
+
+        def run() -> None:
+            nonlocal applied, skipped
+            for path, content, whole, times in message["dirs"]:
+                done, missed = apply_times(opened.replica, tree, path, content, whole, times)
+                applied += done
+                skipped += missed
+
+        try:
+            await trio.to_thread.run_sync(run)
+        except (ConflictError, PathError) as exc:
+            raise Refusal("path", message=str(exc)) from None
+        if applied:
+            self.dirty = True
+            opened.changed()
+        conversation.send("ok", applied=applied, skipped=skipped)
+
+    async def _finish(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        assert self.opened is not None
+        tree = await self._scan()
+        conversation.send(
+            "finished", content=tree.content, meta=tree.meta, seq=self.opened.sequence()
+        )
+
+
+def _send_split(conversation: Conversation, kind: str, dirs: list) -> None:
+    """Send directory items in messages of about 1 MiB (``more`` on all but the last). A
+    directory of many entries is split into several items with the same path."""
+    batch: list = []
+    weight = 0
+    for item in _split_large(dirs):
+        size = len(pack(item))
+        if batch and weight + size > 1 << 20:
+            conversation.send(kind, dirs=batch, more=True)
+            batch, weight = [], 0
+        batch.append(item)
+        weight += size
+    conversation.send(kind, dirs=batch, more=False)
+
+
+def _split_large(dirs: list) -> list:
+    out = []
+    for item in dirs:
+        entries = item[1] if len(item) == 2 else None
+        if entries is None or len(entries) <= LISTING_SPLIT:
+            out.append(item)
+            continue
+        for start in range(0, len(entries), LISTING_SPLIT):
+            out.append([item[0], entries[start : start + LISTING_SPLIT]])
+    return out

@@ -1,0 +1,119 @@
+"""The source's side of one file (docs/protocol.md, "Files"): the offer, then answers to the
+target's wants until the target says ``done``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import trio
+
+from rdc.descent import SUBS_FROM, WHOLE_BELOW, SourceChanged, SourceFile
+from rdc.errors import ProtocolError, Refusal
+from rdc.session import Conversation
+from rdc.signature import FileSignature
+from rdc.wire.codec import MAX_PIECE
+
+# What the source may send for ``want whole`` before the target grants more (``more``).
+WHOLE_CREDIT = 4 << 20
+# Data messages are cut at about this size, so that other conversations interleave.
+MESSAGE_BYTES = 1 << 20
+
+
+def offer_fields(
+    signature: FileSignature,
+    st: os.stat_result,
+    read: Any,
+    *,
+    older_version_likely: bool = False,
+) -> dict[str, Any]:
+    """The fields of an offer for a file: its root, size and sketch; the content itself for
+    a tiny file; the sub-chunk list of a one-chunk file the target probably holds an older
+    version of (it saves the descent two round trips)."""
+    tree = signature.tree
+    fields: dict[str, Any] = {
+        "size": tree.size,
+        "root": tree.root,
+        "depth": len(tree.levels),
+        "sketch": signature.sketch,
+        "mode": st.st_mode & 0o7777,
+        "mtime": st.st_mtime_ns,
+    }
+    if tree.size < WHOLE_BELOW:
+        data = read(0, tree.size)
+        if len(data) != tree.size:
+            raise Refusal("vanished", message="the file changed while it was being read")
+        fields["data"] = data
+    elif older_version_likely and len(tree.leaves) == 1 and tree.size >= SUBS_FROM:
+        subs = SourceFile(tree, read).subs(0)
+        fields["subs"] = [subs.prefixes, subs.lengths]
+    return fields
+
+
+async def serve_wants(conversation: Conversation, source: SourceFile) -> dict[str, Any]:
+    """Answer wants until ``done``, which is returned. A want that does not fit the file is
+    a protocol error; a file that changed under us ends the conversation (``vanished``)."""
+    while True:
+        message = await conversation.receive("want", "done", "more")
+        if message["t"] == "done":
+            return message
+        if message["t"] == "more":  # credit that arrived after the whole file was sent
+            continue
+        try:
+            kind = message["k"]
+            if kind == "expand":
+                lists = [source.children(level, i) for level, i in message["nodes"]]
+                conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
+            elif kind == "subs":
+                lists = [source.subs(leaf) for leaf in message["leaves"]]
+                conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
+            elif kind == "fetch":
+                await _send_items(conversation, source, message["items"])
+            else:
+                done = await _send_whole(conversation, source)
+                if done is not None:
+                    return done
+        except SourceChanged as exc:
+            changed = f"the file changed while it was sent: {exc}"
+            raise Refusal("vanished", message=changed) from None
+        except ValueError as exc:
+            raise ProtocolError(message=f"a want that does not fit the file: {exc}") from None
+
+
+async def _send_items(
+    conversation: Conversation, source: SourceFile, items: list[tuple[int, int, int]]
+) -> None:
+    pieces: list[bytes] = []
+    size = 0
+    for n, (leaf, first, count) in enumerate(items):
+        data = source.data(leaf, first, count)
+        pieces.append(data)
+        size += len(data)
+        if size >= MESSAGE_BYTES or n == len(items) - 1:
+            await conversation.send_data("data", d=pieces, end=n == len(items) - 1)
+            pieces, size = [], 0
+    if not items:
+        conversation.send("data", d=[], end=True)
+
+
+async def _send_whole(conversation: Conversation, source: SourceFile) -> dict[str, Any] | None:
+    """Stream the whole file within the target's credit. Returns ``done`` if the target
+    gave up meanwhile."""
+    size = source.tree.size
+    credit = WHOLE_CREDIT
+    offset = 0
+    while True:
+        while credit <= 0:
+            message = await conversation.receive("more", "done")
+            if message["t"] == "done":
+                return message
+            credit += message["n"]
+        n = min(MAX_PIECE, size - offset)
+        data = await trio.to_thread.run_sync(source.read, offset, n) if n else b""
+        if len(data) != n:
+            raise SourceChanged("the file is shorter than its signature")
+        offset += n
+        credit -= n
+        await conversation.send_data("data", d=[data] if n else [], end=offset == size)
+        if offset == size:
+            return None

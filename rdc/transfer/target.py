@@ -1,0 +1,347 @@
+"""The target's side of one file (docs/protocol.md, "Files"): decide what is needed, descend
+the source's tree, fetch what is missing, rebuild the file beside the old one, check its
+root, and commit it atomically.
+
+Whatever fails (the source, the peer, the disk), the old file stays as it was: the new one
+only ever exists as a temporary until its root checked out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from rdc.descent import (
+    EntryList,
+    Expand,
+    Offer,
+    Plan,
+    Reply,
+    SeedMap,
+    SubLists,
+    target_descent,
+)
+from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.fs import ConflictError, Expect
+from rdc.replica import Replica
+from rdc.session import Conversation
+from rdc.signature import FileSignature
+from rdc.transfer.source import WHOLE_CREDIT
+from rdc.verify import StreamSigner
+
+COPY_PIECE = 1 << 20
+THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
+NO_CHECK = object()  # ``expect`` absent: overwrite whatever is there
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a file arrived: ``have`` (nothing to do), ``copy`` (from another local file),
+    ``whole`` or ``delta``; with the literal and matched bytes."""
+
+    how: str
+    literal: int = 0
+    matched: int = 0
+
+
+class SeedChanged(OSError):
+    """A seed file changed between planning and copying."""
+
+
+class _Assembly:
+    """A temporary file being written in order, signed as it grows."""
+
+    def __init__(self, replica: Replica, path: str) -> None:
+        self.temp = replica.fs.create_temp(path)
+        self.signer = StreamSigner()
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.temp.write(data)
+        self.signer.feed(data)
+
+    def copy(self, runs: list[tuple[Callable[[int, int], bytes], int, int]]) -> None:
+        for read, offset, length in runs:
+            while length:
+                n = min(length, COPY_PIECE)
+                data = read(offset, n)
+                if len(data) != n:
+                    raise SeedChanged("a seed file is shorter than its signature")
+                self.write(data)
+                offset += n
+                length -= n
+
+    def abort(self) -> None:
+        self.temp.abort()
+
+
+async def _run(fn: Callable[..., Any], *args: Any, size: int = THREAD_FROM) -> Any:
+    """Blocking file work: inline when small, on a worker thread when large."""
+    if size >= THREAD_FROM:
+        return await trio.to_thread.run_sync(fn, *args)
+    return fn(*args)
+
+
+async def receive_file(
+    conversation: Conversation,
+    replica: Replica,
+    path: str,
+    offer: dict[str, Any],
+    expect: Any = NO_CHECK,
+) -> Outcome:
+    """Bring the file at ``path`` to the offered content, talking to the source over
+    ``conversation``, and end the conversation with ``done``. Raises Refusal (after sending
+    ``done`` with the error) if the file could not be brought in."""
+    try:
+        outcome = await _receive(conversation, replica, path, offer, expect)
+    except (Refusal, ConflictError, OSError) as exc:
+        code = getattr(exc, "code", "conflict" if isinstance(exc, ConflictError) else "io")
+        message = str(exc) if not isinstance(exc, OSError) else f"{path}: {exc.strerror or exc}"
+        if not isinstance(exc, RemoteError):  # the source ended it already
+            conversation.send("done", ok=False, code=code, msg=message)
+        raise Refusal(code, message=message) from None
+    conversation.send(
+        "done", ok=True, how=outcome.how, literal=outcome.literal, matched=outcome.matched
+    )
+    return outcome
+
+
+async def _receive(
+    conversation: Conversation, replica: Replica, path: str, offer: dict[str, Any], expect: Any
+) -> Outcome:
+    root = offer["root"]
+    check = await trio.to_thread.run_sync(_expectation, replica, path, expect)
+    if await trio.to_thread.run_sync(replica.current_root, path) == root:
+        await trio.to_thread.run_sync(_touch, replica, path, offer)
+        return Outcome("have")
+    for holder in await trio.to_thread.run_sync(replica.holders, root):
+        if holder == path:
+            continue
+        signature = await trio.to_thread.run_sync(_copy_local, replica, holder, path, offer, check)
+        if signature is not None:
+            return Outcome("copy", matched=offer["size"])
+    if "data" in offer:
+        assembly = _Assembly(replica, path)
+        try:
+            assembly.write(offer["data"])
+            await _commit(replica, assembly, path, offer, check)
+        except BaseException:
+            assembly.abort()
+            raise
+        return Outcome("whole", literal=offer["size"])
+
+    seeds = SeedMap(await trio.to_thread.run_sync(replica.seeds, path, offer["sketch"]))
+    plan = await _descend(conversation, offer, seeds)
+    if not plan.whole:
+        assembly = _Assembly(replica, path)
+        try:
+            await _assemble(conversation, assembly, plan, seeds)
+            if await _commit(replica, assembly, path, offer, check, final=False):
+                return Outcome("delta", plan.literal_bytes(), plan.matched_bytes())
+        except SeedChanged:
+            pass
+        finally:
+            assembly.abort()
+    # No seeds, or the rebuilt file did not check out: the whole content, once.
+    assembly = _Assembly(replica, path)
+    try:
+        await _receive_whole(conversation, assembly, offer["size"])
+        await _commit(replica, assembly, path, offer, check)
+    finally:
+        assembly.abort()
+    return Outcome("whole", literal=offer["size"])
+
+
+def _expectation(replica: Replica, path: str, expect: Any) -> Expect | None:
+    """What the file at ``path`` must still be at commit time: the ``expect`` of an offer (a
+    root prefix, or None for "nothing there") made into a check of its current state."""
+    if expect is NO_CHECK:
+        return None
+    if expect is None:
+        if replica.fs.lstat(path) is not None:
+            raise ConflictError(path=path, expected="nothing", found="an entry")
+        return Expect.absent()
+    try:
+        signature, st, f = replica.sign(path)
+    except FileNotFoundError:
+        raise ConflictError(path=path, expected="a file", found="nothing") from None
+    f.close()
+    if not signature.root.startswith(expect):
+        raise ConflictError(path=path, expected="the version listed", found="another version")
+    return Expect.from_stat(st)
+
+
+def _touch(replica: Replica, path: str, offer: dict[str, Any]) -> None:
+    st = replica.fs.lstat(path)
+    if st is None:
+        return
+    if st.st_mode & 0o7777 != offer["mode"]:
+        replica.fs.chmod(path, offer["mode"])
+    if st.st_mtime_ns != offer["mtime"]:
+        replica.fs.set_times(path, offer["mtime"])
+
+
+def _copy_local(
+    replica: Replica, holder: str, path: str, offer: dict[str, Any], check: Expect | None
+) -> FileSignature | None:
+    """Copy another local file with the offered root; None if it no longer has it."""
+    try:
+        source = replica.fs.open_read(holder)
+    except OSError:
+        return None
+    assembly = _Assembly(replica, path)
+    try:
+        with source:
+            while data := source.read(COPY_PIECE):
+                assembly.write(data)
+        signature = assembly.signer.finish()
+        if signature.root != offer["root"]:
+            return None
+        st = assembly.temp.commit(offer["mode"], offer["mtime"], check)
+        replica.record(path, st, signature)
+        return signature
+    finally:
+        assembly.abort()
+
+
+async def _descend(conversation: Conversation, offer: dict[str, Any], seeds: SeedMap) -> Plan:
+    subs = offer.get("subs")
+    steps = target_descent(
+        Offer(
+            offer["size"],
+            offer["root"],
+            offer["depth"],
+            offer["sketch"],
+            EntryList(0, subs[0], subs[1]) if subs else None,
+        ),
+        seeds,
+        False,
+    )
+    reply = None
+    while True:
+        try:
+            request = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        except ValueError as exc:
+            raise ProtocolError(message=f"the source's tree does not add up: {exc}") from None
+        if isinstance(request, Expand):
+            conversation.send("want", k="expand", nodes=[list(n) for n in request.nodes])
+        elif isinstance(request, SubLists):
+            conversation.send("want", k="subs", leaves=list(request.leaves))
+        else:  # pragma: no cover - the descent yields nothing else
+            raise AssertionError(request)
+        message = await conversation.receive("lists")
+        reply = Reply(lists=tuple(EntryList(*item) for item in message["lists"]))
+
+
+class _Literal:
+    """The fetched items of a plan, in order: one ``fetch`` want per batch, sent when the
+    batch is first needed."""
+
+    def __init__(self, conversation: Conversation, plan: Plan) -> None:
+        self.conversation = conversation
+        self.plan = plan
+        self.batches = deque(plan.fetch_batches())
+        self.ready: deque[bytes] = deque()
+        self.next_item = 0
+
+    async def take(self, item: int) -> bytes:
+        if item != self.next_item:
+            raise AssertionError("literal items are taken in order")
+        if not self.ready:
+            await self._fetch_batch()
+        data = self.ready.popleft()
+        expected = self.plan.fetch[item].length
+        if len(data) != expected:
+            raise ProtocolError(message=f"fetched {len(data)} bytes where {expected} were asked")
+        self.next_item += 1
+        return data
+
+    async def _fetch_batch(self) -> None:
+        batch = self.batches.popleft()
+        items = [[self.plan.fetch[i].leaf, self.plan.fetch[i].first, self.plan.fetch[i].count]
+                 for i in batch]
+        self.conversation.send("want", k="fetch", items=items)
+        while True:
+            message = await self.conversation.receive("data")
+            self.ready.extend(message["d"])
+            if len(self.ready) > len(batch):
+                raise ProtocolError(message="more data than was fetched")
+            if message["end"]:
+                break
+        if len(self.ready) != len(batch):
+            raise ProtocolError(message="less data than was fetched")
+
+
+async def _assemble(
+    conversation: Conversation, assembly: _Assembly, plan: Plan, seeds: SeedMap
+) -> None:
+    """Write the plan's pieces in order: seed ranges copied (gathered into large runs for a
+    worker thread), literal data as it arrives."""
+    literal = _Literal(conversation, plan)
+    runs: list[tuple[Callable[[int, int], bytes], int, int]] = []
+    pending = 0
+    for piece in plan.pieces:
+        if piece.seed >= 0:
+            runs.append((seeds.seeds[piece.seed].read, piece.seed_offset, piece.length))
+            pending += piece.length
+            if pending < 4 * COPY_PIECE:
+                continue
+        if runs:
+            await _run(assembly.copy, runs, size=pending)
+            runs, pending = [], 0
+        if piece.seed < 0:
+            assembly.write(await literal.take(piece.item))
+    if runs:
+        await _run(assembly.copy, runs, size=pending)
+
+
+async def _receive_whole(conversation: Conversation, assembly: _Assembly, size: int) -> None:
+    """The whole content, granting the source more credit as it is written."""
+    conversation.send("want", k="whole")
+    received = 0
+    unacknowledged = 0
+    while True:
+        message = await conversation.receive("data")
+        for piece in message["d"]:
+            received += len(piece)
+            if received > size:
+                raise ProtocolError(message="more data than the offered size")
+            await _run(assembly.write, piece, size=len(piece))
+            unacknowledged += len(piece)
+        if message["end"]:
+            break
+        if unacknowledged >= WHOLE_CREDIT // 4:
+            conversation.send("more", n=unacknowledged)
+            unacknowledged = 0
+    if received != size:
+        raise ProtocolError(message=f"received {received} bytes of a {size}-byte file")
+
+
+async def _commit(
+    replica: Replica,
+    assembly: _Assembly,
+    path: str,
+    offer: dict[str, Any],
+    check: Expect | None,
+    final: bool = True,
+) -> bool:
+    """Check the root and, if it matches, commit and index the file. A mismatch is an error
+    if ``final``, else False (the caller asks for the whole file)."""
+
+    def run() -> bool:
+        signature = assembly.signer.finish()
+        if signature.root != offer["root"]:
+            if final:
+                raise Refusal("verify", message=f"{path}: the received file does not have the "
+                              "offered root (it changed at the source while being sent?)")
+            return False
+        st = assembly.temp.commit(offer["mode"], offer["mtime"], check)
+        replica.record(path, st, signature)
+        return True
+
+    return await trio.to_thread.run_sync(run)
