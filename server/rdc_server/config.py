@@ -1,0 +1,187 @@
+"""The daemon's settings, from the command line and/or a TOML file, and its token list.
+
+Config file (every key optional; the command line adds to or overrides it)::
+
+    listen = "0.0.0.0:8730"
+    state_dir = "/var/lib/rdc"
+    token_file = "/etc/rdc/tokens"
+    tls_cert = "/etc/rdc/cert.pem"
+    tls_key = "/etc/rdc/key.pem"
+
+    [shares]
+    docs = "/srv/docs"                          # read-write
+    photos = { path = "/srv/photos", readonly = true }
+
+Token file: one token per line, optionally followed by the shares it may use, each
+``NAME`` (with the share's own mode), ``NAME:ro`` or ``NAME:rw``; without a list the token
+may use every share. ``#`` starts a comment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rdc.errors import UsageError
+from rdc_server.shares import Rights, Share
+
+DEFAULT_PORT = 8730
+MIN_TOKEN = 16
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT``, ``HOST`` or ``:PORT``."""
+    host, port = text, str(DEFAULT_PORT)
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise UsageError(message=f"bad listen address {text!r}")
+        host, rest = text[1:close], text[close + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise UsageError(message=f"bad listen address {text!r}")
+            port = rest[1:]
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise UsageError(message=f"bad port in {text!r}") from None
+    if not 0 <= number <= 65535:
+        raise UsageError(message=f"bad port in {text!r}")
+    return host or "0.0.0.0", number
+
+
+def parse_share(text: str, readonly: bool) -> Share:
+    """``NAME=PATH``."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise UsageError(message=f"a share is NAME=PATH, not {text!r}")
+    return make_share(name, path, readonly)
+
+
+def make_share(name: str, path: str, readonly: bool) -> Share:
+    if "/" in name or name in (".", "..") or len(name.encode()) > 255 or not name.isprintable():
+        raise UsageError(message=f"bad share name {name!r}")
+    real = os.path.realpath(os.path.expanduser(path))
+    if not os.path.isdir(real):
+        raise UsageError(message=f"share {name!r}: {path} is not a directory")
+    return Share(name, real, readonly)
+
+
+class Tokens:
+    """The accepted tokens and their rights. `check` compares the presented token with every
+    configured one in constant time (over digests, so lengths leak nothing either)."""
+
+    def __init__(self, entries: list[tuple[str, Rights]]) -> None:
+        self._entries = [(hashlib.sha256(t.encode()).digest(), r) for t, r in entries]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def check(self, presented: str) -> Rights | None:
+        digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for known, rights in self._entries:
+            if hmac.compare_digest(known, digest) and found is None:
+                found = rights
+        return found
+
+
+def read_tokens(path: str | os.PathLike[str], shares: dict[str, Share]) -> Tokens:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(message=f"cannot read token file {path}: {exc.strerror}") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        token, grants = words[0], words[1:]
+        if len(token) < MIN_TOKEN:
+            raise UsageError(message=f"{path}:{number}: tokens must be at least {MIN_TOKEN} "
+                             "characters")
+        rights: dict[str, str] | None = None
+        if grants:
+            rights = {}
+            for grant in grants:
+                name, _, mode = grant.partition(":")
+                mode = mode or "rw"
+                if name not in shares or mode not in ("ro", "rw"):
+                    raise UsageError(message=f"{path}:{number}: bad grant {grant!r}")
+                rights[name] = mode
+        entries.append((token, Rights(rights)))
+    if not entries:
+        raise UsageError(message=f"token file {path} holds no token")
+    return Tokens(entries)
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    shares: dict[str, Share] = field(default_factory=dict)
+    tokens: Tokens | None = None
+    state_dir: Path = Path(".")
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+def load(args: Any) -> ServerConfig:
+    """Settings from parsed arguments (``args.config`` names an optional TOML file)."""
+    data: dict[str, Any] = {}
+    if args.config:
+        try:
+            with open(args.config, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise UsageError(message=f"cannot read {args.config}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(message=f"{args.config}: {exc}") from None
+    config = ServerConfig()
+    listen = args.listen or data.get("listen")
+    if listen:
+        config.host, config.port = parse_listen(str(listen))
+    shares_data = data.get("shares", {})
+    if not isinstance(shares_data, dict):
+        raise UsageError(message="[shares] must be a table")
+    for name, value in shares_data.items():
+        if isinstance(value, str):
+            config.shares[name] = make_share(name, value, False)
+        elif isinstance(value, dict) and isinstance(value.get("path"), str):
+            config.shares[name] = make_share(name, value["path"], bool(value.get("readonly")))
+        else:
+            raise UsageError(message=f"share {name!r}: expected a path or {{path = ...}}")
+    for text in args.share or []:
+        share = parse_share(text, False)
+        config.shares[share.name] = share
+    for text in args.share_ro or []:
+        share = parse_share(text, True)
+        config.shares[share.name] = share
+    if not config.shares:
+        raise UsageError(message="no shares: give --share NAME=PATH (or a config file)")
+    token_file = args.token_file or data.get("token_file")
+    if not token_file:
+        raise UsageError(message="a token file is required (--token-file)")
+    config.tokens = read_tokens(token_file, config.shares)
+    state = args.state_dir or data.get("state_dir")
+    if not state:
+        raise UsageError(message="--state-dir is required (where the signature indexes live)")
+    config.state_dir = Path(state).expanduser().resolve()
+    for share in config.shares.values():
+        if str(config.state_dir).startswith(share.path + os.sep) or str(
+            config.state_dir
+        ) == share.path:
+            raise UsageError(message=f"the state directory must not be inside share "
+                             f"{share.name!r}")
+    config.tls_cert = args.tls_cert or data.get("tls_cert")
+    config.tls_key = args.tls_key or data.get("tls_key")
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise UsageError(message="TLS needs both --tls-cert and --tls-key")
+    return config

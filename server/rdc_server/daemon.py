@@ -1,0 +1,111 @@
+"""``rdc serve``: listen, authenticate, and serve each connection's conversations.
+
+One trio task per connection; a connection that misbehaves (bad frames, a bad token, a
+protocol error) ends alone and the daemon keeps serving the others. SIGINT and SIGTERM
+stop it: listeners close, connections are cancelled (a file being received stays a
+temporary, removed at the next open of its directory), indexes are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import ssl
+from typing import Any
+
+import trio
+
+from rdc.errors import AccessDenied, ProtocolError, RemoteError
+from rdc.session import Connection
+from rdc.transfer.handshake import server_handshake
+from rdc.transfer.serving import ServerSession
+from rdc.wire.frames import ConnectionClosed, FrameStream
+from rdc_server.config import ServerConfig
+from rdc_server.shares import Registry
+
+log = logging.getLogger("rdc.serve")
+TLS_HANDSHAKE_SECONDS = 10
+
+
+def tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if not config.tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
+
+
+class Daemon:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.registry = Registry(config.shares, config.state_dir)
+        self.tls = tls_context(config)
+        self.connections = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[list[Any]] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Listen until cancelled; ``task_status.started`` gets the listeners (so tests and
+        the log know the bound port)."""
+        listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
+        for listener in listeners:
+            host, port = listener.socket.getsockname()[:2]
+            log.info("listening on %s:%d%s", host, port, " (TLS)" if self.tls else "")
+        for name, share in sorted(self.config.shares.items()):
+            log.info("share %s = %s%s", name, share.path, " (read-only)" if share.readonly else "")
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started(listeners)
+                await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
+        finally:
+            self.registry.close()
+
+    async def _connection(self, stream: trio.abc.Stream) -> None:
+        self.connections += 1
+        number = self.connections
+        peer = _peer(stream)
+        log.info("#%d connection from %s", number, peer)
+        try:
+            if self.tls is not None:
+                stream = trio.SSLStream(stream, self.tls, server_side=True)
+                with trio.fail_after(TLS_HANDSHAKE_SECONDS):
+                    await stream.do_handshake()
+            frames = FrameStream(stream)
+            assert self.config.tokens is not None
+            _, rights = await server_handshake(frames, self.config.tokens.check)
+            session = ServerSession(self.registry.for_client(rights), peer=f"#{number}")
+            await Connection(frames, handler=session.handle).run()
+            log.info("#%d closed", number)
+        except AccessDenied:
+            log.warning("#%d from %s: authentication failed", number, peer)
+        except (ProtocolError, RemoteError) as exc:
+            log.warning("#%d: %s", number, exc)
+        except trio.TooSlowError:
+            log.warning("#%d: handshake timed out", number)
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError,
+                ssl.SSLError, OSError) as exc:
+            log.info("#%d ended: %s", number, exc or type(exc).__name__)
+        except Exception:  # a bug: log it, keep serving the others
+            log.exception("#%d failed", number)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+
+def _peer(stream: trio.abc.Stream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
+        return f"{host}:{port}"
+    except (AttributeError, OSError):
+        return "?"
+
+
+async def run(config: ServerConfig) -> None:
+    """Serve until SIGINT or SIGTERM."""
+    daemon = Daemon(config)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.serve)
+            async for signum in signals:
+                log.info("%s: stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
