@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 
 from rdc.errors import RdcError
-from rdc_client import cmd_chunk, cmd_delta, cmd_sig, cmd_similar
+from rdc.wire.frames import ConnectionClosed
+from rdc_client import cmd_chunk, cmd_delta, cmd_sig, cmd_similar, cmd_transfer
+from rdc_server import cli as server_cli
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -21,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rdc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    cmd_transfer.add_parsers(sub)
+    server_cli.add_parser(sub)
     for module in (cmd_chunk, cmd_sig, cmd_similar, cmd_delta):
         module.add_parser(sub)
     return parser
@@ -42,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RdcError as exc:
         print(f"rdc: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ConnectionClosed as exc:
+        print(f"rdc: {exc}", file=sys.stderr)
+        return 5
     except KeyboardInterrupt:
         print("rdc: interrupted", file=sys.stderr)
         return 130

@@ -51,3 +51,49 @@ class ProgressLine:
         if self.enabled and self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
+
+
+class TransferBar:
+    """A live bar for push and pull: files and bytes done of those planned, and the rate on
+    the wire (from the connection's byte counter)."""
+
+    WIDTH = 24
+
+    def __init__(
+        self, stream: TextIO = sys.stderr, interval: float = 0.2, enabled: bool = False
+    ) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.enabled = enabled
+        self.counter = None  # a CountingStream, set once connected
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.width = 0
+
+    def __call__(self, event) -> None:  # an rdc.transfer.client.Event
+        now = time.monotonic()
+        finished = event.files_done == event.files_total
+        if not self.enabled or (now - self.last < self.interval and not finished):
+            return
+        self.last = now
+        total = max(event.bytes_total, 1)
+        filled = round(self.WIDTH * min(event.bytes_done / total, 1.0))
+        wire = 0
+        if self.counter is not None:
+            wire = self.counter.bytes_sent + self.counter.bytes_received
+        rate = wire / max(now - self.started, 1e-6)
+        text = (
+            f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+            f"{event.files_done:,}/{event.files_total:,} files, "
+            f"{human_bytes(event.bytes_done)}/{human_bytes(event.bytes_total)}, "
+            f"wire {human_bytes(wire)} at {human_bytes(rate)}/s"
+        )
+        self.stream.write("\r" + text.ljust(self.width))
+        self.width = len(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.width = 0

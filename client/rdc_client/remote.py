@@ -1,0 +1,141 @@
+"""Reaching a server: ``rdc://`` URLs, the token, TLS, and an open connection."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+import trio
+
+from rdc.errors import ConnectionFailed, UsageError
+from rdc.paths import PathError, check_relpath
+from rdc.session import Connection, unwrap_group
+from rdc.transfer.handshake import client_handshake
+from rdc.wire.frames import CountingStream, FrameStream
+
+DEFAULT_PORT = 8730
+CONNECT_SECONDS = 15
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    host: str
+    port: int
+    share: str
+    path: str  # inside the share, "" for its root
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        tail = f"/{self.path}" if self.path else ""
+        return f"rdc://{host}:{self.port}/{self.share}{tail}"
+
+
+def parse_url(text: str) -> Remote:
+    """``rdc://HOST[:PORT]/SHARE[/PATH]``."""
+    if not text.startswith("rdc://"):
+        raise UsageError(message=f"not an rdc:// URL: {text!r}")
+    parts = urlsplit(text)
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise UsageError(message=f"an rdc URL has no user, query or fragment: {text!r}")
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError:
+        raise UsageError(message=f"bad port in {text!r}") from None
+    if not parts.hostname:
+        raise UsageError(message=f"no host in {text!r}")
+    segments = [unquote(s) for s in parts.path.split("/") if s]
+    if not segments:
+        raise UsageError(message=f"no share in {text!r} (rdc://HOST:PORT/SHARE[/PATH])")
+    path = "/".join(segments[1:])
+    if path:
+        try:
+            path = check_relpath(path)
+        except PathError as exc:
+            raise UsageError(message=str(exc)) from None
+    return Remote(parts.hostname, port, segments[0], path)
+
+
+def read_token(token_file: str | None) -> str:
+    """The token from ``--token-file`` (its first line) or ``RDC_TOKEN``."""
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise UsageError(message=f"cannot read token file {token_file}: {reason}") from None
+        if not token:
+            raise UsageError(message=f"token file {token_file} is empty")
+        return token
+    token = os.environ.get("RDC_TOKEN", "").strip()
+    if not token:
+        raise UsageError(message="no token: give --token-file FILE or set RDC_TOKEN")
+    return token
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(message=f"cannot load CA file {ca_file}: {exc}") from None
+
+
+@asynccontextmanager
+async def open_connection(
+    remote: Remote,
+    token: str,
+    tls: ssl.SSLContext | None = None,
+    compress: bool = True,
+) -> AsyncIterator[tuple[Connection, CountingStream]]:
+    """A handshaken connection, running; yields it and the byte counter under it. Closes
+    the connection (after flushing) when the block ends."""
+    try:
+        with trio.fail_after(CONNECT_SECONDS):
+            tcp = await trio.open_tcp_stream(remote.host, remote.port)
+    except trio.TooSlowError:
+        raise ConnectionFailed(message=f"cannot connect to {remote}: timed out") from None
+    except OSError as exc:
+        raise ConnectionFailed(
+            message=f"cannot connect to {remote.host}:{remote.port}: {exc.strerror or exc}"
+        ) from None
+    counted = CountingStream(tcp)
+    stream: trio.abc.Stream = counted
+    try:
+        if tls is not None:
+            stream = trio.SSLStream(counted, tls, server_hostname=remote.host)
+            try:
+                with trio.fail_after(CONNECT_SECONDS):
+                    await stream.do_handshake()
+            except (ssl.SSLError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+                raise ConnectionFailed(message=f"TLS with {remote.host} failed: {exc}") from None
+        frames = FrameStream(stream)
+        try:
+            with trio.fail_after(CONNECT_SECONDS):
+                await client_handshake(frames, token, compress)
+        except trio.TooSlowError:
+            raise ConnectionFailed(message=f"{remote}: no answer to the handshake") from None
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise ConnectionFailed(message=f"{remote}: connection lost: {exc}") from None
+        connection = Connection(frames)
+        with unwrap_group():
+            async with trio.open_nursery() as nursery:
+                await nursery.start(_run, connection)
+                try:
+                    yield connection, counted
+                finally:
+                    await connection.close()
+                    nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)
+
+
+async def _run(connection: Connection, *, task_status: trio.TaskStatus[None]) -> None:
+    # A failure is kept on the connection; the calls waiting on it raise it.
+    with contextlib.suppress(Exception):
+        await connection.run(task_status=task_status)
