@@ -36,10 +36,12 @@ from rdc.errors import RdcError
 from rdc.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
 from rdc.paths import name as leaf_name
 
-# A temporary whose owner is alive is locked; the grace period covers the instant between
-# creating and locking it, symlink temporaries (never locked) and file systems where flock
-# does nothing. Tests set it to 0.
-TEMP_GRACE_SECONDS = 600.0
+# A temporary whose owner is alive is locked, so a regular temporary that is not locked is
+# stale at once. The grace period covers what a lock cannot: symlink temporaries (never
+# locked, and alive only within one call) and the instant between creating a file and
+# locking it (a regular file gets FRESH_SECONDS for that). Tests set both to 0.
+TEMP_GRACE_SECONDS = 5.0
+FRESH_SECONDS = 1.0
 # Setuid and setgid bits from a peer are dropped on files, so a daemon running as root
 # cannot be made to plant a setuid program. Directories keep every bit.
 ALLOW_SETID = False
@@ -587,7 +589,8 @@ def _remove_stale(dfd: int, entry: str) -> int:
     """Remove temporary ``entry`` in ``dfd`` if stale: 1 if removed, else 0."""
     try:
         st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
-        if time.time() - st.st_ctime < TEMP_GRACE_SECONDS:
+        age = time.time() - st.st_ctime
+        if age < (FRESH_SECONDS if stat.S_ISREG(st.st_mode) else TEMP_GRACE_SECONDS):
             return 0
         if stat.S_ISDIR(st.st_mode):
             _rmtree_at(dfd, entry)

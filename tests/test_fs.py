@@ -85,6 +85,7 @@ def tree(tmp_path: Path) -> Iterator[Tree]:
 @pytest.fixture
 def no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fs, "TEMP_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(fs, "FRESH_SECONDS", 0.0)
 
 
 def operations(root: SafeRoot, rel: str) -> dict[str, Callable[[], object]]:
@@ -238,6 +239,7 @@ def test_killed_writer_leaves_the_old_file_and_a_temporary(
     assert Path(left).read_bytes() == b"half of the new"
     assert tree.root.clean_temporaries() == 0  # young: a writer might still own it
     monkeypatch.setattr(fs, "TEMP_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(fs, "FRESH_SECONDS", 0.0)
     assert tree.root.clean_temporaries() == 1  # its owner is dead: no lock held
     assert tree.temporaries() == []
     assert (tree.root_path / "f").read_bytes() == b"old"

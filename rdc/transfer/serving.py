@@ -101,6 +101,10 @@ class ServerSession:
             message["share"], message["path"], message["write"], message["create"]
         )
         self.opened = opened
+        if opened.writable and message["write"]:
+            # Temporaries of killed transfers (this daemon's or another's) go now.
+            async with opened.lock:
+                await trio.to_thread.run_sync(opened.replica.fs.clean_temporaries)
         tree = await self._scan()
         log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message["path"],
                  "read-write" if opened.writable and message["write"] else "read-only")
