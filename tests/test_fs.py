@@ -9,12 +9,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -198,6 +202,55 @@ def test_remove_a_tree_deeper_than_the_recursion_limit(tree: Tree) -> None:
     os.close(fd)
     assert tree.root.remove("d") is True
     assert os.listdir(tree.root_path) == []
+
+
+def test_racing_a_directory_against_a_link_out(tree: Tree) -> None:
+    """Another process keeps swapping directory ``a`` for a link to the outside while every
+    operation runs through it. Each may fail (the tree is changing under it), but none may
+    touch the outside."""
+    real, link = tree.root_path / "a.real", tree.root_path / "a.link"
+    real.mkdir()
+    (real / "f").write_bytes(b"inside")
+    os.symlink(tree.outside, link)
+    stop = threading.Event()
+
+    def swap() -> None:
+        here = tree.root_path / "a"
+        while not stop.is_set():
+            for source in (real, link):
+                try:
+                    os.rename(source, here)
+                    os.rename(here, source)
+                except OSError:
+                    # makedirs made an "a" of its own in the gap: clear it away.
+                    if here.is_dir() and not here.is_symlink():
+                        shutil.rmtree(here, ignore_errors=True)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    outcomes: Counter[str] = Counter()
+    try:
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            for rel in ("a/f", "a/secret", "a/sub/deep", "a/new"):
+                for op_name, op in operations(tree.root, rel).items():
+                    try:
+                        op()
+                        outcomes["ok"] += 1
+                    except (PathError, ConflictError, OSError) as exc:
+                        outcomes[type(exc).__name__] += 1
+                    if op_name == "create_temp":
+                        try:
+                            with tree.root.create_temp(rel) as tmp:
+                                tmp.write(b"written through a race")
+                                tmp.commit(0o666, 0)
+                        except (PathError, ConflictError, OSError):
+                            pass
+    finally:
+        stop.set()
+        swapper.join()
+    assert outcomes["ok"] and outcomes["PathError"]  # both sides of the race were hit
+    assert tree.outside_untouched()
 
 
 # --- atomic replacement, interruption, cleanup ----------------------------------------------
