@@ -1,10 +1,12 @@
 """A directory tree as both sides compare it: entries with their kinds, modes, times and
 content roots, and per directory two Merkle hashes (docs/formats.md section 5).
 
-The *content hash* of a directory covers its entries' names, kinds, permission bits and
-contents (a file's root, a link's target, a subdirectory's content hash); the *meta hash*
-covers their modification times. Two trees are compared top-down by content hash, so an
-unchanged subtree costs one hash; times travel separately, after the content is in step.
+The *content hash* of a directory covers its entries' names, kinds and contents (a file's
+root, a link's target, a subdirectory's content hash); the *meta hash* covers their
+permission bits and modification times. Two trees are compared top-down by content hash,
+so an unchanged subtree costs one hash; metadata travels separately, after the content is
+in step. (Modes are metadata, not content, because whole releases flip them: Django's
+sdists alternate between 0644 and 0664 files, which would otherwise list every directory.)
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from dataclasses import dataclass, field
 
 import blake3
 
-CONTENT_CONTEXT = "rdc 2026-11 directory content v1"
-META_CONTEXT = "rdc 2026-11 directory meta v1"
+CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
+META_CONTEXT = "rdc 2026-11 directory meta v2"
 KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
 
 
@@ -72,11 +74,11 @@ def seal(directory: Entry) -> None:
         _varint(len(raw), content)
         content += raw
         content += KIND_CODE[entry.kind]
-        content += entry.mode.to_bytes(2, "little")
         digest = entry.digest()
         if entry.kind == "l":
             _varint(len(digest), content)
         content += digest
+        meta += entry.mode.to_bytes(2, "little")
         meta += entry.mtime_ns.to_bytes(8, "little", signed=True)
         if entry.kind == "d":
             meta += entry.meta
@@ -99,7 +101,7 @@ def lookup(root: Entry, path: str) -> Entry | None:
 
 def iter_entries(directory: Entry, prefix: str = "") -> Iterator[tuple[str, Entry]]:
     """Every entry below ``directory`` in depth-first name order: an entry, then, for a
-    directory, its subtree. This is the order of a whole-subtree times vector."""
+    directory, its subtree. This is the order of a whole-subtree metadata vector."""
     for name, entry in directory.sorted_children():
         path = f"{prefix}/{name}" if prefix else name
         yield path, entry
@@ -180,36 +182,39 @@ def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:
     return missing
 
 
-# ---------------------------------------------------------------- times vectors
+# ---------------------------------------------------------------- metadata vectors
 
 
-def encode_times(times: list[int]) -> tuple[list[int], bytes]:
-    """``[table, index]``: the distinct times ascending, and one index per time (1 byte
-    each for at most 256 distinct times, else 2 bytes big-endian)."""
-    table = sorted(set(times))
+def encode_values(values: list[int]) -> tuple[list[int], bytes]:
+    """``[table, index]``: the distinct values ascending, and one index per value (1 byte
+    each for at most 256 distinct values, else 2 bytes big-endian). Times and modes of a
+    tree take few distinct values, so this is a byte an entry before compression."""
+    table = sorted(set(values))
     at = {t: i for i, t in enumerate(table)}
     if len(table) <= 256:
-        return table, bytes(at[t] for t in times)
-    return table, b"".join(at[t].to_bytes(2, "big") for t in times)
+        return table, bytes(at[t] for t in values)
+    return table, b"".join(at[t].to_bytes(2, "big") for t in values)
 
 
-def decode_times(table: list[int], index: bytes) -> list[int]:
-    """Inverse of `encode_times`; raises ValueError if the index does not fit the table."""
+def decode_values(table: list[int], index: bytes) -> list[int]:
+    """Inverse of `encode_values`; raises ValueError if the index does not fit the table."""
     width = 1 if len(table) <= 256 else 2
     if len(index) % width:
-        raise ValueError("times index has a partial entry")
+        raise ValueError("vector index has a partial entry")
     out = []
     for i in range(0, len(index), width):
         k = int.from_bytes(index[i : i + width], "big")
         if k >= len(table):
-            raise ValueError("times index points past its table")
+            raise ValueError("vector index points past its table")
         out.append(table[k])
     return out
 
 
-def times_of(directory: Entry, whole: bool) -> list[int]:
-    """Modification times of a directory's entries in name order, or of its whole subtree
-    in depth-first name order."""
+def meta_of(directory: Entry, whole: bool) -> tuple[list[int], list[int]]:
+    """Modification times and modes of a directory's entries in name order, or of its whole
+    subtree in depth-first name order."""
     if whole:
-        return [entry.mtime_ns for _, entry in iter_entries(directory)]
-    return [entry.mtime_ns for _, entry in directory.sorted_children()]
+        entries = [entry for _, entry in iter_entries(directory)]
+    else:
+        entries = [entry for _, entry in directory.sorted_children()]
+    return [e.mtime_ns for e in entries], [e.mode for e in entries]

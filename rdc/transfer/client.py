@@ -19,9 +19,9 @@ from rdc.errors import Refusal, RemoteError
 from rdc.paths import to_wire
 from rdc.replica import Replica
 from rdc.session import Connection
-from rdc.snapshot import Entry, decode_times, encode_times, lookup, times_of
+from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
 from rdc.transfer.compare import Changes, Comparison
-from rdc.transfer.ops import apply_ops, apply_times
+from rdc.transfer.ops import apply_meta, apply_ops
 from rdc.transfer.source import offer_fields, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire.codec import MAX_ITEMS
@@ -60,7 +60,7 @@ class Stats:
     dirs_created: int = 0
     links: int = 0
     deleted: int = 0
-    modes: int = 0
+    metadata: int = 0  # entries whose mode or time was set
     times: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     changes: Changes | None = None
@@ -100,8 +100,6 @@ async def open_remote(
 
 
 def count_files(tree: Entry) -> int:
-    from rdc.snapshot import iter_entries
-
     return sum(1 for _, e in iter_entries(tree) if e.kind == "f")
 
 
@@ -140,7 +138,7 @@ async def push(
         if options.dry_run:
             return stats
         await _push_changes(connection, replica, changes, options, stats)
-        await _push_times(connection, tree)
+        await _push_meta(connection, tree)
         finished = await _finish(connection)
         stats.in_step = finished["content"] == tree.content and finished["meta"] == tree.meta
         if stats.in_step or stats.failed or finished["content"] == tree.content:
@@ -188,8 +186,6 @@ async def _push_changes(
     if options.delete:
         removals = [["rm", to_wire(p), None, e] for p, e in changes.removals]
         stats.deleted += sum(await _ops(connection, removals, stats))
-    modes = [["mode", to_wire(p), mode, None] for p, mode in changes.modes]
-    stats.modes += sum(await _ops(connection, modes, stats))
 
 
 async def _push_file(
@@ -254,7 +250,7 @@ async def _mlist(connection: Connection, paths: list[str], hb: int) -> list:
     return items
 
 
-async def _times_walk(
+async def _meta_walk(
     connection: Connection, tree: Entry, visit: Callable[[list, Entry], None], hb: int = 8
 ) -> None:
     """Descend the directories whose metadata hashes differ, calling ``visit`` with each
@@ -263,7 +259,7 @@ async def _times_walk(
     while frontier:
         next_frontier: list[str] = []
         for item in await _mlist(connection, frontier, hb):
-            path, content, whole, _, metas = item
+            path, content, whole, _, _, metas = item
             local = lookup(tree, path)
             if local is None or local.kind != "d" or local.content[: len(content)] != content:
                 continue
@@ -277,25 +273,27 @@ async def _times_walk(
         frontier = next_frontier
 
 
-async def _push_times(connection: Connection, tree: Entry) -> None:
+async def _push_meta(connection: Connection, tree: Entry) -> int:
+    """Send the times and modes the server's directories lack; returns vectors sent."""
     updates: list = []
 
     def visit(item: list, local: Entry) -> None:
-        path, content, whole, times, _ = item
-        mine = times_of(local, whole)
+        path, content, whole, times, modes, _ = item
+        mine = meta_of(local, whole)
         try:
-            theirs = decode_times(times[0], times[1])
+            theirs = (decode_values(*times), decode_values(*modes))
         except ValueError:
-            theirs = []
+            theirs = ([], [])
         if mine != theirs:
-            table, index = encode_times(mine)
-            updates.append([to_wire(path), content, whole, [table, index]])
+            updates.append([to_wire(path), content, whole, list(encode_values(mine[0])),
+                            list(encode_values(mine[1]))])
 
-    await _times_walk(connection, tree, visit)
+    await _meta_walk(connection, tree, visit)
     for start in range(0, len(updates), 256):
         conversation = connection.start("mset", dirs=updates[start : start + 256])
         await conversation.receive("ok")
         conversation.close()
+    return len(updates)
 
 
 async def _finish(connection: Connection) -> dict[str, Any]:
@@ -327,7 +325,7 @@ async def pull(
             return stats
         await _pull_changes(connection, replica, changes, options, stats)
         tree = await trio.to_thread.run_sync(replica.scan)
-        await _pull_times(connection, replica, tree)
+        await _pull_meta(connection, replica, tree)
         tree = await trio.to_thread.run_sync(replica.scan)
         stats.in_step = tree.content == opened["content"] and tree.meta == opened["meta"]
         if stats.in_step or stats.failed or tree.content == opened["content"]:
@@ -368,8 +366,6 @@ async def _pull_changes(
     if options.delete:
         removals = [("rm", p, None, e) for p, e in changes.removals]
         stats.deleted += sum(await _local_ops(replica, removals, stats))
-    modes = [("mode", p, mode, None) for p, mode in changes.modes]
-    stats.modes += sum(await _local_ops(replica, modes, stats))
 
 
 async def _pull_file(
@@ -389,16 +385,16 @@ async def _pull_file(
     return offer["size"]
 
 
-async def _pull_times(connection: Connection, replica: Replica, tree: Entry) -> None:
+async def _pull_meta(connection: Connection, replica: Replica, tree: Entry) -> None:
     updates: list = []
 
     def visit(item: list, local: Entry) -> None:
         updates.append(item)
 
-    await _times_walk(connection, tree, visit)
+    await _meta_walk(connection, tree, visit)
 
     def apply() -> None:
-        for path, content, whole, times, _ in updates:
-            apply_times(replica, tree, path, content, whole, times)
+        for path, content, whole, times, modes, _ in updates:
+            apply_meta(replica, tree, path, content, whole, times, modes)
 
     await trio.to_thread.run_sync(apply)

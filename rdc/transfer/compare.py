@@ -3,7 +3,8 @@
 Only directories whose content hash differs are listed; each level of the descent is one
 ``list`` request for all differing directories of that level. The result says, for the
 direction of the transfer, what the target must do: directories to create, files to send,
-links to make, entries to replace or remove, modes to change.
+links to make, entries to replace or remove. Modes and times are metadata: they are brought
+in step afterwards (``mlist``), not here.
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ class Changes:
     mkdirs: list[tuple[str, int]] = field(default_factory=list)  # parents first
     files: list[tuple[str, bytes | None]] = field(default_factory=list)  # expected root prefix
     links: list[tuple[str, bytes, list]] = field(default_factory=list)
-    modes: list[tuple[str, int]] = field(default_factory=list)
     removals: list[tuple[str, list]] = field(default_factory=list)  # only with --delete
     sizes: dict[str, int] = field(default_factory=dict)  # files: size when known
 
     def __bool__(self) -> bool:
-        return any((self.replace, self.mkdirs, self.files, self.links, self.modes, self.removals))
+        return any((self.replace, self.mkdirs, self.files, self.links, self.removals))
 
 
 def describe_local(entry: Entry, hb: int) -> Remote:
@@ -143,15 +143,11 @@ class Comparison:
                     continue
                 if source.digest != target.digest:
                     yield name, "descend"
-                if source.mode != target.mode:
-                    changes.modes.append((rel, source.mode))
             elif source.kind == "f":
                 if target is None or source.digest != target.digest:
                     changes.files.append((rel, None if target is None else target.digest))
                     if mine is not None and self.push:
                         changes.sizes[rel] = mine.size
-                elif source.mode != target.mode:
-                    changes.modes.append((rel, source.mode))
             elif target is None or source.digest != target.digest:
                 changes.links.append((rel, source.digest, _expect(target)))
 
@@ -175,5 +171,4 @@ def summary(changes: Changes) -> dict[str, Any]:
         "links": len(changes.links),
         "replaced": len(changes.replace),
         "removals": len(changes.removals),
-        "modes": len(changes.modes),
     }

@@ -1,6 +1,6 @@
 """Tree operations and listings that both roles share: the server applies a pushing
 client's ``ops`` and ``mset`` with these, a pulling client applies the same changes to its
-own directory with them, and listings are built and compared here."""
+own directory with them, and listings are built here."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from rdc.errors import Refusal
 from rdc.fs import ConflictError, Expect
 from rdc.paths import PathError, join, to_wire
 from rdc.replica import Replica
-from rdc.snapshot import Entry, decode_times, encode_times, iter_entries, lookup, times_of
+from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
 
-# A subtree with at most this many entries travels as one times vector.
-WHOLE_TIMES = 4096
+# A subtree with at most this many entries travels as one metadata vector.
+WHOLE_META = 4096
 
 
 def expectation(replica: Replica, path: str, spec: Any) -> Expect | None:
@@ -61,8 +61,8 @@ def apply_op(replica: Replica, op: str, path: str, arg: Any, expect: Any) -> Non
             replica.forget(path)
             st = None
         if st is None:
-            fs.mkdir(path, arg)
-        fs.chmod(path, arg)
+            # Owner rwx while it is filled; the metadata phase sets the final mode.
+            fs.mkdir(path, arg | 0o700)
     elif op == "link":
         if not isinstance(arg, bytes) or not arg or b"\0" in arg or len(arg) > 4096:
             raise Refusal("protocol", message="link needs a target")
@@ -116,41 +116,54 @@ def listing(tree: Entry, path: str, hb: int) -> list | None:
 
 def mlisting(tree: Entry, path: str, hb: int) -> list | None:
     """One ``mlisting`` item for the directory at ``path``: its content hash prefix,
-    whether the times vector covers the whole subtree, the vector, and the meta hashes of
-    its subdirectories (when it does not)."""
+    whether the vectors cover the whole subtree, the times and modes vectors, and the meta
+    hashes of its subdirectories (when they do not)."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
-    whole = directory.count <= WHOLE_TIMES
-    table, index = encode_times(times_of(directory, whole))
+    whole = directory.count <= WHOLE_META
+    times, modes = meta_of(directory, whole)
     metas = b"" if whole else b"".join(
         entry.meta[:hb] for _, entry in directory.sorted_children() if entry.kind == "d"
     )
-    return [to_wire(path), directory.content[:hb], whole, [table, index], metas]
+    return [
+        to_wire(path), directory.content[:hb], whole,
+        list(encode_values(times)), list(encode_values(modes)), metas,
+    ]
 
 
-def apply_times(
-    replica: Replica, tree: Entry, path: str, content: bytes, whole: bool, times: Any
+def apply_meta(
+    replica: Replica, tree: Entry, path: str, content: bytes, whole: bool, times: Any, modes: Any
 ) -> tuple[int, int]:
-    """Set the modification times of a times vector where the directory's content is the
-    one the vector describes. Returns (applied, skipped)."""
+    """Set the modification times and modes of a metadata vector where the directory's
+    content is the one the vector describes. Returns (entries changed, vectors skipped)."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d" or not directory.content.startswith(content):
         return 0, 1
     try:
-        values = decode_times(times[0], times[1])
+        new_times = decode_values(times[0], times[1])
+        new_modes = decode_values(modes[0], modes[1])
     except ValueError as exc:
-        raise Refusal("protocol", message=f"bad times vector: {exc}") from None
+        raise Refusal("protocol", message=f"bad metadata vector: {exc}") from None
     if whole:
         entries = list(iter_entries(directory))
     else:
         entries = [(name, entry) for name, entry in directory.sorted_children()]
-    if len(values) != len(entries):
+    if not len(new_times) == len(new_modes) == len(entries):
         return 0, 1
-    applied = 0
-    for (rel, entry), mtime in zip(entries, values, strict=True):
+    changed = 0
+    # Deepest first, so that a directory's own time is set after its children changed.
+    for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
+                                                        strict=True))):
+        full = join(path, rel)
+        if entry.kind != "l" and entry.mode != mode:
+            if not 0 <= mode <= 0o7777:
+                raise Refusal("protocol", message=f"bad mode {mode:o}")
+            replica.fs.chmod(full, mode)
+            entry.mode = mode
+            changed += 1
         if entry.mtime_ns != mtime:
-            replica.fs.set_times(join(path, rel), mtime)
+            replica.fs.set_times(full, mtime)
             entry.mtime_ns = mtime
-            applied += 1
-    return applied, 0
+            changed += 1
+    return changed, 0

@@ -24,7 +24,7 @@ from rdc.paths import PathError, to_wire
 from rdc.replica import Replica
 from rdc.session import Conversation
 from rdc.snapshot import Entry
-from rdc.transfer.ops import apply_ops, apply_times, listing, mlisting
+from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
 from rdc.transfer.source import offer_fields, serve_wants
 from rdc.transfer.target import NO_CHECK, receive_file
 from rdc.wire.codec import pack
@@ -199,8 +199,10 @@ class ServerSession:
 
         def run() -> None:
             nonlocal applied, skipped
-            for path, content, whole, times in message["dirs"]:
-                done, missed = apply_times(opened.replica, tree, path, content, whole, times)
+            for path, content, whole, times, modes in message["dirs"]:
+                done, missed = apply_meta(
+                    opened.replica, tree, path, content, whole, times, modes
+                )
                 applied += done
                 skipped += missed
 

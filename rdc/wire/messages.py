@@ -138,7 +138,7 @@ def HB(v: Any, where: str) -> int:
 
 
 MODE = uint(0o7777)
-TIMES = record(array(sint, MAX_TIMES), binary(2 * MAX_TIMES))
+VECTOR = record(array(sint, MAX_TIMES), binary(2 * MAX_TIMES))
 ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096))
 
 # (check, default): default ABSENT means required; ``optional_key`` fields are left out of
@@ -187,13 +187,15 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     "mlist": {"id": (ID, ABSENT), "paths": (array(path), ABSENT), "hb": (HB, 8)},
     "mlisting": {
         "id": (ID, ABSENT),
-        "dirs": (array(record(path, binary(32), boolean, TIMES, binary(32 * MAX_ENTRIES))),
-                 ABSENT),
+        "dirs": (
+            array(record(path, binary(32), boolean, VECTOR, VECTOR, binary(32 * MAX_ENTRIES))),
+            ABSENT,
+        ),
         "more": (boolean, False),
     },
     "mset": {
         "id": (ID, ABSENT),
-        "dirs": (array(record(path, binary(32), boolean, TIMES)), ABSENT),
+        "dirs": (array(record(path, binary(32), boolean, VECTOR, VECTOR)), ABSENT),
     },
     "ok": {"id": (ID, ABSENT), "applied": (uint(), 0), "skipped": (uint(), 0)},
     "offer": {

@@ -1,0 +1,123 @@
+"""An rdc server and client joined by in-memory streams: the real protocol logic, without
+sockets or processes (the end-to-end suite has those)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from rdc.errors import AccessDenied, ProtocolError, RemoteError
+from rdc.ignore import Excludes
+from rdc.replica import Replica
+from rdc.session import Connection, unwrap_group
+from rdc.transfer.client import Options, Stats, open_remote, pull, push
+from rdc.transfer.handshake import client_handshake, server_handshake
+from rdc.transfer.serving import ServerSession
+from rdc.wire.frames import CountingStream, FrameStream
+from rdc_server.shares import Registry, Rights, Share
+
+TOKEN = "a-test-token-of-some-length"
+
+
+def tree_state(root: str | os.PathLike[str]) -> dict[str, tuple]:
+    """Every entry under ``root`` (not the root itself): kind, mode, mtime_ns and content
+    hash or link target, by relative path."""
+    out: dict[str, tuple] = {}
+    base = os.fspath(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, base)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("l", st.st_mtime_ns, os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("d", stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+            else:
+                with open(path, "rb") as f:
+                    digest = hashlib.blake2b(f.read()).hexdigest()
+                out[rel] = ("f", stat.S_IMODE(st.st_mode), st.st_mtime_ns, digest)
+    return out
+
+
+class Pair:
+    """A server exporting ``share`` (read-write unless ``readonly``) and a client that syncs
+    ``local`` with it over memory streams."""
+
+    def __init__(self, tmp: Path, readonly: bool = False) -> None:
+        self.tmp = tmp
+        self.share = tmp / "share"
+        self.share.mkdir(exist_ok=True)
+        self.state = tmp / "state"
+        self.registry = Registry({"s": Share("s", str(self.share), readonly)}, self.state)
+        self.server_errors: list[Exception] = []
+
+    def close(self) -> None:
+        self.registry.close()
+
+    async def run(
+        self,
+        direction: str,
+        local: Path,
+        *,
+        path: str = "",
+        excludes: list[str] | None = None,
+        options: Options | None = None,
+        token: str = TOKEN,
+        between: Callable[[Connection], Any] | None = None,
+    ) -> Stats:
+        """One push or pull, as ``rdc push|pull`` would run it."""
+        local.mkdir(parents=True, exist_ok=True)  # as rdc pull does
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        counted = CountingStream(client_stream)
+        patterns = excludes or []
+        with unwrap_group():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._serve, server_stream)
+                frames = FrameStream(counted)
+                await client_handshake(frames, token)
+                connection = Connection(frames)
+                await nursery.start(connection.run)
+                opened = await open_remote(
+                    connection, "s", path, direction == "push", direction == "push", patterns
+                )
+                replica = Replica(str(local), self.tmp / f"client-{local.name}.sqlite3",
+                                  Excludes(patterns))
+                try:
+                    tree = await trio.to_thread.run_sync(replica.scan)
+                    if between is not None:
+                        await between(connection)
+                    run = push if direction == "push" else pull
+                    stats = await run(connection, replica, tree, opened, options or Options())
+                finally:
+                    replica.close()
+                await connection.close()
+                nursery.cancel_scope.cancel()
+        stats.bytes_sent, stats.bytes_received = counted.bytes_sent, counted.bytes_received
+        return stats
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        """As the daemon serves one connection: its failures end it, nothing else."""
+        frames = FrameStream(stream)
+        try:
+            _, rights = await server_handshake(
+                frames, lambda t: Rights() if t == TOKEN else None
+            )
+            session = ServerSession(self.registry.for_client(rights))
+            await Connection(frames, handler=session.handle).run()
+        except (AccessDenied, ProtocolError, RemoteError) as exc:
+            self.server_errors.append(exc)
+
+
+def write(path: Path, data: bytes, mtime_ns: int | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime_ns is not None:
+        os.utime(path, ns=(mtime_ns, mtime_ns))

@@ -1,0 +1,232 @@
+"""Push and pull over in-memory streams: the protocol logic end to end, file semantics and
+what each change costs."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+from rdc.errors import AccessDenied, RemoteError
+from rdc.transfer.client import Options
+
+from .conftest import scaled
+from .protocol_support import Pair, tree_state, write
+
+OLD = 1_600_000_000_123_456_789
+
+
+def populate(root, seed: int = 1, files: int = 30) -> None:
+    rng = random.Random(seed)
+    for i in range(files):
+        size = rng.choice([0, 10, 300, 5_000, 40_000, 150_000])
+        write(root / f"d{i % 4}" / f"sub{i % 2}" / f"f{i}.bin", rng.randbytes(size), OLD + i)
+    (root / "empty" / "deeper").mkdir(parents=True)
+    os.symlink("d0/sub0/f0.bin", root / "link")
+    os.symlink("../../outside/target", root / "d1" / "dangling")
+    os.chmod(root / "d2" / "sub0" / "f2.bin", 0o600)
+    os.chmod(root / "d3", 0o750)
+
+
+async def test_push_then_pull_copies_everything_exactly(tmp_path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    populate(src)
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert not stats.failed and stats.in_step
+    assert tree_state(pair.share) == tree_state(src)
+    assert stats.files_transferred == stats.files_total == 30
+    stats = await pair.run("pull", dst)
+    assert not stats.failed and stats.in_step
+    assert tree_state(dst) == tree_state(src)
+    pair.close()
+
+
+async def test_nothing_changed_costs_one_round_trip(tmp_path) -> None:
+    src = tmp_path / "src"
+    populate(src)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    stats = await pair.run("push", src)
+    assert stats.in_step and stats.files_transferred == 0 and stats.changes is None
+    assert stats.bytes_sent + stats.bytes_received < 1024
+    pair.close()
+
+
+async def test_edit_rename_copy_delete_and_metadata(tmp_path) -> None:
+    src = tmp_path / "src"
+    populate(src)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    big = src / "d1" / "sub1" / "f5.bin"
+    data = bytearray(big.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 4] = b"EDIT"
+    big.write_bytes(bytes(data))
+    os.rename(src / "d2" / "sub0" / "f6.bin", src / "d3" / "moved.bin")  # moved
+    shutil.copy2(src / "d1" / "sub1" / "f9.bin", src / "copy.bin")  # copied
+    os.remove(src / "d0" / "sub0" / "f4.bin")
+    shutil.rmtree(src / "empty")
+    os.chmod(src / "d0" / "sub0" / "f0.bin", 0o640)  # mode only
+    os.utime(src / "d1" / "sub1" / "f1.bin", ns=(OLD - 7, OLD - 7))  # time only
+    os.unlink(src / "link")
+    os.symlink("d3/moved.bin", src / "link")  # retargeted link
+
+    stats = await pair.run("push", src, options=Options(delete=False))
+    assert not stats.failed
+    assert (pair.share / "d0" / "sub0" / "f4.bin").exists()  # no --delete: kept
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert not stats.failed and stats.in_step
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_renames_and_copies_cost_no_data(tmp_path) -> None:
+    src = tmp_path / "src"
+    rng = random.Random(2)
+    for i in range(10):
+        write(src / f"f{i}", rng.randbytes(50_000), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    for i in range(5):
+        os.rename(src / f"f{i}", src / f"renamed{i}")
+    shutil.copy2(src / "f7", src / "copy7")
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and stats.literal_bytes == 0
+    assert stats.copied_files == 6
+    assert stats.bytes_sent + stats.bytes_received < 6000
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_small_edit_in_a_large_file_sends_little(tmp_path) -> None:
+    src = tmp_path / "src"
+    size = scaled(16 << 20, 2 << 20)
+    rng = random.Random(3)
+    write(src / "big.bin", b"".join(rng.randbytes(1 << 20) for _ in range(size >> 20)), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    with open(src / "big.bin", "r+b") as f:
+        for offset in (1000, size // 3, size - 5000):
+            f.seek(offset)
+            f.write(b"a small edit")
+    stats = await pair.run("push", src)
+    assert stats.in_step and stats.files_transferred == 1
+    assert stats.literal_bytes < 3 * 2048
+    assert stats.bytes_sent + stats.bytes_received < 40_000
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_pull_updates_in_place_and_deletes_only_when_asked(tmp_path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    populate(src)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    await pair.run("pull", dst)
+    write(dst / "local-only.txt", b"mine")
+    (pair.share / "d0" / "sub0" / "f0.bin").write_bytes(b"changed on the server")
+    stats = await pair.run("pull", dst)
+    assert (dst / "local-only.txt").exists() and not stats.failed
+    assert (dst / "d0" / "sub0" / "f0.bin").read_bytes() == b"changed on the server"
+    stats = await pair.run("pull", dst, options=Options(delete=True))
+    assert not (dst / "local-only.txt").exists()
+    assert tree_state(dst) == tree_state(pair.share)
+    pair.close()
+
+
+async def test_kind_changes_replace_entries(tmp_path) -> None:
+    src = tmp_path / "src"
+    write(src / "a", b"file a")
+    (src / "b").mkdir()
+    write(src / "b" / "inner", b"inner")
+    os.symlink("a", src / "c")
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    os.remove(src / "a")
+    (src / "a").mkdir()
+    write(src / "a" / "x", b"now a directory")
+    shutil.rmtree(src / "b")
+    write(src / "b", b"now a file")
+    os.remove(src / "c")
+    write(src / "c", b"was a link")
+    stats = await pair.run("push", src)
+    assert not stats.failed and stats.in_step
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_excludes_apply_on_both_sides(tmp_path) -> None:
+    src = tmp_path / "src"
+    write(src / "keep.txt", b"keep")
+    write(src / "build" / "out.o", b"object")
+    write(src / "notes.tmp", b"temp")
+    pair = Pair(tmp_path)
+    write(pair.share / "server.tmp", b"server's own temp file")
+    stats = await pair.run("push", src, excludes=["build/", "*.tmp"],
+                           options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert sorted(os.listdir(pair.share)) == ["keep.txt", "server.tmp"]
+    pair.close()
+
+
+async def test_a_subdirectory_of_a_share(tmp_path) -> None:
+    src = tmp_path / "src"
+    write(src / "x", b"x")
+    pair = Pair(tmp_path)
+    await pair.run("push", src, path="deep/inside")
+    assert (pair.share / "deep" / "inside" / "x").read_bytes() == b"x"
+    pair.close()
+
+
+async def test_read_only_share_refuses_pushes_and_serves_pulls(tmp_path) -> None:
+    pair = Pair(tmp_path, readonly=True)
+    write(pair.share / "data", b"served")
+    src = tmp_path / "src"
+    write(src / "new", b"x")
+    with pytest.raises(RemoteError) as refused:
+        await pair.run("push", src)
+    assert refused.value.code == "readonly" and refused.value.exit_code == 4
+    dst = tmp_path / "dst"
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and (dst / "data").read_bytes() == b"served"
+    pair.close()
+
+
+async def test_bad_token_is_refused(tmp_path) -> None:
+    pair = Pair(tmp_path)
+    with pytest.raises(AccessDenied):
+        await pair.run("push", tmp_path, token="wrong-token-of-some-length")
+    pair.close()
+
+
+async def test_dry_run_changes_nothing(tmp_path) -> None:
+    src = tmp_path / "src"
+    populate(src)
+    pair = Pair(tmp_path)
+    before = tree_state(pair.share)
+    stats = await pair.run("push", src, options=Options(dry_run=True, delete=True))
+    assert tree_state(pair.share) == before
+    assert len(stats.changes.files) == 30 and stats.changes.mkdirs
+    pair.close()
+
+
+async def test_a_concurrent_change_at_the_target_is_not_overwritten(tmp_path) -> None:
+    """The push compares against the listing; the file changed after it: conflict."""
+    src = tmp_path / "src"
+    write(src / "doc.txt", b"version one" * 100)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "doc.txt", b"version two" * 100)
+
+    async def meanwhile(connection) -> None:
+        from rdc.transfer.compare import fetch_listings
+
+        await fetch_listings(connection, [""], 8)  # the server has scanned; now change it
+        (pair.share / "doc.txt").write_bytes(b"edited on the server meanwhile")
+
+    stats = await pair.run("push", src, between=meanwhile)
+    assert stats.failed and "conflict" in stats.failed[0][1]
+    assert (pair.share / "doc.txt").read_bytes() == b"edited on the server meanwhile"
+    pair.close()
