@@ -506,6 +506,45 @@ class SafeRoot:
         except (FileNotFoundError, NotADirectoryError):
             return False
 
+    def rmdir(self, rel: str | bytes) -> bool:
+        """Remove the directory at ``rel`` if it is empty (OSError ENOTEMPTY if not; a
+        symlink or file there is NotADirectoryError); True if it was there."""
+        rel = check_relpath(rel)
+        with self._parent(rel) as (dfd, leaf):
+            st = _lstat_at(dfd, leaf)
+            if st is None:
+                return False
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", rel)
+            os.rmdir(leaf, dir_fd=dfd)
+            os.fsync(dfd)
+            return True
+
+    def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None) -> None:
+        """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
+        may be at ``new``: it is never replaced. ``expect`` is checked against ``rel``. A
+        file or link moves by link-then-unlink, which refuses an existing destination
+        atomically; a directory by rename after a check (a directory appearing at ``new``
+        in between would be replaced only if empty)."""
+        rel, new = check_relpath(rel), check_relpath(new)
+        if new == rel or new.startswith(rel + "/"):
+            raise PathError(path=new, reason=f"cannot move {rel!r} into itself")
+        with self._parent(rel) as (sfd, sleaf), self._parent(new) as (dfd, dleaf):
+            st = _lstat_at(sfd, sleaf)
+            if expect is not None:
+                _check(expect, st, sfd, sleaf, rel)
+            if st is None:
+                raise FileNotFoundError(errno.ENOENT, "nothing to move", rel)
+            if stat.S_ISDIR(st.st_mode):
+                if _lstat_at(dfd, dleaf) is not None:
+                    raise FileExistsError(errno.EEXIST, "destination exists", new)
+                os.rename(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
+            else:
+                os.link(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+                os.unlink(sleaf, dir_fd=sfd)
+            os.fsync(dfd)
+            os.fsync(sfd)
+
     def set_times(self, rel: str | bytes, mtime_ns: int) -> None:
         """Set atime and mtime of ``rel`` itself (a link's own, not its target's)."""
         rel = check_relpath(rel, allow_root=True)

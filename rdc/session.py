@@ -30,7 +30,9 @@ PENDING_MESSAGES = 1024
 PENDING_BYTES = 16 << 20
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
-REQUESTS = frozenset({"open", "list", "mlist", "offer", "get", "ops", "mset", "finish"})
+REQUESTS = frozenset(
+    {"open", "list", "mlist", "offer", "get", "ops", "mset", "finish", "watch"}
+)
 
 Handler = Callable[["Conversation", dict[str, Any]], Awaitable[None]]
 

@@ -3,7 +3,9 @@ content roots, and per directory two Merkle hashes (docs/formats.md section 5).
 
 The *content hash* of a directory covers its entries' names, kinds and contents (a file's
 root, a link's target, a subdirectory's content hash); the *meta hash* covers their
-permission bits and modification times. Two trees are compared top-down by content hash,
+permission bits and the modification times of files and links (not of directories: adding
+a file moves its directory's time on both sides, and two-way sync would see a change that
+is none). Two trees are compared top-down by content hash,
 so an unchanged subtree costs one hash; metadata travels separately, after the content is
 in step. (Modes are metadata, not content, because whole releases flip them: Django's
 sdists alternate between 0644 and 0664 files, which would otherwise list every directory.)
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 import blake3
 
 CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
-META_CONTEXT = "rdc 2026-11 directory meta v2"
+META_CONTEXT = "rdc 2026-11 directory meta v3"
 KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
 
 
@@ -79,9 +81,10 @@ def seal(directory: Entry) -> None:
             _varint(len(digest), content)
         content += digest
         meta += entry.mode.to_bytes(2, "little")
-        meta += entry.mtime_ns.to_bytes(8, "little", signed=True)
         if entry.kind == "d":
-            meta += entry.meta
+            meta += entry.meta  # not its mtime, which any change inside it moves
+        else:
+            meta += entry.mtime_ns.to_bytes(8, "little", signed=True)
     directory.content = blake3.blake3(content, derive_key_context=CONTENT_CONTEXT).digest()
     directory.meta = blake3.blake3(meta, derive_key_context=META_CONTEXT).digest()
     directory.count = count

@@ -20,15 +20,17 @@ from rdc.session import Connection, unwrap_group
 from rdc.transfer.client import Options, Stats, open_remote, pull, push
 from rdc.transfer.handshake import client_handshake, server_handshake
 from rdc.transfer.serving import ServerSession
+from rdc.transfer.twoway import sync_round
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc_server.shares import Registry, Rights, Share
 
 TOKEN = "a-test-token-of-some-length"
 
 
-def tree_state(root: str | os.PathLike[str]) -> dict[str, tuple]:
+def tree_state(root: str | os.PathLike[str], dir_times: bool = True) -> dict[str, tuple]:
     """Every entry under ``root`` (not the root itself): kind, mode, mtime_ns and content
-    hash or link target, by relative path."""
+    hash or link target, by relative path (directory times only if ``dir_times``: two-way
+    sync leaves them alone)."""
     out: dict[str, tuple] = {}
     base = os.fspath(root)
     for dirpath, dirnames, filenames in os.walk(base):
@@ -39,7 +41,7 @@ def tree_state(root: str | os.PathLike[str]) -> dict[str, tuple]:
             if stat.S_ISLNK(st.st_mode):
                 out[rel] = ("l", st.st_mtime_ns, os.readlink(path))
             elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("d", stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+                out[rel] = ("d", stat.S_IMODE(st.st_mode), st.st_mtime_ns if dir_times else 0)
             else:
                 with open(path, "rb") as f:
                     digest = hashlib.blake2b(f.read()).hexdigest()
@@ -85,17 +87,22 @@ class Pair:
                 await client_handshake(frames, token)
                 connection = Connection(frames)
                 await nursery.start(connection.run)
-                opened = await open_remote(
-                    connection, "s", path, direction == "push", direction == "push", patterns
-                )
+                writes = direction in ("push", "sync")
+                opened = await open_remote(connection, "s", path, writes, writes, patterns)
                 replica = Replica(str(local), self.tmp / f"client-{local.name}.sqlite3",
                                   Excludes(patterns))
                 try:
                     tree = await trio.to_thread.run_sync(replica.scan)
                     if between is not None:
                         await between(connection)
-                    run = push if direction == "push" else pull
-                    stats = await run(connection, replica, tree, opened, options or Options())
+                    if direction == "sync":
+                        stats, self.actions, _ = await sync_round(
+                            connection, replica, opened, self.tmp / f"base-{local.name}",
+                            ("here", "there"), options or Options(),
+                        )
+                    else:
+                        run = push if direction == "push" else pull
+                        stats = await run(connection, replica, tree, opened, options or Options())
                 finally:
                     replica.close()
                 await connection.close()

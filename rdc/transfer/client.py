@@ -65,6 +65,8 @@ class Stats:
     failed: list[tuple[str, str]] = field(default_factory=list)
     changes: Changes | None = None
     in_step: bool = False  # both trees equal at the end (content and times)
+    seq: int = 0  # the share's change sequence number after this run's writes
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (path, conflict copy)
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
@@ -82,6 +84,7 @@ class Stats:
             "links": self.links,
             "deleted": self.deleted,
             "errors": [{"path": p, "error": e} for p, e in self.failed],
+            "conflicts": [{"path": p, "copy": c} for p, c in self.conflicts],
             "in_step": self.in_step,
             "seconds": round(self.seconds, 3),
         }

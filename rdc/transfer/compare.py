@@ -23,11 +23,14 @@ LIST_BATCH = 512
 
 @dataclass(frozen=True, slots=True)
 class Remote:
-    """An entry as a listing describes it: kind, mode, and hash prefix (a link's target)."""
+    """An entry as a listing describes it: kind, mode, and hash prefix (a link's target);
+    with ``meta`` listings also its mtime and (directories) meta hash prefix."""
 
     kind: str
     mode: int
     digest: bytes
+    mtime_ns: int = 0
+    meta: bytes = b""
 
 
 @dataclass
@@ -57,7 +60,7 @@ def _expect(entry: Remote | None) -> list:
 
 
 async def fetch_listings(
-    connection: Connection, paths: list[str], hb: int
+    connection: Connection, paths: list[str], hb: int, meta: bool = False
 ) -> dict[str, dict[str, Remote] | None]:
     """The server's listings of ``paths``: per path, its entries by name (None if it is
     not a directory there). Requests are batched and overlap."""
@@ -66,7 +69,7 @@ async def fetch_listings(
     for start in range(0, len(paths), LIST_BATCH):
         batch = paths[start : start + LIST_BATCH]
         conversations.append(
-            connection.start("list", paths=[to_wire(p) for p in batch], hb=hb)
+            connection.start("list", paths=[to_wire(p) for p in batch], hb=hb, meta=meta)
         )
     for conversation in conversations:
         while True:
@@ -77,8 +80,8 @@ async def fetch_listings(
                     continue
                 found = result.setdefault(path, {}) or {}
                 result[path] = found
-                for name, kind, mode, digest in entries:
-                    found[name] = Remote(kind, mode, digest)
+                for name, *fields in entries:
+                    found[name] = Remote(*fields)
             if not message["more"]:
                 break
         conversation.close()

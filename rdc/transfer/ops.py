@@ -4,12 +4,13 @@ own directory with them, and listings are built here."""
 
 from __future__ import annotations
 
+import errno
 import stat
 from typing import Any
 
 from rdc.errors import Refusal
 from rdc.fs import ConflictError, Expect
-from rdc.paths import PathError, join, to_wire
+from rdc.paths import PathError, check_relpath, join, to_wire
 from rdc.replica import Replica
 from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
 
@@ -44,8 +45,8 @@ def expectation(replica: Replica, path: str, spec: Any) -> Expect | None:
 
 
 def apply_op(replica: Replica, op: str, path: str, arg: Any, expect: Any) -> None:
-    """One of ``mkdir``, ``link``, ``rm``, ``mode`` (blocking; raises Refusal, ConflictError,
-    PathError or OSError)."""
+    """One of ``mkdir``, ``link``, ``rm``, ``rmdir`` (only if empty), ``mode``, ``mv``,
+    ``meta`` (blocking; raises Refusal, ConflictError, PathError or OSError)."""
     if not path:
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
     check = expectation(replica, path, expect)
@@ -71,10 +72,30 @@ def apply_op(replica: Replica, op: str, path: str, arg: Any, expect: Any) -> Non
     elif op == "rm":
         fs.remove(path, expect=check)
         replica.forget(path)
+    elif op == "rmdir":
+        fs.rmdir(path)
+    elif op == "mv":
+        if not isinstance(arg, bytes):
+            raise Refusal("protocol", message="mv needs a destination path")
+        destination = check_relpath(arg)
+        fs.rename(path, destination, expect=check)
+        replica.forget(path)
+        replica.forget(destination)
     elif op == "mode":
         if not isinstance(arg, int) or not 0 <= arg <= 0o7777:
             raise Refusal("protocol", message="mode needs a mode")
         fs.chmod(path, arg)
+    elif op == "meta":
+        if not (isinstance(arg, list) and len(arg) == 2 and all(type(x) is int for x in arg)
+                and 0 <= arg[0] <= 0o7777):
+            raise Refusal("protocol", message="meta needs [mode, mtime]")
+        st = fs.lstat(path)
+        if st is None:
+            raise FileNotFoundError(errno.ENOENT, "no such entry", path)
+        if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) != arg[0]:
+            fs.chmod(path, arg[0])
+        if st.st_mtime_ns != arg[1]:
+            fs.set_times(path, arg[1])
     else:  # pragma: no cover - the schema allows no other op
         raise Refusal("protocol", message=f"unknown op {op!r}")
 
@@ -100,17 +121,19 @@ def apply_ops(replica: Replica, ops: list[tuple[str, str, Any, Any]]) -> list[li
 # ---------------------------------------------------------------- listings
 
 
-def listing(tree: Entry, path: str, hb: int) -> list | None:
-    """``entries`` of a ``listing`` for the directory at ``path`` (None if it is not one)."""
+def listing(tree: Entry, path: str, hb: int, meta: bool = False) -> list | None:
+    """``entries`` of a ``listing`` for the directory at ``path`` (None if it is not one);
+    with ``meta`` each entry also carries its mtime and (directories) meta hash prefix."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
     out = []
     for name, entry in directory.sorted_children():
         digest = entry.digest()
-        out.append(
-            [to_wire(name), entry.kind, entry.mode, digest if entry.kind == "l" else digest[:hb]]
-        )
+        item = [to_wire(name), entry.kind, entry.mode, digest if entry.kind == "l" else digest[:hb]]
+        if meta:
+            item += [entry.mtime_ns, entry.meta[:hb]]
+        out.append(item)
     return out
 
 

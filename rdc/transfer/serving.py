@@ -31,6 +31,7 @@ from rdc.wire.codec import pack
 
 log = logging.getLogger("rdc.serve")
 LISTING_SPLIT = 8192  # entries of one directory per listing item
+HEARTBEAT = 30.0  # seconds between "changed" messages to a watching client when idle
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Opened:
     lock: trio.Lock  # one scan of a replica at a time
     changed: Callable[[], int]  # bump and return the share's change sequence number
     sequence: Callable[[], int]  # the current one
+    next_change: Callable[[], trio.Event] | None = None  # set at the next change
 
 
 class Shares(Protocol):
@@ -62,6 +64,8 @@ class ServerSession:
     excludes: Excludes = field(default_factory=Excludes)
     tree: Entry | None = None
     dirty: bool = False  # written since the last scan
+    scanned_seq: int = -1  # the share's sequence number at the last scan
+    unannounced: bool = False  # wrote something watchers were not told of yet
     _opening: bool = False
 
     async def handle(self, conversation: Conversation, message: dict[str, Any]) -> None:
@@ -86,6 +90,7 @@ class ServerSession:
             "ops": self._ops,
             "mset": self._mset,
             "finish": self._finish,
+            "watch": self._watch,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -119,12 +124,17 @@ class ServerSession:
     async def _scan(self) -> Entry:
         assert self.opened is not None
         async with self.opened.lock:
+            seq = self.opened.sequence()
             self.tree = await trio.to_thread.run_sync(self.opened.replica.scan, self.excludes)
         self.dirty = False
+        self.scanned_seq = seq
         return self.tree
 
     async def _fresh_tree(self) -> Entry:
-        if self.dirty or self.tree is None:
+        """The last scan, unless this connection wrote since, or the share changed (another
+        client, or an edit on this machine): then a new one."""
+        assert self.opened is not None
+        if self.dirty or self.tree is None or self.scanned_seq != self.opened.sequence():
             return await self._scan()
         return self.tree
 
@@ -138,7 +148,8 @@ class ServerSession:
 
     async def _list(self, conversation: Conversation, message: dict[str, Any]) -> None:
         tree = await self._fresh_tree()
-        dirs = [[to_wire(path), listing(tree, path, message["hb"])] for path in message["paths"]]
+        hb, meta = message["hb"], message["meta"]
+        dirs = [[to_wire(path), listing(tree, path, hb, meta)] for path in message["paths"]]
         _send_split(conversation, "listing", dirs)
 
     async def _mlist(self, conversation: Conversation, message: dict[str, Any]) -> None:
@@ -178,8 +189,7 @@ class ServerSession:
         opened = self._writable()
         if "path" not in message or not message["path"]:
             raise ProtocolError(message="an offer to the server names its path")
-        self.dirty = True
-        opened.changed()
+        self._wrote()
         await receive_file(
             conversation, opened.replica, message["path"], message,
             message.get("expect", NO_CHECK),
@@ -187,8 +197,7 @@ class ServerSession:
 
     async def _ops(self, conversation: Conversation, message: dict[str, Any]) -> None:
         opened = self._writable()
-        self.dirty = True
-        opened.changed()
+        self._wrote()
         results = await trio.to_thread.run_sync(apply_ops, opened.replica, message["ops"])
         conversation.send("oks", results=results)
 
@@ -211,16 +220,51 @@ class ServerSession:
         except (ConflictError, PathError) as exc:
             raise Refusal("path", message=str(exc)) from None
         if applied:
-            self.dirty = True
-            opened.changed()
+            self._wrote()
         conversation.send("ok", applied=applied, skipped=skipped)
 
-    async def _finish(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _watch(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        """Tell the client the share's sequence number whenever it changes, and every
+        HEARTBEAT seconds anyway (which keeps an idle connection alive). Never ends."""
         assert self.opened is not None
+        opened = self.opened
+        last = message["seq"]
+        while True:
+            current = opened.sequence()
+            if current != last:
+                conversation.send("changed", seq=current)
+                last = current
+            event = opened.next_change() if opened.next_change else None
+            with trio.move_on_after(HEARTBEAT) as idle:
+                await (event.wait() if event is not None else _never())
+            if idle.cancelled_caught:
+                conversation.send("changed", seq=current)
+
+    def _wrote(self) -> None:
+        self.dirty = True
+        self.unannounced = True
+
+    def close(self) -> None:
+        """The connection ended: announce what it wrote, if ``finish`` did not."""
+        if self.unannounced and self.opened is not None:
+            self.opened.changed()
+            self.unannounced = False
+
+    async def _finish(self, conversation: Conversation, message: dict[str, Any]) -> None:
+        """The server's root hashes now; what this connection wrote is announced to the
+        share's watchers (once per finish, not per file)."""
+        assert self.opened is not None
+        if self.unannounced:
+            self.opened.changed()
+            self.unannounced = False
         tree = await self._scan()
         conversation.send(
             "finished", content=tree.content, meta=tree.meta, seq=self.opened.sequence()
         )
+
+
+async def _never() -> None:
+    await trio.sleep_forever()
 
 
 def _send_split(conversation: Conversation, kind: str, dirs: list) -> None:

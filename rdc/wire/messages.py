@@ -140,6 +140,14 @@ def HB(v: Any, where: str) -> int:
 MODE = uint(0o7777)
 VECTOR = record(array(sint, MAX_TIMES), binary(2 * MAX_TIMES))
 ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096))
+OP = one_of("mkdir", "link", "rm", "rmdir", "mode", "mv", "meta")
+FULL_ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096), sint, binary(32))
+
+
+def entry(v: Any, where: str) -> tuple:
+    """A listing entry: 4 items, or 6 with ``meta`` (mtime and meta hash prefix)."""
+    return FULL_ENTRY(v, where) if type(v) is list and len(v) == 6 else ENTRY(v, where)
+
 
 # (check, default): default ABSENT means required; ``optional_key`` fields are left out of
 # the checked message when absent.
@@ -178,10 +186,15 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "writable": (boolean, False),
         "seq": (uint(), 0),
     },
-    "list": {"id": (ID, ABSENT), "paths": (array(path), ABSENT), "hb": (HB, 8)},
+    "list": {
+        "id": (ID, ABSENT),
+        "paths": (array(path), ABSENT),
+        "hb": (HB, 8),
+        "meta": (boolean, False),
+    },
     "listing": {
         "id": (ID, ABSENT),
-        "dirs": (array(record(path, optional(array(ENTRY, MAX_ENTRIES)))), ABSENT),
+        "dirs": (array(record(path, optional(array(entry, MAX_ENTRIES)))), ABSENT),
         "more": (boolean, False),
     },
     "mlist": {"id": (ID, ABSENT), "paths": (array(path), ABSENT), "hb": (HB, 8)},
@@ -238,12 +251,16 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "ops": {
         "id": (ID, ABSENT),
-        "ops": (array(record(one_of("mkdir", "link", "rm", "mode"), path, anything, anything)),
-                ABSENT),
+        "ops": (
+            array(record(OP, path, anything, anything)),
+            ABSENT,
+        ),
     },
     "oks": {"id": (ID, ABSENT), "results": (array(optional(record(text(32), text(4096)))),
                                             ABSENT)},
     "finish": {"id": (ID, ABSENT)},
+    "watch": {"id": (ID, ABSENT), "seq": (uint(), 0)},
+    "changed": {"id": (ID, ABSENT), "seq": (uint(), ABSENT)},
     "finished": {
         "id": (ID, ABSENT),
         "content": (HASH, ABSENT),

@@ -73,7 +73,10 @@ class Daemon:
             assert self.config.tokens is not None
             _, rights = await server_handshake(frames, self.config.tokens.check)
             session = ServerSession(self.registry.for_client(rights), peer=f"#{number}")
-            await Connection(frames, handler=session.handle).run()
+            try:
+                await Connection(frames, handler=session.handle).run()
+            finally:
+                session.close()
             log.info("#%d closed", number)
         except AccessDenied:
             log.warning("#%d from %s: authentication failed", number, peer)

@@ -18,6 +18,7 @@ from rdc.fs import SafeRoot
 from rdc.paths import PathError
 from rdc.replica import Replica
 from rdc.transfer.serving import Opened
+from rdc_server.watcher import ShareWatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class Registry:
         self._sequence = {name: itertools.count(1) for name in shares}
         self._current = dict.fromkeys(shares, 0)
         self.changed = {name: trio.Event() for name in shares}
+        self._watchers: dict[str, ShareWatcher] = {}
 
     def bump(self, share: str) -> int:
         """A connection wrote to ``share``: a new change sequence number; wakes watchers."""
@@ -70,6 +72,13 @@ class Registry:
     def sequence(self, share: str) -> int:
         return self._current[share]
 
+    def watch(self, share: str) -> trio.Event:
+        """An event set at the share's next change; the first call also starts watching
+        the share's directory, so edits made on this machine reach watching clients."""
+        if share not in self._watchers:
+            self._watchers[share] = ShareWatcher(self, share, self.shares[share].path)
+        return self.changed[share]
+
     def index_location(self, share: str, path: str) -> Path:
         key = blake3.blake3(os.fsencode(path)).hexdigest()[:16]
         return self.state_dir / "index" / f"{share}-{key}.sqlite3"
@@ -78,6 +87,9 @@ class Registry:
         return ClientShares(self, rights)
 
     def close(self) -> None:
+        for watcher in self._watchers.values():
+            watcher.stop()
+        self._watchers.clear()
         for opened in self._open.values():
             opened.replica.close()
         self._open.clear()
@@ -115,6 +127,7 @@ class ClientShares:
             lock=opened.lock,
             changed=lambda: registry.bump(name),
             sequence=lambda: registry.sequence(name),
+            next_change=lambda: registry.watch(name),
         )
 
 

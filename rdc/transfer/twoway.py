@@ -1,0 +1,452 @@
+"""Two-way sync (``rdc sync``): the local tree, the remote tree and the base (what both
+had at the last sync) compared top-down, then the changes made in both directions.
+
+Per entry, with L, R, B its local, remote and base states:
+
+- L and R have the same content: in step (metadata: the side that changed it wins; if both
+  did, the newer mtime).
+- Only one side differs from B: that side's change is made on the other side (an edit, a
+  new entry, a deletion, a rename, which is a deletion plus a new entry whose content the
+  receiver already has).
+- Both differ from B: a deletion loses to an edit (the edit is restored on the side that
+  deleted); two different contents are both kept: the older one (by mtime; remote wins a
+  tie) is moved aside to a conflict copy, ``NAME.sync-conflict-YYYYMMDD-HHMMSS-HOST.EXT``,
+  which then syncs like any new file; a directory beats a file or link.
+
+Every change on the remote side carries ``expect`` (what the listing showed), and every
+local one checks the local state, so a change made meanwhile is not overwritten: that
+action fails, and the next sync sees it. The new base records the planned state of each
+entry, and the old base state for entries whose action failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rdc.paths import join, to_wire
+from rdc.replica import Replica
+from rdc.session import Connection
+from rdc.snapshot import Entry
+from rdc.transfer import base as base_store
+from rdc.transfer.base import DIGEST_BYTES, Known
+from rdc.transfer.client import (
+    Options,
+    Stats,
+    _finish,
+    _local_ops,
+    _ops,
+    _pull_file,
+    _push_file,
+    count_files,
+)
+from rdc.transfer.compare import Remote, fetch_listings
+
+HB = DIGEST_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """An entry as the three-way comparison sees it."""
+
+    kind: str
+    mode: int
+    mtime_ns: int
+    digest: bytes  # a file's root prefix, a link's whole target; directories: content prefix
+    meta: bytes = b""  # directories: meta hash prefix (empty in the base)
+
+
+def of_local(entry: Entry | None) -> State | None:
+    if entry is None:
+        return None
+    digest = entry.digest()
+    return State(entry.kind, entry.mode, entry.mtime_ns,
+                 digest if entry.kind == "l" else digest[:HB], entry.meta[:HB])
+
+
+def of_remote(entry: Remote | None) -> State | None:
+    if entry is None:
+        return None
+    return State(entry.kind, entry.mode, entry.mtime_ns, entry.digest, entry.meta)
+
+
+def of_base(known: Known | None) -> State | None:
+    if known is None:
+        return None
+    return State(known.kind, known.mode, known.mtime_ns, known.digest)
+
+
+def same_content(a: State | None, b: State | None) -> bool:
+    """Same kind and content. Directories compare equal here when both exist: their
+    content is compared entry by entry."""
+    if a is None or b is None:
+        return a is b
+    if a.kind != b.kind:
+        return False
+    if a.kind == "d":
+        return True
+    return a.digest[:HB] == b.digest[:HB] if a.kind == "f" else a.digest == b.digest
+
+
+def same_meta(a: State, b: State) -> bool:
+    return a.mode == b.mode and (a.kind == "d" or a.mtime_ns == b.mtime_ns)
+
+
+def known_of(entry: Entry) -> Known:
+    state = of_local(entry)
+    assert state is not None
+    digest = b"" if entry.kind == "d" else state.digest
+    known = Known(state.kind, state.mode, state.mtime_ns, digest)
+    for name, child in entry.children.items():
+        known.children[name] = known_of(child)
+    return known
+
+
+def conflict_name(path: str, host: str, when: float) -> str:
+    """``dir/NAME.sync-conflict-YYYYMMDD-HHMMSS-HOST.EXT`` for ``dir/NAME.EXT``."""
+    directory, _, name = path.rpartition("/")
+    stem, ext = os.path.splitext(name)
+    if not stem:
+        stem, ext = name, ""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in host)[:40] or "host"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    return join(directory, f"{stem}.sync-conflict-{stamp}-{host}{ext}")
+
+
+def _spec(state: State | None) -> list:
+    return [] if state is None else [state.kind, state.digest]
+
+
+@dataclass
+class Actions:
+    """What one sync round does, in the order it is done. Each item names the path whose
+    base entry reverts if the action fails."""
+
+    local_moves: list[tuple[str, str, list]] = field(default_factory=list)
+    remote_moves: list[tuple[str, str, list]] = field(default_factory=list)
+    local_replace: list[tuple[str, list]] = field(default_factory=list)
+    remote_replace: list[tuple[str, list]] = field(default_factory=list)
+    local_mkdirs: list[tuple[str, int]] = field(default_factory=list)
+    remote_mkdirs: list[tuple[str, int]] = field(default_factory=list)
+    gets: list[tuple[str, bytes | None]] = field(default_factory=list)
+    pushes: list[tuple[str, bytes | None]] = field(default_factory=list)
+    local_links: list[tuple[str, bytes, list]] = field(default_factory=list)
+    remote_links: list[tuple[str, bytes, list]] = field(default_factory=list)
+    local_rms: list[tuple[str, list]] = field(default_factory=list)
+    remote_rms: list[tuple[str, list]] = field(default_factory=list)
+    local_rmdirs: list[str] = field(default_factory=list)  # emptied directories
+    remote_rmdirs: list[str] = field(default_factory=list)
+    local_meta: list[tuple[str, int, int]] = field(default_factory=list)
+    remote_meta: list[tuple[str, int, int]] = field(default_factory=list)
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (path, conflict copy)
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
+
+
+class TwoWay:
+    """One round of two-way sync between ``local`` (a scanned tree) and the opened remote
+    directory, given the ``base`` of the last round."""
+
+    def __init__(
+        self, local: Entry, base: Known | None, local_host: str, remote_host: str
+    ) -> None:
+        self.local = local
+        self.base = base
+        self.local_host = local_host
+        self.remote_host = remote_host
+        self.now = time.time()
+        self.actions = Actions()
+        self.new_base = Known("d", local.mode, 0)
+        # Directories deleted on one side ("here" or "there") but kept, maybe changed, on
+        # the other: decided entry by entry, then kept if anything inside them was.
+        self.half: dict[str, tuple[str, State]] = {}
+        self.kept: set[str] = set()
+        self._pending_children: dict[str, list[tuple[str, Known | None]]] = {}
+
+    # ------------------------------------------------------------ the base
+
+    def _record(self, path: str, known: Known | None) -> None:
+        parent, _, name = path.rpartition("/")
+        if parent in self.half:
+            self._pending_children.setdefault(parent, []).append((path, known))
+        holder = self.new_base
+        for part in parent.split("/") if parent else ():
+            holder = holder.children.setdefault(part, Known("d", 0o755, 0))
+        if known is None:
+            holder.children.pop(name, None)
+        else:
+            holder.children[name] = known
+
+    def _record_state(self, path: str, state: State | None) -> None:
+        if state is None:
+            self._record(path, None)
+        else:
+            digest = b"" if state.kind == "d" else state.digest
+            self._record(path, Known(state.kind, state.mode, state.mtime_ns, digest))
+
+    def revert(self, path: str) -> None:
+        """An action on ``path`` failed: its base entry stays what it was."""
+        old: Known | None = self.base
+        for part in path.split("/"):
+            old = old.children.get(part) if old is not None else None
+        self._record(path, old)
+
+    # ------------------------------------------------------------ planning
+
+    async def plan(self, connection: Connection, opened: dict[str, Any]) -> Actions:
+        if self.local.content == opened["content"] and self.local.meta == opened["meta"]:
+            self.new_base = known_of(self.local)
+            self.new_base.children = dict(self.new_base.children)
+            return self.actions
+        queue: list[tuple[str, Entry | None, Known | None, bool]] = [
+            ("", self.local, self.base, True)
+        ]
+        while queue:
+            wanted = [path for path, _, _, remote in queue if remote]
+            listings = await fetch_listings(connection, wanted, HB, meta=True) if wanted else {}
+            next_queue: list[tuple[str, Entry | None, Known | None, bool]] = []
+            for path, here, before, remote in queue:
+                there = (listings.get(path) or {}) if remote else {}
+                mine = here.children if here is not None and here.kind == "d" else {}
+                old = before.children if before is not None and before.kind == "d" else {}
+                for name in sorted(set(mine) | set(there) | set(old), key=to_wire):
+                    self._entry(join(path, name), mine.get(name), there.get(name),
+                                old.get(name), next_queue)
+            queue = next_queue
+        self._settle_halves()
+        return self.actions
+
+    def _settle_halves(self) -> None:
+        """A directory deleted on one side is made again there if something inside it is
+        kept (restored); else the other side's (now empty) directory goes too."""
+        for path in list(self.kept):
+            parent = path.rpartition("/")[0]
+            while parent in self.half and parent not in self.kept:
+                self.kept.add(parent)
+                parent = parent.rpartition("/")[0]
+        a = self.actions
+        for path in sorted(self.half, key=lambda p: p.count("/")):
+            deleted_on, survivor = self.half[path]
+            if path in self.kept:
+                (a.local_mkdirs if deleted_on == "here" else a.remote_mkdirs).append(
+                    (path, survivor.mode)
+                )
+                self._record_state(path, survivor)
+                self._record_children_back(path)
+            else:
+                (a.remote_rmdirs if deleted_on == "here" else a.local_rmdirs).append(path)
+                self._record(path, None)
+
+    def _record_children_back(self, path: str) -> None:
+        """Base entries of a kept directory's children were recorded before the directory
+        itself was; `_record_state` replaced the directory: put them back."""
+        for child, state in self._pending_children.pop(path, []):
+            self._record(child, state)
+
+    def _entry(self, path: str, here: Entry | None, there: Remote | None, before: Known | None,
+               queue: list) -> None:
+        mine, theirs, old = of_local(here), of_remote(there), of_base(before)
+        if mine is not None and theirs is not None and mine.kind == theirs.kind == "d":
+            if mine.digest != theirs.digest or mine.meta != theirs.meta:
+                self._record_state(path, mine if same_meta(mine, theirs) else theirs)
+                self._dir_meta(path, mine, theirs, old)
+                queue.append((path, here, before, True))
+            else:
+                self._record(path, known_of(here))  # type: ignore[arg-type]
+            return
+        if same_content(mine, theirs):
+            if mine is not None and theirs is not None:
+                self._meta(path, mine, theirs, old)
+            return
+        if old is not None and old.kind == "d" and (mine is None or theirs is None):
+            survivor = mine if theirs is None else theirs
+            if survivor is not None and survivor.kind == "d":  # deleted on one side only
+                self.half[path] = ("there" if theirs is None else "here", survivor)
+                queue.append((path, here, before, theirs is not None))
+                return
+        changed_here = not same_content(mine, old)
+        changed_there = not same_content(theirs, old)
+        if not changed_here or (changed_there and mine is None):
+            self._take(path, here, theirs, before, queue, to_local=True)
+        elif not changed_there or theirs is None:
+            self._take(path, here, theirs, before, queue, to_local=False)
+        else:
+            self._conflict(path, here, theirs, before, queue)
+
+    def _meta(self, path: str, mine: State, theirs: State, old: State | None) -> None:
+        """Same content on both sides; bring modes and times in step."""
+        if same_meta(mine, theirs):
+            self._record_state(path, mine)
+            return
+        if old is not None and same_meta(mine, old):
+            winner = theirs
+        elif old is not None and same_meta(theirs, old):
+            winner = mine
+        else:
+            winner = mine if mine.mtime_ns > theirs.mtime_ns else theirs
+        if winner is theirs:
+            self.actions.local_meta.append((path, theirs.mode, theirs.mtime_ns))
+        else:
+            self.actions.remote_meta.append((path, mine.mode, mine.mtime_ns))
+        self._record_state(path, winner)
+
+    def _dir_meta(self, path: str, mine: State, theirs: State, old: State | None) -> None:
+        if mine.mode == theirs.mode:
+            return
+        if old is not None and old.mode == mine.mode:
+            self.actions.local_meta.append((path, theirs.mode, mine.mtime_ns))
+        else:
+            self.actions.remote_meta.append((path, mine.mode, theirs.mtime_ns))
+
+    def _take(self, path: str, here: Entry | None, theirs: State | None, before: Known | None,
+              queue: list, to_local: bool) -> None:
+        """Make one side like the other: the remote state ``theirs`` comes here
+        (``to_local``), or the local entry ``here`` goes there."""
+        a = self.actions
+        mine = of_local(here)
+        source, target = (theirs, mine) if to_local else (mine, theirs)
+        replace, mkdirs, links, rms, metas = (
+            (a.local_replace, a.local_mkdirs, a.local_links, a.local_rms, a.local_meta)
+            if to_local else
+            (a.remote_replace, a.remote_mkdirs, a.remote_links, a.remote_rms, a.remote_meta)
+        )
+        if source is None:
+            rms.append((path, _spec(target)))
+            self._record(path, None)
+            return
+        parent = path.rpartition("/")[0]
+        if parent in self.half and self.half[parent][0] == ("here" if to_local else "there"):
+            self.kept.add(parent)
+        if target is not None and target.kind != source.kind:
+            replace.append((path, _spec(target)))
+            target = None
+        if source.kind == "f":
+            expect = target.digest if target is not None else None
+            (a.gets if to_local else a.pushes).append((path, expect))
+        elif source.kind == "l":
+            links.append((path, source.digest, _spec(target)))
+            metas.append((path, 0, source.mtime_ns))
+        else:
+            if target is None:
+                mkdirs.append((path, source.mode))
+            same_dir = here if here is not None and here.kind == "d" else None
+            old_dir = before if before is not None and before.kind == "d" else None
+            queue.append((path, same_dir, old_dir, theirs is not None))
+        self._record_state(path, source)
+
+    def _conflict(self, path: str, here: Entry, theirs: State, before: Known | None,
+                  queue: list) -> None:
+        """Both sides changed ``path`` to different contents: keep both."""
+        mine = of_local(here)
+        assert mine is not None
+        a = self.actions
+        remote_wins = theirs.kind == "d" or (
+            mine.kind != "d" and theirs.mtime_ns >= mine.mtime_ns
+        )
+        if remote_wins:  # move the local version aside, send it as a new entry
+            copy = conflict_name(path, self.local_host, self.now)
+            a.local_moves.append((path, copy, _spec(mine)))
+            self._take(copy, here, None, None, queue, to_local=False)
+            self._take(path, None, theirs, None, queue, to_local=True)
+        else:  # move the remote version aside, fetch it as a new entry
+            copy = conflict_name(path, self.remote_host, self.now)
+            a.remote_moves.append((path, copy, _spec(theirs)))
+            self._take(copy, None, theirs, None, queue, to_local=True)
+            self._take(path, here, None, None, queue, to_local=False)
+        a.conflicts.append((path, copy))
+
+
+# ---------------------------------------------------------------- carrying it out
+
+
+async def execute(
+    connection: Connection, replica: Replica, round_: TwoWay, options: Options
+) -> Stats:
+    """Carry out a planned round; failed actions revert their base entries."""
+    a = round_.actions
+    stats = Stats()
+
+    async def remote(ops: list[list]) -> None:
+        for op, ok in zip(ops, await _ops(connection, ops, stats), strict=True):
+            if not ok:
+                round_.revert(os.fsdecode(op[1]))
+
+    async def local(ops: list[tuple]) -> None:
+        for op, ok in zip(ops, await _local_ops(replica, ops, stats), strict=True):
+            if not ok:
+                round_.revert(op[1])
+
+    await local([("mv", p, to_wire(new), e) for p, new, e in a.local_moves])
+    await remote([["mv", to_wire(p), to_wire(new), e] for p, new, e in a.remote_moves])
+    await local([("rm", p, None, e) for p, e in a.local_replace])
+    await remote([["rm", to_wire(p), None, e] for p, e in a.remote_replace])
+    depth = lambda item: item[0].count("/")  # noqa: E731 - parents before children
+    await local([("mkdir", p, mode, None) for p, mode in sorted(a.local_mkdirs, key=depth)])
+    await remote([["mkdir", to_wire(p), mode, None]
+                  for p, mode in sorted(a.remote_mkdirs, key=depth)])
+    limiter = trio.CapacityLimiter(options.concurrency)
+
+    async def one(push: bool, path: str, expect: bytes | None) -> None:
+        failures = len(stats.failed)
+        async with limiter:
+            if push:
+                await _push_file(connection, replica, path, expect, stats)
+            else:
+                await _pull_file(connection, replica, path, expect, stats)
+        if len(stats.failed) > failures:
+            round_.revert(path)
+
+    async with trio.open_nursery() as nursery:
+        for path, expect in a.pushes:
+            nursery.start_soon(one, True, path, expect)
+        for path, expect in a.gets:
+            nursery.start_soon(one, False, path, expect)
+    await local([("link", p, target, e) for p, target, e in a.local_links])
+    await remote([["link", to_wire(p), target, e] for p, target, e in a.remote_links])
+    await local([("rm", p, None, e) for p, e in a.local_rms])
+    await remote([["rm", to_wire(p), None, e] for p, e in a.remote_rms])
+    deepest = sorted(a.local_rmdirs, key=lambda p: -p.count("/"))
+    await local([("rmdir", p, None, None) for p in deepest])
+    deepest = sorted(a.remote_rmdirs, key=lambda p: -p.count("/"))
+    await remote([["rmdir", to_wire(p), None, None] for p in deepest])
+    await local([("meta", p, [mode, mtime], None) for p, mode, mtime in a.local_meta])
+    await remote([["meta", to_wire(p), [mode, mtime], None] for p, mode, mtime in a.remote_meta])
+    stats.deleted = len(a.local_rms) + len(a.remote_rms)
+    stats.conflicts = list(a.conflicts)
+    stats.files_transferred = stats.files_transferred or 0
+    return stats
+
+
+async def sync_round(
+    connection: Connection,
+    replica: Replica,
+    remote_hashes: dict[str, Any],
+    base_path: Path,
+    hosts: tuple[str, str],
+    options: Options,
+) -> tuple[Stats, Actions, Entry]:
+    """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
+    dry run), store the new base, and check the result. ``remote_hashes`` are the server's
+    current root hashes (from ``opened`` or ``finished``). Returns the stats, the actions
+    and the local tree at the end."""
+    tree = await trio.to_thread.run_sync(replica.scan)
+    round_ = TwoWay(tree, base_store.load(base_path), *hosts)
+    actions = await round_.plan(connection, remote_hashes)
+    if options.dry_run:
+        return Stats(conflicts=list(actions.conflicts)), actions, tree
+    stats = await execute(connection, replica, round_, options) if actions else Stats()
+    await trio.to_thread.run_sync(base_store.save, base_path, round_.new_base)
+    finished = remote_hashes
+    if actions:
+        finished = await _finish(connection)
+        tree = await trio.to_thread.run_sync(replica.scan)
+    stats.seq = finished.get("seq", 0)
+    stats.in_step = tree.content == finished["content"] and tree.meta == finished["meta"]
+    stats.files_total = count_files(tree)
+    return stats, actions, tree

@@ -1,0 +1,84 @@
+"""Watching a share's directory on the server's own disk, so that edits made on this
+machine (not through rdc) reach the clients that watch the share.
+
+watchdog calls back on its own thread; events are coalesced there into one pending bump,
+which a trio task makes after SETTLE_SECONDS of calm (at most MAX_DELAY_SECONDS after the
+first event). rdc's own temporaries are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import trio
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from rdc.paths import is_temporary
+
+if TYPE_CHECKING:
+    from rdc_server.shares import Registry
+
+log = logging.getLogger("rdc.serve")
+SETTLE_SECONDS = 0.3
+MAX_DELAY_SECONDS = 2.0
+
+
+class ShareWatcher(FileSystemEventHandler):
+    def __init__(self, registry: Registry, share: str, path: str) -> None:
+        self.registry = registry
+        self.share = share
+        self.token = trio.lowlevel.current_trio_token()
+        self._lock = threading.Lock()
+        self._first = 0.0
+        self._last = 0.0
+        self._pending = False
+        self.observer = Observer()
+        try:
+            self.observer.schedule(self, path, recursive=True)
+            self.observer.start()
+        except OSError as exc:  # inotify limits, for one: clients still see rdc's writes
+            log.warning("cannot watch share %s for local edits: %s", share, exc)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory and event.event_type in ("opened", "closed_no_write"):
+            return
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        paths = [event.src_path, getattr(event, "dest_path", "")]
+        if all(not p or is_temporary(os.path.basename(os.fsdecode(p))) for p in paths):
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._last = now
+            if self._pending:
+                return
+            self._pending = True
+            self._first = now
+        with contextlib.suppress(trio.RunFinishedError):
+            trio.from_thread.run_sync(self._start, trio_token=self.token)
+
+    def _start(self) -> None:
+        trio.lowlevel.spawn_system_task(self._bump_when_calm)
+
+    async def _bump_when_calm(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                calm = now - self._last >= SETTLE_SECONDS
+                late = now - self._first >= MAX_DELAY_SECONDS
+                if calm or late:
+                    self._pending = False
+                    break
+            await trio.sleep(SETTLE_SECONDS / 3)
+        self.registry.bump(self.share)
+
+    def stop(self) -> None:
+        self.observer.stop()
+        if self.observer.is_alive():
+            self.observer.join(timeout=5)
