@@ -10,7 +10,7 @@ from importlib import metadata
 
 from rdc.errors import RdcError
 from rdc.wire.frames import ConnectionClosed
-from rdc_client import cmd_chunk, cmd_delta, cmd_sig, cmd_similar, cmd_transfer
+from rdc_client import cmd_chunk, cmd_delta, cmd_sig, cmd_similar, cmd_sync, cmd_transfer
 from rdc_server import cli as server_cli
 
 Command = Callable[[argparse.Namespace], int]
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rdc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cmd_transfer.add_parsers(sub)
+    cmd_sync.add_parsers(sub)
     server_cli.add_parser(sub)
     for module in (cmd_chunk, cmd_sig, cmd_similar, cmd_delta):
         module.add_parser(sub)

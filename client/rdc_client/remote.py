@@ -91,6 +91,7 @@ async def open_connection(
     token: str,
     tls: ssl.SSLContext | None = None,
     compress: bool = True,
+    idle_timeout: float = 600.0,
 ) -> AsyncIterator[tuple[Connection, CountingStream]]:
     """A handshaken connection, running; yields it and the byte counter under it. Closes
     the connection (after flushing) when the block ends."""
@@ -121,7 +122,7 @@ async def open_connection(
             raise ConnectionFailed(message=f"{remote}: no answer to the handshake") from None
         except (trio.BrokenResourceError, OSError) as exc:
             raise ConnectionFailed(message=f"{remote}: connection lost: {exc}") from None
-        connection = Connection(frames)
+        connection = Connection(frames, idle_timeout=idle_timeout)
         with unwrap_group():
             async with trio.open_nursery() as nursery:
                 await nursery.start(_run, connection)
