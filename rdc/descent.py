@@ -258,23 +258,25 @@ class Plan:
 def _region(
     known: list[Piece], offset: int, end: int, seeds: SeedMap, fallback: int
 ) -> tuple[int, int, int] | None:
-    """The seed bytes between the matched neighbours of new-file range [offset, end):
-    ``(seed, start, stop)``. With one neighbour, as far again on the open side; with none,
-    the first seed (the file at the same path, when there is one)."""
+    """Where in a seed the old version of new-file range [offset, end) should be:
+    ``(seed, start, stop)``. Between the matched neighbours when both come from one seed in
+    order; else where one neighbour's displacement (its seed offset minus its new offset)
+    puts the range, widened by its length (at least ``fallback``) on each side, since other
+    unknown ranges may lie between it and that neighbour; with no neighbour, the first seed
+    (the file at the same path, when there is one)."""
     at = bisect.bisect_left([p.offset for p in known], offset)
     left = known[at - 1] if at > 0 else None
     right = known[at] if at < len(known) else None
-    span = max(2 * (end - offset), fallback)
-    if left and right and left.seed == right.seed:
+    slack = max(end - offset, fallback)
+    if left and right and left.seed == right.seed and (
+        left.seed_offset + left.length <= right.seed_offset
+    ):
         seed, start, stop = left.seed, left.seed_offset + left.length, right.seed_offset
-        if stop < start:
-            start, stop = stop, start + span  # reordered content: look around the right end
-    elif left:
-        seed, start = left.seed, left.seed_offset + left.length
-        stop = start + span
-    elif right:
-        seed, stop = right.seed, right.seed_offset
-        start = stop - span
+    elif left or right:
+        near = left or right
+        assert near is not None
+        shift = near.seed_offset - near.offset
+        seed, start, stop = near.seed, offset + shift - slack, end + shift + slack
     else:
         seed, start, stop = 0, 0, seeds.seeds[0].tree.size
     size = seeds.seeds[seed].tree.size
