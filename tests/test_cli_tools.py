@@ -1,0 +1,81 @@
+"""``rdc sig``, ``rdc similar`` and ``rdc delta``: what they report, and errors."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from rdc.signature import signature_of_bytes
+from rdc_client.cli import main
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def test_sig_reports_root_levels_and_sketch(tmp_path, capsys) -> None:
+    data = random.Random(1).randbytes(300_000)
+    (tmp_path / "f").write_bytes(data)
+    assert main(["sig", "--json", str(tmp_path / "f")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    signature = signature_of_bytes(data)
+    assert info["root"] == signature.root.hex()
+    assert info["chunks"] == len(signature.tree.leaves)
+    assert [lv["nodes"] for lv in info["levels"]] == [len(lv) for lv in signature.tree.levels]
+    assert info["sketch"] == list(signature.sketch)
+
+
+def test_sig_of_a_missing_file_is_an_error(tmp_path, capsys) -> None:
+    assert main(["sig", str(tmp_path / "nope")]) == 3
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_similar_groups_near_duplicates(tmp_path, capsys) -> None:
+    rng = random.Random(2)
+    base = rng.randbytes(400_000)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "original.bin").write_bytes(base)
+    (tmp_path / "d" / "edited.bin").write_bytes(base[:100_000] + b"edit" + base[100_000:])
+    (tmp_path / "d" / "unrelated.bin").write_bytes(rng.randbytes(400_000))
+    assert main(["similar", "--json", "--no-progress", str(tmp_path / "d")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [group] = report["groups"]
+    assert sorted(group["files"]) == ["edited.bin", "original.bin"]
+    [pair] = group["pairs"]
+    assert pair["jaccard"] > 0.9 and pair["matching_traits"] >= 8
+
+
+def test_delta_reports_what_a_transfer_costs(tmp_path, capsys) -> None:
+    rng = random.Random(3)
+    old = rng.randbytes(1_000_000)
+    new = old[:500_000] + b"a small insertion" + old[500_000:]
+    (tmp_path / "old").write_bytes(old)
+    (tmp_path / "new").write_bytes(new)
+    assert main(["delta", "--json", "--verify", str(tmp_path / "old"), str(tmp_path / "new")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["literal_bytes"] + report["matched_bytes"] == len(new)
+    assert 0 < report["literal_bytes"] < 2048
+    assert report["total_bytes"] == (report["signature_bytes"] + report["request_bytes"]
+                                     + report["offer_bytes"] + report["data_message_bytes"])
+    assert report["round_trips"] >= 3
+
+
+def test_delta_over_a_directory_of_seeds_finds_a_renamed_file(tmp_path, capsys) -> None:
+    data = random.Random(4).randbytes(200_000)
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / "old-name.bin").write_bytes(data)
+    (tmp_path / "new.bin").write_bytes(data[:50_000] + b"!" + data[50_000:])
+    assert main(["delta", "--json", "--no-progress", str(tmp_path / "seeds"),
+                 str(tmp_path / "new.bin")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["matched_bytes"] > 190_000
+
+
+def test_delta_needs_two_directories_or_a_file_new(tmp_path, capsys) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "f").write_bytes(b"x")
+    assert main(["delta", str(tmp_path / "f"), str(tmp_path / "a")]) == 2
+    assert main(["delta", str(tmp_path / "missing"), str(tmp_path / "f")]) == 3
