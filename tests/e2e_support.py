@@ -58,10 +58,12 @@ def wait_for(
 
 def command_env(tmp: Path) -> dict[str, str]:
     """The environment of every rdc process: the client's index under ``tmp``, a UTF-8
-    locale (what users have), and RDC_PUREPYTHON passed through from the test run."""
+    locale as users have it (en_US.UTF-8 and the like give Python a strict stdout; C.UTF-8
+    alone would not), and RDC_PUREPYTHON passed through from the test run."""
     env = dict(os.environ)
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
     env["LC_ALL"] = "C.UTF-8"
+    env["PYTHONIOENCODING"] = "utf-8:strict"
     env.pop("RDC_TOKEN", None)
     env.pop("PYTHONUTF8", None)
     return env
@@ -76,6 +78,7 @@ class Result:
     stdout: str
     stderr: str
     stats: dict[str, Any] | None = None
+    raw_stdout: bytes = b""
 
     def __str__(self) -> str:
         return (f"rdc {' '.join(self.args)} -> {self.returncode}\n"
@@ -177,7 +180,7 @@ class E2E:
             pytest.fail(f"rdc {' '.join(args)} still running after {timeout} s: "
                         f"{exc.stderr!r}")
         return Result(list(args), done.returncode, done.stdout.decode(errors="replace"),
-                      done.stderr.decode(errors="replace"))
+                      done.stderr.decode(errors="replace"), raw_stdout=done.stdout)
 
     def _transfer(self, verb: str, a: str, b: str, extra: tuple[str, ...]) -> Result:
         self._runs += 1
