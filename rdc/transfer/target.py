@@ -27,6 +27,7 @@ from rdc.descent import (
 )
 from rdc.errors import ProtocolError, Refusal, RemoteError
 from rdc.fs import ConflictError, Expect
+from rdc.paths import PathError
 from rdc.replica import Replica
 from rdc.session import Conversation
 from rdc.signature import FileSignature
@@ -97,8 +98,10 @@ async def receive_file(
     ``done`` with the error) if the file could not be brought in."""
     try:
         outcome = await _receive(conversation, replica, path, offer, expect)
-    except (Refusal, ConflictError, OSError) as exc:
+    except (Refusal, ConflictError, PathError, OSError) as exc:
         code = getattr(exc, "code", "conflict" if isinstance(exc, ConflictError) else "io")
+        if isinstance(exc, PathError):  # through a symlink, or a directory on the way
+            code = "path"
         message = str(exc) if not isinstance(exc, OSError) else f"{path}: {exc.strerror or exc}"
         if not isinstance(exc, RemoteError):  # the source ended it already
             conversation.send("done", ok=False, code=code, msg=message)
