@@ -332,6 +332,46 @@ def random_file(path: Path | bytes, size: int, seed: int, piece: int = 8 << 20) 
             left -= n
 
 
+def edited_copy(src: Path, dst: Path, edits: list[tuple[int, int, bytes]]) -> None:
+    """``dst`` = ``src`` with ``edits`` applied, streamed: each edit (sorted by offset)
+    removes ``remove`` bytes at ``offset`` of ``src`` and puts ``insert`` there."""
+    with open(src, "rb") as i, open(dst, "wb") as o:
+        position = 0
+        for offset, remove, insert in sorted(edits):
+            left = offset - position
+            while left:
+                piece = i.read(min(left, 8 << 20))
+                assert piece, "an edit past the end of the file"
+                o.write(piece)
+                left -= len(piece)
+            o.write(insert)
+            i.seek(remove, os.SEEK_CUR)
+            position = offset + remove
+        while piece := i.read(8 << 20):
+            o.write(piece)
+
+
+def wait_until_stale(root: Path, timeout: float = 15.0) -> None:
+    """Wait until every rdc temporary under ``root`` is old enough for ``clean_temporaries``
+    to treat it as stale if no live process holds it (rdc.fs: FRESH_SECONDS for a regular
+    file, TEMP_GRACE_SECONDS for anything else)."""
+    from rdc.fs import FRESH_SECONDS, TEMP_GRACE_SECONDS
+
+    def stale() -> bool:
+        now = time.time()
+        for path in temporaries(root):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            grace = FRESH_SECONDS if stat.S_ISREG(st.st_mode) else TEMP_GRACE_SECONDS
+            if now - st.st_ctime <= grace + 0.05:
+                return False
+        return True
+
+    wait_for(stale, timeout, f"the temporaries under {root} to age", interval=0.05)
+
+
 # ---------------------------------------------------------------- the wire by hand
 
 HEADER = struct.Struct(">I")
