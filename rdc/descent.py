@@ -353,7 +353,9 @@ def target_descent(
             entry_list = supplied[leaf]
             entries = entry_list.decode_subs(length)
             region = _region(known, offset, offset + length, seeds, length)
-            found = region_subs.setdefault(region, _sub_index(region, seeds)) if region else {}
+            if region and region not in region_subs:  # (setdefault would index every time)
+                region_subs[region] = _sub_index(region, seeds)
+            found = region_subs[region] if region else {}
             sub_offset = offset
             run_start = None
             for k, (sub_key, n) in enumerate(entries):

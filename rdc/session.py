@@ -122,6 +122,9 @@ class Connection:
         self._failure: BaseException | None = None
         self._closing = False
         self._done = trio.Event()
+        # The writer and a final error must not send at once (trio refuses concurrent
+        # send_all, and a frame must not be cut by another).
+        self._send_lock = trio.Lock()
 
     # ------------------------------------------------------------ sending
 
@@ -149,7 +152,8 @@ class Connection:
                     break
                 batch.append(message)
                 size += _size(message)
-            await self.frames.send(batch)
+            async with self._send_lock:
+                await self.frames.send(batch)
             self._queued_bytes -= size
             async with self._room:
                 self._room.notify_all()
@@ -289,7 +293,8 @@ class Connection:
         with trio.move_on_after(2) as scope:
             scope.shield = True
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                await self.frames.send([{"t": "error", "code": code, "msg": msg}])
+                async with self._send_lock:
+                    await self.frames.send([{"t": "error", "code": code, "msg": msg}])
 
     async def close(self) -> None:
         """Flush what is queued, then close the stream."""

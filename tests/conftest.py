@@ -10,6 +10,9 @@ from hypothesis import settings
 
 from rdc import _native
 
+# The end-to-end fixture (the real `rdc serve` and `rdc` processes) of tests/test_e2e_*.py.
+from .e2e_support import e2e  # noqa: F401
+
 PURE = _native.PURE_PYTHON
 
 settings.register_profile("c", max_examples=200, deadline=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -39,6 +40,11 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # File names are bytes; those that are not UTF-8 reach us with surrogate escapes. Write
+    # them out as the bytes they are (as ls does), not fail with UnicodeEncodeError under a
+    # locale whose stdout is strict (en_US.UTF-8 and the like).
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="surrogateescape")
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Command = args.run

@@ -70,11 +70,13 @@ def run(args: argparse.Namespace) -> int:
     token = read_token(args.token_file)
     tls = tls_context(args.ca_file) if args.tls or args.ca_file else None
     local = args.local
+    made: list[str] = []  # directories this run created for a pull, outermost first
     if args.direction == "push":
         if not os.path.isdir(local):
             raise FileAccessError(path=local, reason="not a directory")
     else:
         try:
+            made = _missing_directories(local)
             os.makedirs(local, exist_ok=True)
         except OSError as exc:
             raise FileAccessError(path=local, reason=exc.strerror or str(exc)) from None
@@ -83,13 +85,36 @@ def run(args: argparse.Namespace) -> int:
     patterns = [*args.exclude, *read_ignore_file(local)]
     excludes = Excludes(patterns)
     started = time.monotonic()
+    completed = False
     try:
         stats = trio.run(_transfer, args, remote, token, tls, excludes, patterns)
+        completed = True
     except ConnectionClosed as exc:
         raise ConnectionFailed(message=f"{remote}: {exc}") from None
+    finally:
+        if args.dry_run or not completed:
+            _remove_empty(made)  # a dry run, or a pull that failed, leaves nothing behind
     stats.seconds = time.monotonic() - started
     report(args, stats)
     return EXIT_PARTIAL if stats.failed else 0
+
+
+def _missing_directories(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist, outermost first."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing[::-1]
+
+
+def _remove_empty(directories: list[str]) -> None:
+    for path in reversed(directories):
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (something was fetched into it), or gone: keep the rest
+            return
 
 
 async def _transfer(

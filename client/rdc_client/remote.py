@@ -113,7 +113,14 @@ async def open_connection(
                 with trio.fail_after(CONNECT_SECONDS):
                     await stream.do_handshake()
             except (ssl.SSLError, trio.BrokenResourceError, trio.TooSlowError) as exc:
-                raise ConnectionFailed(message=f"TLS with {remote.host} failed: {exc}") from None
+                # trio reports a failed handshake as a BrokenResourceError without text;
+                # the reason (certificate verify failed, wrong version number) is its cause.
+                reason = exc.__cause__ or exc
+                if isinstance(exc, trio.TooSlowError):
+                    reason = "timed out"
+                raise ConnectionFailed(
+                    message=f"TLS with {remote.host} failed: {reason or type(reason).__name__}"
+                ) from None
         frames = FrameStream(stream)
         try:
             with trio.fail_after(CONNECT_SECONDS):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -69,7 +70,14 @@ async def server_handshake(
     welcome. Returns the hello and what ``token_ok`` returned for the token (the client's
     rights). A bad token gets ``error auth`` and nothing else."""
     with trio.fail_after(HANDSHAKE_SECONDS):
-        hello = await _one(frames, "hello")
+        try:
+            hello = await _one(frames, "hello")
+        except ProtocolError as exc:  # tell the peer why, if it still listens (section 1)
+            with trio.move_on_after(2), contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, OSError
+            ):
+                await frames.send([{"t": "error", "code": "protocol", "msg": str(exc)}])
+            raise
     low, high = hello["proto"]
     chosen = min(high, PROTOCOL_MAX)
     rights = token_ok(hello["token"])

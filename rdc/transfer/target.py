@@ -27,6 +27,7 @@ from rdc.descent import (
 )
 from rdc.errors import ProtocolError, Refusal, RemoteError
 from rdc.fs import ConflictError, Expect
+from rdc.paths import PathError
 from rdc.replica import Replica
 from rdc.session import Conversation
 from rdc.signature import FileSignature
@@ -36,6 +37,9 @@ from rdc.verify import StreamSigner
 COPY_PIECE = 1 << 20
 THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
 NO_CHECK = object()  # ``expect`` absent: overwrite whatever is there
+# Nodes or leaves named in one want: a list in a message holds at most MAX_ITEMS, and the
+# answer (a sub-chunk list is up to ~1.3 KB per leaf) must stay well inside one frame.
+WANT_ITEMS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +101,10 @@ async def receive_file(
     ``done`` with the error) if the file could not be brought in."""
     try:
         outcome = await _receive(conversation, replica, path, offer, expect)
-    except (Refusal, ConflictError, OSError) as exc:
+    except (Refusal, ConflictError, PathError, OSError) as exc:
         code = getattr(exc, "code", "conflict" if isinstance(exc, ConflictError) else "io")
+        if isinstance(exc, PathError):  # through a symlink, or a directory on the way
+            code = "path"
         message = str(exc) if not isinstance(exc, OSError) else f"{path}: {exc.strerror or exc}"
         if not isinstance(exc, RemoteError):  # the source ended it already
             conversation.send("done", ok=False, code=code, msg=message)
@@ -229,13 +235,17 @@ async def _descend(conversation: Conversation, offer: dict[str, Any], seeds: See
         except ValueError as exc:
             raise ProtocolError(message=f"the source's tree does not add up: {exc}") from None
         if isinstance(request, Expand):
-            conversation.send("want", k="expand", nodes=[list(n) for n in request.nodes])
+            kind, key, items = "expand", "nodes", [list(n) for n in request.nodes]
         elif isinstance(request, SubLists):
-            conversation.send("want", k="subs", leaves=list(request.leaves))
+            kind, key, items = "subs", "leaves", list(request.leaves)
         else:  # pragma: no cover - the descent yields nothing else
             raise AssertionError(request)
-        message = await conversation.receive("lists")
-        reply = Reply(lists=tuple(EntryList(*item) for item in message["lists"]))
+        lists: list = []
+        for start in range(0, len(items), WANT_ITEMS):  # one want outstanding at a time
+            conversation.send("want", k=kind, **{key: items[start : start + WANT_ITEMS]})
+            message = await conversation.receive("lists")
+            lists.extend(message["lists"])
+        reply = Reply(lists=tuple(EntryList(*item) for item in lists))
 
 
 class _Literal:

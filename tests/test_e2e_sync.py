@@ -1,0 +1,350 @@
+"""End to end: ``rdc push`` and ``rdc pull`` against a real ``rdc serve`` keep trees in
+step, entry for entry: contents, kinds, permission bits, mtimes to the nanosecond (files,
+directories, links), links as links, empty directories, names that are not UTF-8; and
+they send little for what the other side already has."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from .conftest import scaled
+from .e2e_support import (
+    E2E,
+    assert_same_tree,
+    random_file,
+    snapshot,
+    stamp_times,
+    temporaries,
+    tree_diff,
+    write,
+)
+
+BIG = scaled(2 << 20, 256 << 10)  # a file of many chunks
+QUIET = 10_000  # bytes a run with nothing to do may put on the wire, each way
+
+
+def build_tree(root: Path, outside: Path) -> None:
+    """A tree with one of everything rdc syncs."""
+    root.mkdir()
+    write(root / "a.txt", b"hello, world\n" * 10, 0o644)
+    write(root / "run.sh", b"#!/bin/sh\necho hi\n", 0o755)
+    write(root / "secret", b"s" * 300, 0o600)
+    write(root / "zero", b"", 0o640)
+    write(root / "tiny255", b"t" * 255)
+    write(root / "tiny256", b"u" * 256)
+    (root / "data" / "nested" / "deep").mkdir(parents=True)
+    random_file(root / "data" / "big.bin", BIG, seed=1)
+    random_file(root / "data" / "other.bin", BIG // 2, seed=2)
+    write(root / "data" / "nested" / "deep" / "leaf.txt", b"leaf\n" * 1000)
+    (root / "empty").mkdir(mode=0o750)
+    (root / "empty").chmod(0o750)
+    (root / "sticky").mkdir()
+    (root / "sticky").chmod(0o1777)
+    (root / "private").mkdir()
+    write(root / "private" / "key", b"k" * 2000, 0o400)
+    (root / "private").chmod(0o700)
+    links = root / "links"
+    links.mkdir()
+    os.symlink("../a.txt", links / "rel")
+    os.symlink("/etc/hostname", links / "abs")
+    os.symlink("nowhere/at/all", links / "dangling")
+    os.symlink(os.path.relpath(outside, links), links / "out")  # a directory outside
+    os.symlink(str(outside / "secret.txt"), links / "out-file")
+    os.symlink("../data", links / "dirlink")
+    raw = os.fsencode(root)
+    write(raw + b"/caf\xe9.txt", b"latin-1 name\n")
+    os.mkdir(raw + b"/d\xff\xfe")
+    write(raw + b"/d\xff\xfe/\x80\x81", b"x" * 5000)
+    os.symlink(b"t\xe9rget", raw + b"/l\xe9")
+    stamp_times(root, seed=7)
+
+
+def make_outside(tmp: Path) -> Path:
+    outside = tmp / "outside"
+    outside.mkdir()
+    write(outside / "secret.txt", b"not to be synced\n")
+    return outside
+
+
+def test_push_then_pull_carry_every_kind_of_entry_exactly(e2e: E2E) -> None:
+    outside = make_outside(e2e.tmp)
+    before_outside = snapshot(outside)
+    src = e2e.tmp / "src"
+    build_tree(src, outside)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+
+    pushed = e2e.push(src, server.url("s")).ok()
+    entries = assert_same_tree(src, share)
+    files = sum(1 for n in entries.values() if n.kind == "f")
+    assert pushed.stats["files_total"] == files
+    assert pushed.stats["files_transferred"] == files
+    assert pushed.stats["in_step"] is True
+    assert pushed.stats["errors"] == []
+    assert pushed.stats["literal_bytes"] >= BIG + BIG // 2
+    assert pushed.stats["bytes_sent"] > BIG  # (compression cannot shrink random data)
+    assert pushed.stats["seconds"] > 0
+    # Links were copied as links: nothing of what they point to came along.
+    assert os.readlink(share / "links" / "out") == os.readlink(src / "links" / "out")
+    assert not (share / "links" / "secret.txt").exists()
+
+    again = e2e.push(src, server.url("s")).ok()
+    assert again.stats["files_transferred"] == 0
+    assert again.stats["literal_bytes"] == 0
+    assert again.stats["bytes_sent"] < QUIET and again.stats["bytes_received"] < QUIET
+    assert again.stats["in_step"] is True
+
+    dst = e2e.tmp / "dst"
+    pulled = e2e.pull(server.url("s"), dst).ok()
+    assert_same_tree(share, dst)
+    assert pulled.stats["files_transferred"] == files
+    assert pulled.stats["in_step"] is True
+    assert pulled.stats["bytes_received"] > BIG
+
+    again = e2e.pull(server.url("s"), dst).ok()
+    assert again.stats["files_transferred"] == 0
+    assert again.stats["bytes_sent"] < QUIET and again.stats["bytes_received"] < QUIET
+    assert_same_tree(src, dst)
+    assert snapshot(outside) == before_outside
+    assert not temporaries(e2e.tmp)
+
+
+def edit(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def change_tree(root: Path) -> dict[str, list[str]]:
+    """Edits, a rename, a copy, deletions, mode and type changes; returns the paths
+    deleted (``gone``) and those made from content the other side already holds."""
+    edit(root / "data" / "big.bin", BIG // 3, b"EDIT" * 4)
+    edit(root / "data" / "big.bin", 2 * BIG // 3, b"more")
+    with open(root / "a.txt", "ab") as f:
+        f.write(b"appended\n")
+    (root / "moved").mkdir()
+    os.rename(root / "data" / "other.bin", root / "moved" / "renamed.bin")
+    shutil.copyfile(root / "data" / "big.bin", root / "copy.bin")
+    edit(root / "copy.bin", 10, b"copy-edit")
+    shutil.copyfile(root / "private" / "key", root / "key-copy")
+    os.unlink(root / "tiny255")
+    shutil.rmtree(root / "data" / "nested")
+    os.chmod(root / "run.sh", 0o700)
+    os.chmod(root / "sticky", 0o755)
+    os.unlink(root / "links" / "rel")
+    os.symlink("../run.sh", root / "links" / "rel")  # same name, new target
+    os.unlink(root / "secret")
+    (root / "secret").mkdir()  # file -> directory
+    write(root / "secret" / "inside", b"now a directory")
+    shutil.rmtree(root / "empty")
+    write(root / "empty", b"now a file")  # directory -> file
+    os.unlink(root / "links" / "dangling")
+    (root / "links" / "dangling").mkdir()  # link -> directory
+    os.unlink(root / "tiny256")
+    os.symlink("a.txt", root / "tiny256")  # file -> link
+    raw = os.fsencode(root)
+    os.rename(raw + b"/caf\xe9.txt", raw + b"/d\xff\xfe/caf\xe9-moved.txt")
+    stamp_times(root, seed=8)
+    return {
+        "gone": ["tiny255", "data/nested", "data/other.bin", os.fsdecode(b"caf\xe9.txt")],
+        "reused": ["moved/renamed.bin", "key-copy"],
+    }
+
+
+def check_extras_kept(source: Path, target: Path, gone: list[str], times: bool = True) -> None:
+    """Without --delete: the target holds everything of the source exactly (``times``:
+    mtimes included), plus what the source deleted or moved away."""
+    for rel in gone:
+        assert os.path.lexists(target / rel), f"{rel} was deleted without --delete"
+    kept = {os.fsencode(rel) for rel in gone}
+    theirs = snapshot(target, lambda rel: any(rel == k or rel.startswith(k + b"/")
+                                              for k in kept))
+    mine = snapshot(source)
+    if not times:
+        mine = {rel: replace(n, mtime_ns=0) for rel, n in mine.items()}
+        theirs = {rel: replace(n, mtime_ns=0) for rel, n in theirs.items()}
+    diff = tree_diff(mine, theirs)
+    assert not diff, "\n".join(diff)
+
+
+def test_push_of_changes_sends_little_and_deletes_only_with_delete(e2e: E2E) -> None:
+    outside = make_outside(e2e.tmp)
+    src = e2e.tmp / "src"
+    build_tree(src, outside)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+    e2e.push(src, server.url("s")).ok()
+    changes = change_tree(src)
+
+    pushed = e2e.push(src, server.url("s")).ok()
+    check_extras_kept(src, share, changes["gone"], times=False)  # times: see the xfail below
+    stats = pushed.stats
+    assert stats["errors"] == []
+    assert stats["files_copied_locally"] >= 2  # the rename and the exact copy
+    assert stats["literal_bytes"] < BIG // 8, stats  # edits, not whole files
+    assert stats["matched_bytes"] >= BIG + BIG // 2  # big.bin, copy.bin, renamed.bin
+    assert stats["bytes_sent"] < stats["literal_bytes"] + 64 * 1024
+    assert stats["in_step"] is False  # the extras are still there
+    assert stats["deleted"] == 0
+
+    deleted = e2e.push(src, server.url("s"), "--delete").ok()
+    assert_same_tree(src, share)
+    assert deleted.stats["in_step"] is True
+    assert deleted.stats["deleted"] == len(changes["gone"])
+    assert deleted.stats["literal_bytes"] == 0
+    assert not temporaries(e2e.tmp)
+
+
+def test_pull_of_changes_sends_little_and_deletes_only_with_delete(e2e: E2E) -> None:
+    outside = make_outside(e2e.tmp)
+    share = e2e.tmp / "share"
+    build_tree(share, outside)
+    server = e2e.serve({"s": share})
+    dst = e2e.tmp / "dst"
+    e2e.pull(server.url("s"), dst).ok()
+    assert_same_tree(share, dst)
+    changes = change_tree(share)  # changed on the server meanwhile
+
+    pulled = e2e.pull(server.url("s"), dst).ok()
+    check_extras_kept(share, dst, changes["gone"], times=False)
+    stats = pulled.stats
+    assert stats["errors"] == []
+    assert stats["files_copied_locally"] >= 2
+    assert stats["literal_bytes"] < BIG // 8, stats
+    assert stats["matched_bytes"] >= BIG + BIG // 2
+    assert stats["bytes_received"] < stats["literal_bytes"] + 64 * 1024
+    assert stats["deleted"] == 0
+
+    deleted = e2e.pull(server.url("s"), dst, "--delete").ok()
+    assert_same_tree(share, dst)
+    assert deleted.stats["in_step"] is True
+    assert deleted.stats["deleted"] == len(changes["gone"])
+    assert not temporaries(e2e.tmp)
+
+
+def test_a_rename_costs_no_literal_bytes_either_way(e2e: E2E) -> None:
+    src = e2e.tmp / "src"
+    (src / "a").mkdir(parents=True)
+    random_file(src / "a" / "file.bin", BIG, seed=3)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+    e2e.push(src, server.url("s")).ok()
+    dst = e2e.tmp / "dst"
+    e2e.pull(server.url("s"), dst).ok()
+
+    (src / "b").mkdir()
+    os.rename(src / "a" / "file.bin", src / "b" / "renamed.bin")
+    pushed = e2e.push(src, server.url("s"), "--delete").ok()
+    assert_same_tree(src, share)
+    assert pushed.stats["literal_bytes"] == 0
+    assert pushed.stats["files_transferred"] == 1
+    assert pushed.stats["files_copied_locally"] == 1
+    assert pushed.stats["matched_bytes"] == BIG
+    assert pushed.stats["bytes_sent"] < QUIET
+
+    pulled = e2e.pull(server.url("s"), dst, "--delete").ok()
+    assert_same_tree(share, dst)
+    assert pulled.stats["literal_bytes"] == 0
+    assert pulled.stats["files_copied_locally"] == 1
+    assert pulled.stats["bytes_received"] < QUIET
+
+
+def test_mtime_and_mode_changes_alone_travel_without_content(e2e: E2E) -> None:
+    src = e2e.tmp / "src"
+    (src / "d" / "e").mkdir(parents=True)
+    random_file(src / "d" / "f.bin", BIG, seed=4)
+    os.symlink("f.bin", src / "d" / "link")
+    stamp_times(src, seed=1)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+    e2e.push(src, server.url("s")).ok()
+
+    stamp_times(src, seed=2)  # every time changes, nothing else
+    os.chmod(src / "d" / "f.bin", 0o600)
+    os.chmod(src / "d" / "e", 0o711)
+    pushed = e2e.push(src, server.url("s")).ok()
+    assert_same_tree(src, share)
+    assert pushed.stats["literal_bytes"] == 0
+    assert pushed.stats["files_transferred"] == 0
+    assert pushed.stats["bytes_sent"] < QUIET
+
+    dst = e2e.tmp / "dst"
+    e2e.pull(server.url("s"), dst).ok()
+    stamp_times(share, seed=3)
+    os.chmod(share / "d" / "f.bin", 0o644)
+    pulled = e2e.pull(server.url("s"), dst).ok()
+    assert_same_tree(share, dst)
+    assert pulled.stats["literal_bytes"] == 0
+    assert pulled.stats["bytes_received"] < QUIET
+
+
+def test_the_target_never_writes_through_its_own_symlinks(e2e: E2E) -> None:
+    """Where the source has a directory and the target a link to somewhere outside, the
+    target replaces the link; it never writes into what the link points to."""
+    outside = make_outside(e2e.tmp)
+    before = snapshot(outside)
+    src = e2e.tmp / "src"
+    (src / "d").mkdir(parents=True)
+    write(src / "d" / "secret.txt", b"overwritten?\n")
+    write(src / "d" / "new.txt", b"planted?\n")
+    share = e2e.tmp / "share"
+    share.mkdir()
+    os.symlink(outside, share / "d")
+    server = e2e.serve({"s": share})
+
+    e2e.push(src, server.url("s")).ok()
+    assert snapshot(outside) == before
+    assert_same_tree(src, share)
+
+    dst = e2e.tmp / "dst"
+    dst.mkdir()
+    os.symlink(outside, dst / "d")
+    e2e.pull(server.url("s"), dst).ok()
+    assert snapshot(outside) == before
+    assert_same_tree(share, dst)
+
+
+TIMES_NEED_SAME_NAMES = (
+    "without --delete, modification times are not synced in any directory whose subtree "
+    "holds an entry only the target has: times travel as name-less vectors (mlist/mset) "
+    "that apply only where the directory's content hash is equal on both sides, so one "
+    "extra file at the top leaves every time in the tree unsynced (the client's "
+    "_times_walk skips the directory and never descends)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=TIMES_NEED_SAME_NAMES)
+def test_push_without_delete_still_syncs_times(e2e: E2E) -> None:
+    outside = make_outside(e2e.tmp)
+    src = e2e.tmp / "src"
+    build_tree(src, outside)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+    e2e.push(src, server.url("s")).ok()
+    changes = change_tree(src)
+    e2e.push(src, server.url("s")).ok()
+    check_extras_kept(src, share, changes["gone"], times=True)
+
+
+@pytest.mark.xfail(strict=True, reason=TIMES_NEED_SAME_NAMES)
+def test_pull_without_delete_still_syncs_times(e2e: E2E) -> None:
+    share = e2e.tmp / "share"
+    (share / "d").mkdir(parents=True)
+    write(share / "d" / "f", b"content")
+    server = e2e.serve({"s": share})
+    dst = e2e.tmp / "dst"
+    e2e.pull(server.url("s"), dst).ok()
+    write(dst / "extra", b"only here")
+    stamp_times(share, seed=5)  # only times change on the server
+    e2e.pull(server.url("s"), dst).ok()
+    check_extras_kept(share, dst, ["extra"], times=True)
