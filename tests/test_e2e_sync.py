@@ -10,8 +10,6 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from .conftest import scaled
 from .e2e_support import (
     E2E,
@@ -184,7 +182,7 @@ def test_push_of_changes_sends_little_and_deletes_only_with_delete(e2e: E2E) -> 
     changes = change_tree(src)
 
     pushed = e2e.push(src, server.url("s")).ok()
-    check_extras_kept(src, share, changes["gone"], times=False)  # times: see the xfail below
+    check_extras_kept(src, share, changes["gone"], times=True)
     stats = pushed.stats
     assert stats["errors"] == []
     assert stats["files_copied_locally"] >= 2  # the rename and the exact copy
@@ -313,16 +311,6 @@ def test_the_target_never_writes_through_its_own_symlinks(e2e: E2E) -> None:
     assert_same_tree(share, dst)
 
 
-TIMES_NEED_SAME_NAMES = (
-    "without --delete, modification times are not synced in any directory whose subtree "
-    "holds an entry only the target has: times travel as name-less vectors (mlist/mset) "
-    "that apply only where the directory's content hash is equal on both sides, so one "
-    "extra file at the top leaves every time in the tree unsynced (the client's "
-    "_times_walk skips the directory and never descends)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=TIMES_NEED_SAME_NAMES)
 def test_push_without_delete_still_syncs_times(e2e: E2E) -> None:
     outside = make_outside(e2e.tmp)
     src = e2e.tmp / "src"
@@ -336,7 +324,6 @@ def test_push_without_delete_still_syncs_times(e2e: E2E) -> None:
     check_extras_kept(src, share, changes["gone"], times=True)
 
 
-@pytest.mark.xfail(strict=True, reason=TIMES_NEED_SAME_NAMES)
 def test_pull_without_delete_still_syncs_times(e2e: E2E) -> None:
     share = e2e.tmp / "share"
     (share / "d").mkdir(parents=True)

@@ -177,8 +177,11 @@ def report(args: argparse.Namespace, stats: Stats) -> None:
             print(f"{verb}send {path}" if args.direction == "push" else f"{verb}fetch {path}")
         for path, target, _ in changes.links:
             print(f"{verb}link {path} -> {os.fsdecode(target)}")
-        for path, _ in changes.modes:
-            print(f"{verb}chmod {path}")
+        for path, what in changes.meta:
+            if "mode" in what:
+                print(f"{verb}chmod {path}")
+            if "time" in what:
+                print(f"{verb}touch {path}")
         for path, _ in changes.removals:
             if args.delete:
                 print(f"{verb}delete {path}")

@@ -19,9 +19,10 @@ from rdc.errors import Refusal, RemoteError
 from rdc.paths import to_wire
 from rdc.replica import Replica
 from rdc.session import Connection
-from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
+from rdc.snapshot import Entry, iter_entries
+from rdc.transfer import metadata
 from rdc.transfer.compare import Changes, Comparison
-from rdc.transfer.ops import apply_meta, apply_ops
+from rdc.transfer.ops import apply_ops
 from rdc.transfer.source import offer_fields, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire.codec import MAX_ITEMS
@@ -139,9 +140,10 @@ async def push(
         changes = await Comparison(tree, push=True, hb=hb).run(connection, opened["content"])
         stats.changes = changes
         if options.dry_run:
+            changes.meta = metadata.differences(*await metadata.walk(connection, tree))
             return stats
         await _push_changes(connection, replica, changes, options, stats)
-        await _push_meta(connection, tree)
+        _count_ops(stats, "meta", await metadata.push(connection, tree))
         finished = await _finish(connection)
         stats.in_step = finished["content"] == tree.content and finished["meta"] == tree.meta
         if stats.in_step or stats.failed or finished["content"] == tree.content:
@@ -226,6 +228,12 @@ async def _push_file(
     _count(stats, path, done)
 
 
+def _count_ops(stats: Stats, what: str, results: list) -> None:
+    for result in results:
+        if result is not None:
+            stats.failed.append((what, f"{result[0]}: {result[1]}"))
+
+
 def _count(stats: Stats, path: str, done: dict[str, Any]) -> None:
     if not done["ok"]:
         stats.failed.append((path, f"{done['code']}: {done['msg']}"))
@@ -239,64 +247,6 @@ def _count(stats: Stats, path: str, done: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------- metadata
-
-
-async def _mlist(connection: Connection, paths: list[str], hb: int) -> list:
-    conversation = connection.start("mlist", paths=[to_wire(p) for p in paths], hb=hb)
-    items: list = []
-    while True:
-        message = await conversation.receive("mlisting")
-        items.extend(message["dirs"])
-        if not message["more"]:
-            break
-    conversation.close()
-    return items
-
-
-async def _meta_walk(
-    connection: Connection, tree: Entry, visit: Callable[[list, Entry], None], hb: int = 8
-) -> None:
-    """Descend the directories whose metadata hashes differ, calling ``visit`` with each
-    mlisting item and the matching local directory."""
-    frontier = [""]
-    while frontier:
-        next_frontier: list[str] = []
-        for item in await _mlist(connection, frontier, hb):
-            path, content, whole, _, _, metas = item
-            local = lookup(tree, path)
-            if local is None or local.kind != "d" or local.content[: len(content)] != content:
-                continue
-            visit(item, local)
-            if whole:
-                continue
-            subdirs = [(n, e) for n, e in local.sorted_children() if e.kind == "d"]
-            for k, (name, entry) in enumerate(subdirs):
-                if metas[k * hb : (k + 1) * hb] != entry.meta[:hb]:
-                    next_frontier.append(f"{path}/{name}" if path else name)
-        frontier = next_frontier
-
-
-async def _push_meta(connection: Connection, tree: Entry) -> int:
-    """Send the times and modes the server's directories lack; returns vectors sent."""
-    updates: list = []
-
-    def visit(item: list, local: Entry) -> None:
-        path, content, whole, times, modes, _ = item
-        mine = meta_of(local, whole)
-        try:
-            theirs = (decode_values(*times), decode_values(*modes))
-        except ValueError:
-            theirs = ([], [])
-        if mine != theirs:
-            updates.append([to_wire(path), content, whole, list(encode_values(mine[0])),
-                            list(encode_values(mine[1]))])
-
-    await _meta_walk(connection, tree, visit)
-    for start in range(0, len(updates), 256):
-        conversation = connection.start("mset", dirs=updates[start : start + 256])
-        await conversation.receive("ok")
-        conversation.close()
-    return len(updates)
 
 
 async def _finish(connection: Connection) -> dict[str, Any]:
@@ -325,10 +275,11 @@ async def pull(
         changes = await Comparison(tree, push=False, hb=hb).run(connection, opened["content"])
         stats.changes = changes
         if options.dry_run:
+            changes.meta = metadata.differences(*await metadata.walk(connection, tree))
             return stats
         await _pull_changes(connection, replica, changes, options, stats)
         tree = await trio.to_thread.run_sync(replica.scan)
-        await _pull_meta(connection, replica, tree)
+        _count_ops(stats, "meta", await metadata.pull(connection, replica, tree))
         tree = await trio.to_thread.run_sync(replica.scan)
         stats.in_step = tree.content == opened["content"] and tree.meta == opened["meta"]
         if stats.in_step or stats.failed or tree.content == opened["content"]:
@@ -386,18 +337,3 @@ async def _pull_file(
     _count(stats, path, {"ok": True, "how": outcome.how, "literal": outcome.literal,
                          "matched": outcome.matched})
     return offer["size"]
-
-
-async def _pull_meta(connection: Connection, replica: Replica, tree: Entry) -> None:
-    updates: list = []
-
-    def visit(item: list, local: Entry) -> None:
-        updates.append(item)
-
-    await _meta_walk(connection, tree, visit)
-
-    def apply() -> None:
-        for path, content, whole, times, modes, _ in updates:
-            apply_meta(replica, tree, path, content, whole, times, modes)
-
-    await trio.to_thread.run_sync(apply)

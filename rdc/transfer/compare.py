@@ -44,6 +44,7 @@ class Changes:
     files: list[tuple[str, bytes | None]] = field(default_factory=list)  # expected root prefix
     links: list[tuple[str, bytes, list]] = field(default_factory=list)
     removals: list[tuple[str, list]] = field(default_factory=list)  # only with --delete
+    meta: list[tuple[str, str]] = field(default_factory=list)  # dry runs: (path, what)
     sizes: dict[str, int] = field(default_factory=dict)  # files: size when known
 
     def __bool__(self) -> bool:
