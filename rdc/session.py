@@ -57,6 +57,13 @@ class Conversation:
         """Queue a message (never blocks)."""
         self.connection.post({"t": t, "id": self.id, **fields})
 
+    def send_last(self, t: str, **fields: Any) -> None:
+        """Queue a conversation's final message if the connection still stands: what it
+        reports is already done, so a connection lost meanwhile is not this work's
+        failure (the peer learns of the loss anyway)."""
+        if self.connection.failure is None:
+            self.send(t, **fields)
+
     async def send_data(self, t: str, **fields: Any) -> None:
         """Queue a message once the outgoing queue has room: the one place where a bulk
         sender waits for the peer to read."""
@@ -313,13 +320,14 @@ class Connection:
 
 @contextlib.contextmanager
 def unwrap_group() -> Iterator[None]:
-    """Re-raise the one exception inside a (nested) exception group from a nursery, so
-    callers can catch it by its own type; groups of several stay groups."""
+    """Re-raise the exception inside a (nested) exception group from a nursery, so callers
+    can catch it by its own type. Several tasks failing the same way (a lost connection
+    seen by each) count as one; different failures stay a group."""
     try:
         yield
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
-        if len(leaves) == 1:
+        if len({type(leaf) for leaf in leaves}) == 1:
             raise leaves[0] from None
         raise
 

@@ -4,6 +4,7 @@ as it runs: local events and the server's change notices drive incremental syncs
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
@@ -16,6 +17,7 @@ from rdc.errors import ConnectionFailed, FileAccessError, ProtocolError, RemoteE
 from rdc.ignore import Excludes, read_ignore_file
 from rdc.index import default_location
 from rdc.replica import Replica
+from rdc.session import unwrap_group
 from rdc.transfer import base as base_store
 from rdc.transfer.client import Options, Stats, _finish, open_remote
 from rdc.transfer.twoway import Actions, sync_round
@@ -29,6 +31,7 @@ EXIT_PARTIAL = 3
 RECONNECT_FIRST = 1.0  # seconds; doubles up to RECONNECT_MAX while the server is away
 RECONNECT_MAX = 60.0
 WATCH_IDLE_TIMEOUT = 120.0  # the server says something every 30 s to a watcher
+RETRY_SECONDS = 10.0  # a round that did not end in step is tried again after this
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -162,7 +165,8 @@ async def _watch(session: Session) -> None:
                 await _watch_connected(session, replica, changes)
             except (ConnectionFailed, ConnectionClosed, ProtocolError, RemoteError,
                     OSError, trio.BrokenResourceError) as exc:
-                print(f"rdc watch: {exc}; trying again in {delay:g} s", file=sys.stderr)
+                why = str(exc) or "the connection was closed"
+                print(f"rdc watch: {why}; trying again in {delay:g} s", file=sys.stderr)
                 await trio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
                 continue
@@ -181,8 +185,8 @@ async def _watch_connected(session: Session, replica: Replica, changes: LocalCha
                                    write=True, create=True, excludes=session.patterns)
         print(f"rdc watch: connected to {session.remote}", file=sys.stderr)
         stats = await session.round(connection, counted, replica, opened)
-        state = {"seq": max(stats.seq, opened["seq"]), "remote": False}
-        synced = (replica.tree.content, replica.tree.meta) if replica.tree else None
+        state = {"seq": max(stats.seq, opened["seq"]), "remote": not stats.in_step}
+        synced = _in_step(stats, replica)
         wake = trio.Event()
         watcher = connection.start("watch", seq=state["seq"])
 
@@ -198,18 +202,35 @@ async def _watch_connected(session: Session, replica: Replica, changes: LocalCha
                 await changes.wait()
                 wake.set()
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(remote_notices)
-            nursery.start_soon(local_notices)
-            while True:
-                await wake.wait()
-                wake = trio.Event()
-                if not state["remote"]:
-                    tree = await trio.to_thread.run_sync(replica.scan)
-                    if (tree.content, tree.meta) == synced:
-                        continue  # our own writes, or a change undone: nothing to do
-                state["remote"] = False
-                hashes = await _finish(connection)
-                stats = await session.round(connection, counted, replica, hashes)
-                state["seq"] = max(state["seq"], stats.seq, hashes["seq"])
-                synced = (replica.tree.content, replica.tree.meta) if replica.tree else None
+        with unwrap_group():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(remote_notices)
+                nursery.start_soon(local_notices)
+                if state["remote"]:
+                    wake.set()  # the first round did not end in step: another one
+                while True:
+                    # A round with failures is tried again after a while, events or not.
+                    with trio.move_on_after(RETRY_SECONDS if synced is None else math.inf):
+                        await wake.wait()
+                    wake = trio.Event()
+                    if not state["remote"]:
+                        tree = await trio.to_thread.run_sync(replica.scan)
+                        if (tree.content, tree.meta) == synced:
+                            continue  # our own writes, or a change undone: nothing to do
+                    state["remote"] = False
+                    hashes = await _finish(connection)
+                    stats = await session.round(connection, counted, replica, hashes)
+                    state["seq"] = max(state["seq"], stats.seq, hashes["seq"])
+                    synced = _in_step(stats, replica)
+                    if synced is None and not stats.failed:
+                        state["remote"] = True  # changed during the round: go again
+                        wake.set()
+
+
+def _in_step(stats: Stats, replica: Replica) -> tuple[bytes, bytes] | None:
+    """The local tree's hashes if the round ended with both sides equal: a later event
+    whose rescan gives the same hashes is our own write, or undone. Otherwise None: the
+    next event (or at once) needs a full round, even if the tree looks unchanged since."""
+    if not stats.in_step or replica.tree is None:
+        return None
+    return replica.tree.content, replica.tree.meta

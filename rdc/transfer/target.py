@@ -109,7 +109,7 @@ async def receive_file(
         if not isinstance(exc, RemoteError):  # the source ended it already
             conversation.send("done", ok=False, code=code, msg=message)
         raise Refusal(code, message=message) from None
-    conversation.send(
+    conversation.send_last(
         "done", ok=True, how=outcome.how, literal=outcome.literal, matched=outcome.matched
     )
     return outcome

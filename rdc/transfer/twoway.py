@@ -167,6 +167,9 @@ class TwoWay:
         # the other: decided entry by entry, then kept if anything inside them was.
         self.half: dict[str, tuple[str, State]] = {}
         self.kept: set[str] = set()
+        # Actions still to succeed per path: its new base entry stands only when none is left.
+        self.pending: dict[str, int] = {}
+        self._remote_side: set[str] = set()
         self._pending_children: dict[str, list[tuple[str, Known | None]]] = {}
 
     # ------------------------------------------------------------ the base
@@ -189,6 +192,49 @@ class TwoWay:
         else:
             digest = b"" if state.kind == "d" else state.digest
             self._record(path, Known(state.kind, state.mode, state.mtime_ns, digest))
+
+    def _count_actions(self) -> None:
+        a = self.actions
+        # Paths with an action on the server: only the server's word confirms those.
+        self._remote_side = {item[0] for items in (
+            a.remote_moves, a.remote_replace, a.remote_mkdirs, a.pushes, a.remote_links,
+            a.remote_rms, a.remote_meta) for item in items} | set(a.remote_rmdirs)
+        self.pending = {}
+        for name in self.actions.__dataclass_fields__:
+            if name == "conflicts":
+                continue
+            for item in getattr(self.actions, name):
+                path = item if isinstance(item, str) else item[0]
+                self.pending[path] = self.pending.get(path, 0) + 1
+
+    def confirm(self, path: str) -> None:
+        """One action on ``path`` succeeded; its planned base entry stands once all did."""
+        if self.pending.get(path, 0) > 0:
+            self.pending[path] -= 1
+
+    def revert_pending(self, replica: Replica | None = None) -> None:
+        """The round ended (or was cut off): every entry with an action that did not
+        succeed keeps its old base entry, so the next round still sees that change. With
+        ``replica``, an entry that is here now just as planned (a file fetched or an entry
+        removed before the connection dropped) counts as done: it is in step."""
+        for path in sorted(self.pending, key=lambda p: p.count("/")):
+            if self.pending[path] and not (replica and self._arrived(replica, path)):
+                self.revert(path)
+        self.pending.clear()
+
+    def _arrived(self, replica: Replica, path: str) -> bool:
+        planned: Known | None = self.new_base
+        for part in path.split("/"):
+            planned = planned.children.get(part) if planned is not None else None
+        try:
+            if planned is None:
+                return replica.fs.lstat(path) is None and path not in self._remote_side
+            if planned.kind == "f" and path not in self._remote_side:
+                root = replica.current_root(path)
+                return root is not None and root.startswith(planned.digest)
+        except OSError:
+            return False
+        return False
 
     def revert(self, path: str) -> None:
         """An action on ``path`` failed: its base entry stays what it was."""
@@ -220,6 +266,7 @@ class TwoWay:
                                 old.get(name), next_queue)
             queue = next_queue
         self._settle_halves()
+        self._count_actions()
         return self.actions
 
     def _settle_halves(self) -> None:
@@ -374,13 +421,12 @@ async def execute(
 
     async def remote(ops: list[list]) -> None:
         for op, ok in zip(ops, await _ops(connection, ops, stats), strict=True):
-            if not ok:
-                round_.revert(os.fsdecode(op[1]))
+            path = os.fsdecode(op[1])
+            round_.confirm(path) if ok else round_.revert(path)
 
     async def local(ops: list[tuple]) -> None:
         for op, ok in zip(ops, await _local_ops(replica, ops, stats), strict=True):
-            if not ok:
-                round_.revert(op[1])
+            round_.confirm(op[1]) if ok else round_.revert(op[1])
 
     await local([("mv", p, to_wire(new), e) for p, new, e in a.local_moves])
     await remote([["mv", to_wire(p), to_wire(new), e] for p, new, e in a.remote_moves])
@@ -401,6 +447,8 @@ async def execute(
                 await _pull_file(connection, replica, path, expect, stats)
         if len(stats.failed) > failures:
             round_.revert(path)
+        else:
+            round_.confirm(path)
 
     async with trio.open_nursery() as nursery:
         for path, expect in a.pushes:
@@ -440,8 +488,13 @@ async def sync_round(
     actions = await round_.plan(connection, remote_hashes)
     if options.dry_run:
         return Stats(conflicts=list(actions.conflicts)), actions, tree
-    stats = await execute(connection, replica, round_, options) if actions else Stats()
-    await trio.to_thread.run_sync(base_store.save, base_path, round_.new_base)
+    try:
+        stats = await execute(connection, replica, round_, options) if actions else Stats()
+    finally:
+        # Even when cut off: what was done is recorded, the rest keeps its old base.
+        round_.revert_pending(replica)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(base_store.save, base_path, round_.new_base)
     finished = remote_hashes
     if actions:
         finished = await _finish(connection)
