@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from rdc.chunking import boundaries
-from rdc.entries import SUB_PREFIX, WIRE_PREFIX, pack_varints, prefixes, unpack_varints
-from rdc.params import MAX_CHUNK_LIMIT
-from rdc.signature import SUB_PARAMS, chunk_hash, signature_of_bytes
+from rdc import subchunks
+from rdc.entries import WIRE_PREFIX, pack_varints, prefixes, unpack_varints
+from rdc.params import MAX_CHUNK_LIMIT, ChunkParams
+from rdc.signature import chunk_hash, signature_of_bytes
 from rdc.tree import HASH_BYTES, Tree
 
 # A file this small is cheaper to send whole than to describe.
@@ -57,31 +57,16 @@ class EntryList:
         lengths = unpack_varints(self.lengths, count)
         return [(self.prefixes[i * prefix : (i + 1) * prefix], n) for i, n in enumerate(lengths)]
 
-    def decode_subs(self, total: int) -> list[tuple[bytes, int]]:
-        """A sub-chunk list of a leaf of ``total`` bytes: every sub-chunk but the last is
-        ``min_size + 1`` to ``max_size`` long and travels as its excess over ``min_size + 1``;
-        the last one is what remains of the leaf."""
-        if not self.prefixes or len(self.prefixes) % SUB_PREFIX:
-            raise ValueError("sub-chunk prefix list is empty or has a partial entry")
-        count = len(self.prefixes) // SUB_PREFIX
-        base = SUB_PARAMS.min_size + 1
-        excess = unpack_varints(self.lengths, count - 1, SUB_PARAMS.max_size - base)
-        lengths = [base + e for e in excess]
-        last = total - sum(lengths)
-        if not 0 < last <= SUB_PARAMS.max_size:
-            raise ValueError("sub-chunk list does not cover its leaf")
-        lengths.append(last)
-        keys = self.prefixes
-        return [(keys[i * SUB_PREFIX : (i + 1) * SUB_PREFIX], n) for i, n in enumerate(lengths)]
+    def decode_split(self, total: int, params: ChunkParams) -> list[tuple[bytes, int]]:
+        """The pieces of a chunk of ``total`` bytes split with ``params``
+        (`rdc.subchunks.decode`)."""
+        return subchunks.decode(self.prefixes, self.lengths, total, params)
 
 
-def sub_list(data: bytes) -> EntryList:
-    """The sub-chunk list of one leaf's bytes, as it travels (see `EntryList.decode_subs`)."""
-    ends = boundaries(data, SUB_PARAMS)
-    spans = list(zip([0, *ends[:-1]], ends, strict=True))
-    keys = b"".join(chunk_hash(data[s:e])[:SUB_PREFIX] for s, e in spans)
-    base = SUB_PARAMS.min_size + 1
-    return EntryList(0, keys, pack_varints([e - s - base for s, e in spans[:-1]]))
+def split_list(data: bytes | memoryview, params: ChunkParams) -> EntryList:
+    """The list of ``data`` split with ``params``, as it travels."""
+    keys, lengths = subchunks.encode(data, params)
+    return EntryList(0, keys, lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +107,20 @@ class SubLists:
 
 
 @dataclass(frozen=True, slots=True)
+class FineLists:
+    """Send the fine sub-chunk lists of these mids, each ``(leaf, mid index)``."""
+
+    mids: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Fetch:
-    """Send data: per item ``(leaf, first_sub, sub_count)``; ``sub_count == 0`` is the whole
-    leaf."""
+    """Send data: per item ``(leaf, start, length)``, bytes of a leaf."""
 
     items: tuple[tuple[int, int, int], ...]
 
 
-Request = Have | Whole | Expand | SubLists | Fetch
+Request = Have | Whole | Expand | SubLists | FineLists | Fetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +141,8 @@ def wire_size(message: Offer | Request | Reply) -> int:
         body = [list(message.nodes)]
     elif isinstance(message, SubLists):
         body = [list(message.leaves)]
+    elif isinstance(message, FineLists):
+        body = [[list(m) for m in message.mids]]
     elif isinstance(message, Fetch):
         body = [list(message.items)]
     elif isinstance(message, Reply):
@@ -207,12 +200,10 @@ class Piece:
 
 @dataclass(frozen=True, slots=True)
 class FetchItem:
-    """Literal data to ask the source for: a whole leaf (``count == 0``) or sub-chunks
-    ``first .. first + count - 1`` of it; ``length`` bytes."""
+    """Literal data to ask the source for: ``length`` bytes of a leaf from ``start``."""
 
     leaf: int
-    first: int
-    count: int
+    start: int
     length: int
 
 
@@ -220,14 +211,14 @@ class FetchItem:
 class Plan:
     """How to rebuild the file: ``have`` (nothing to do), ``whole`` (ask for all of it), or
     ``pieces`` in file order, the literal ones filled by the ``fetch`` items in the same
-    order. ``checks``: ``(offset, length, prefix)`` of leaves rebuilt from sub-chunks, whose
+    order. ``checks``: ``(leaf, offset, length, prefix)`` of leaves rebuilt from sub-chunks, whose
     hash must start with ``prefix``."""
 
     have: bool = False
     whole: bool = False
     pieces: list[Piece] = field(default_factory=list)
     fetch: list[FetchItem] = field(default_factory=list)
-    checks: list[tuple[int, int, bytes]] = field(default_factory=list)
+    checks: list[tuple[int, int, int, bytes]] = field(default_factory=list)
     root: bytes = b""  # the offered root, which the rebuilt file must have
     size: int = 0
 
@@ -335,70 +326,64 @@ def target_descent(
     unknown.sort(key=lambda u: u[1])
     pieces = list(known)
 
-    # Unknown leaves: split the larger ones into sub-chunks and look for those in the seed
-    # region between the leaf's matched neighbours.
+    # Unknown leaves: the larger ones are split into mids, looked up in the seed region
+    # around the leaf; unknown mids are split into fine pieces, looked up the same way.
+    fetch = [(u[0], 0, u[2]) for u in unknown if u[2] < SUBS_FROM]  # (leaf, start, length)
+    leaf_at = {u[0]: u[1] for u in unknown}
+    checks: list[tuple[int, int, int, bytes]] = []
     split = [u for u in unknown if u[2] >= SUBS_FROM]
-    fetch: list[tuple[int, int, int]] = [(u[0], 0, 0) for u in unknown if u[2] < SUBS_FROM]
-    fetch_at = {u[0]: u[1] for u in unknown}
-    leaf_length = {u[0]: u[2] for u in unknown}
-    subs_of: dict[int, list[int]] = {}
-    checks: list[tuple[int, int, bytes]] = []
     if split:
         wanted = tuple(u[0] for u in split if u[0] not in supplied)
         if wanted:
             reply = yield SubLists(wanted)
             supplied.update(zip(wanted, reply.lists, strict=True))
-        region_subs: dict[tuple[int, int, int], dict[bytes, int]] = {}
+        indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
+        fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
-            entry_list = supplied[leaf]
-            entries = entry_list.decode_subs(length)
+            mids = supplied[leaf].decode_split(length, subchunks.MID_PARAMS)
             region = _region(known, offset, offset + length, seeds, length)
-            if region and region not in region_subs:  # (setdefault would index every time)
-                region_subs[region] = _sub_index(region, seeds)
-            found = region_subs[region] if region else {}
-            sub_offset = offset
-            run_start = None
-            for k, (sub_key, n) in enumerate(entries):
-                hit = found.get(sub_key)
+            if region is None:
+                fetch.append((leaf, 0, length))
+                continue
+            if region not in indexes:
+                seed, begin, stop = region
+                data = seeds.seeds[seed].read(begin, stop - begin)
+                indexes[region] = subchunks.index_region(seed, begin, data)
+            index = indexes[region]
+            start = 0
+            for k, (key, n) in enumerate(mids):
+                hit = index.mids.get(key)
                 if hit is not None:
-                    pieces.append(Piece(sub_offset, n, region[0], hit))
-                    if run_start is not None:
-                        fetch.append((leaf, run_start, k - run_start))
-                        run_start = None
-                elif run_start is None:
-                    run_start = k
-                sub_offset += n
-            if run_start is not None:
-                fetch.append((leaf, run_start, len(entries) - run_start))
-            subs_of[leaf] = [n for _, n in entries]
+                    pieces.append(Piece(offset + start, n, index.seed, hit))
+                elif n >= subchunks.FINE_FROM:
+                    fine_wanted.append((leaf, k, start, n, index))
+                else:
+                    fetch.append((leaf, start, n))
+                start += n
             if leaf_key:  # (a single leaf is checked by the root)
-                checks.append((offset, length, leaf_key))
-    fetch.sort()
-    items = []
-    for leaf, first, count in fetch:
-        offset = fetch_at[leaf]
-        if count:
-            offset += sum(subs_of[leaf][:first])
-            length = sum(subs_of[leaf][first : first + count])
+                checks.append((leaf, offset, length, leaf_key))
+        if fine_wanted:
+            reply = yield FineLists(tuple((leaf, k) for leaf, k, _, _, _ in fine_wanted))
+            for (leaf, _, start, n, index), fine_list in zip(
+                fine_wanted, reply.lists, strict=True
+            ):
+                for key, m in fine_list.decode_split(n, subchunks.FINE_PARAMS):
+                    hit = index.fines.get(key)
+                    if hit is not None:
+                        pieces.append(Piece(leaf_at[leaf] + start, m, index.seed, hit))
+                    else:
+                        fetch.append((leaf, start, m))
+                    start += m
+    items: list[FetchItem] = []
+    for leaf, start, length in sorted(fetch):  # adjacent ranges of a leaf go as one
+        if items and items[-1].leaf == leaf and items[-1].start + items[-1].length == start:
+            items[-1] = FetchItem(leaf, items[-1].start, items[-1].length + length)
         else:
-            length = leaf_length[leaf]
-        pieces.append(Piece(offset, length, item=len(items)))
-        items.append(FetchItem(leaf, first, count, length))
+            items.append(FetchItem(leaf, start, length))
+    for i, item in enumerate(items):
+        pieces.append(Piece(leaf_at[item.leaf] + item.start, item.length, item=i))
     pieces.sort(key=lambda p: p.offset)
     return Plan(pieces=pieces, fetch=items, checks=checks, root=offer.root, size=offer.size)
-
-
-def _sub_index(region: tuple[int, int, int], seeds: SeedMap) -> dict[bytes, int]:
-    """Sub-chunk prefixes of a seed region -> their offsets in that seed."""
-    seed, start, stop = region
-    data = seeds.seeds[seed].read(start, stop - start)
-    view = memoryview(data)
-    found: dict[bytes, int] = {}
-    previous = 0
-    for end in boundaries(view, SUB_PARAMS):
-        found.setdefault(chunk_hash(view[previous:end])[:SUB_PREFIX], start + previous)
-        previous = end
-    return found
 
 
 # ---------------------------------------------------------------- the source's side
@@ -444,6 +429,8 @@ class SourceFile:
             return Reply(lists=tuple(self.children(level, i) for level, i in request.nodes))
         if isinstance(request, SubLists):
             return Reply(lists=tuple(self.subs(leaf) for leaf in request.leaves))
+        if isinstance(request, FineLists):
+            return Reply(lists=tuple(self.fines(leaf, mid) for leaf, mid in request.mids))
         if isinstance(request, Fetch):
             return Reply(data=tuple(self.data(*item) for item in request.items))
         raise TypeError(f"unknown request {request!r}")
@@ -474,20 +461,24 @@ class SourceFile:
         return data
 
     def subs(self, leaf: int) -> EntryList:
-        """The sub-chunk list of one leaf."""
-        return sub_list(self.leaf_bytes(leaf))
+        """The mid list of one leaf."""
+        return split_list(self.leaf_bytes(leaf), subchunks.MID_PARAMS)
 
-    def data(self, leaf: int, first: int, count: int) -> bytes:
-        """A leaf's bytes (``count == 0``) or those of its sub-chunks ``first ..
-        first + count - 1``."""
+    def fines(self, leaf: int, mid: int) -> EntryList:
+        """The fine sub-chunk list of mid ``mid`` of a leaf."""
         data = self.leaf_bytes(leaf)
-        if not count:
-            return data
-        ends = boundaries(data, SUB_PARAMS)
-        if first + count > len(ends):
-            raise ValueError(f"leaf {leaf} has {len(ends)} sub-chunks, not {first + count}")
-        starts = [0, *ends[:-1]]
-        return data[starts[first] : ends[first + count - 1]]
+        cuts = subchunks.spans(data, subchunks.MID_PARAMS)
+        if not 0 <= mid < len(cuts):
+            raise ValueError(f"leaf {leaf} has {len(cuts)} mids, not {mid + 1}")
+        start, end = cuts[mid]
+        return split_list(memoryview(data)[start:end], subchunks.FINE_PARAMS)
+
+    def data(self, leaf: int, start: int, length: int) -> bytes:
+        """``length`` bytes of a leaf from ``start``."""
+        data = self.leaf_bytes(leaf)
+        if not (start >= 0 and length > 0 and start + length <= len(data)):
+            raise ValueError(f"bytes {start}+{length} are not in leaf {leaf}")
+        return data[start : start + length]
 
 
 class SourceChanged(OSError):
@@ -560,7 +551,10 @@ def simulate(
             reply = exchange(request)
             size = wire_size(reply)
             report.signature_bytes += size
-            key = "sub" if isinstance(request, SubLists) else f"level {request.nodes[0][0] - 1}"
+            key = (
+                "sub" if isinstance(request, SubLists | FineLists)
+                else f"level {request.nodes[0][0] - 1}"
+            )
             report.signature_bytes_by_level[key] = (
                 report.signature_bytes_by_level.get(key, 0) + size
             )
@@ -574,7 +568,7 @@ def simulate(
     elif not plan.have:
         for batch in plan.fetch_batches():
             items = tuple(
-                (plan.fetch[i].leaf, plan.fetch[i].first, plan.fetch[i].count) for i in batch
+                (plan.fetch[i].leaf, plan.fetch[i].start, plan.fetch[i].length) for i in batch
             )
             answer = exchange(Fetch(items))
             report.data_message_bytes += wire_size(answer)
@@ -602,7 +596,7 @@ def rebuild(plan: Plan, seeds: SeedMap, literal: list[bytes]) -> bytes:
             if len(data) != piece.length:
                 raise ValueError("a piece is shorter or longer than planned")
             out += data
-        for offset, length, key in plan.checks:
+        for _, offset, length, key in plan.checks:
             if not chunk_hash(out[offset : offset + length]).startswith(key):
                 raise ValueError(f"leaf at {offset} rebuilt from sub-chunks fails its check")
     if plan.root and signature_of_bytes(bytes(out)).root != plan.root:

@@ -184,7 +184,7 @@ def test_rebuild_checks_leaves_made_of_sub_chunks() -> None:
     new = old[:120_000] + b"edit" + old[120_004:]
     plan, _, seeds, literal = transfer(old, new)
     assert plan.checks, "the edit should be rebuilt from sub-chunks"
-    offset, length, _ = plan.checks[0]
+    _, offset, length, _ = plan.checks[0]
     index = next(i for i, p in enumerate(plan.pieces) if p.seed >= 0 and
                  offset <= p.offset < offset + length)
     plan.pieces[index] = replace(plan.pieces[index], seed_offset=plan.pieces[index].seed_offset + 1)

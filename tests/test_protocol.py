@@ -230,3 +230,39 @@ async def test_a_concurrent_change_at_the_target_is_not_overwritten(tmp_path) ->
     assert stats.failed and "conflict" in stats.failed[0][1]
     assert (pair.share / "doc.txt").read_bytes() == b"edited on the server meanwhile"
     pair.close()
+
+
+async def test_a_leaf_with_wrongly_matched_sub_chunks_is_fetched_whole(
+    tmp_path, monkeypatch
+) -> None:
+    """With 1-byte sub-chunk prefixes, lookups in a seed region match wrong bytes often;
+    the leaf check catches each, and only that leaf is fetched again."""
+    from rdc import subchunks
+    from rdc.transfer import target
+
+    monkeypatch.setattr(subchunks, "SUB_PREFIX", 1)
+    refetched = []
+    real_leaf = target._Literal.leaf
+
+    async def counting(self, leaf, length):
+        refetched.append(leaf)
+        return await real_leaf(self, leaf, length)
+
+    monkeypatch.setattr(target._Literal, "leaf", counting)
+    src = tmp_path / "src"
+    rng = random.Random(12)
+    text = b"".join(b"line %d of some text that repeats a little\n" % rng.randrange(10**6)
+                    for _ in range(20_000))
+    write(src / "doc.txt", text, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    edited = bytearray(text)
+    for at in range(5_000, len(edited), 50_000):
+        edited[at : at + 3] = b"XYZ"
+    write(src / "doc.txt", bytes(edited), OLD + 1)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert (pair.share / "doc.txt").read_bytes() == bytes(edited)
+    assert refetched, "no sub-chunk matched the wrong bytes: the test proves nothing"
+    assert stats.literal_bytes < len(edited) // 4  # leaves, not the whole file
+    pair.close()

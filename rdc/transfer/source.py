@@ -67,6 +67,9 @@ async def serve_wants(conversation: Conversation, source: SourceFile) -> dict[st
             elif kind == "subs":
                 lists = [source.subs(leaf) for leaf in message["leaves"]]
                 conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
+            elif kind == "fine":
+                lists = [source.fines(leaf, mid) for leaf, mid in message["mids"]]
+                conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
             elif kind == "fetch":
                 await _send_items(conversation, source, message["items"])
             else:

@@ -18,6 +18,7 @@ import trio
 from rdc.descent import (
     EntryList,
     Expand,
+    FineLists,
     Offer,
     Plan,
     Reply,
@@ -30,7 +31,7 @@ from rdc.fs import ConflictError, Expect
 from rdc.paths import PathError
 from rdc.replica import Replica
 from rdc.session import Conversation
-from rdc.signature import FileSignature
+from rdc.signature import FileSignature, chunk_hash
 from rdc.transfer.source import WHOLE_CREDIT
 from rdc.verify import StreamSigner
 
@@ -144,9 +145,9 @@ async def _receive(
     if not plan.whole:
         assembly = _Assembly(replica, path)
         try:
-            await _assemble(conversation, assembly, plan, seeds)
+            extra = await _assemble(conversation, assembly, plan, seeds)
             if await _commit(replica, assembly, path, offer, check, final=False):
-                return Outcome("delta", plan.literal_bytes(), plan.matched_bytes())
+                return Outcome("delta", plan.literal_bytes() + extra, plan.matched_bytes())
         except SeedChanged:
             pass
         finally:
@@ -238,6 +239,8 @@ async def _descend(conversation: Conversation, offer: dict[str, Any], seeds: See
             kind, key, items = "expand", "nodes", [list(n) for n in request.nodes]
         elif isinstance(request, SubLists):
             kind, key, items = "subs", "leaves", list(request.leaves)
+        elif isinstance(request, FineLists):
+            kind, key, items = "fine", "mids", [list(m) for m in request.mids]
         else:  # pragma: no cover - the descent yields nothing else
             raise AssertionError(request)
         lists: list = []
@@ -258,6 +261,7 @@ class _Literal:
         self.batches = deque(plan.fetch_batches())
         self.ready: deque[bytes] = deque()
         self.next_item = 0
+        self.refetched = 0  # bytes of leaves fetched again whole
 
     async def take(self, item: int) -> bytes:
         if item != self.next_item:
@@ -271,9 +275,23 @@ class _Literal:
         self.next_item += 1
         return data
 
+    async def leaf(self, leaf: int, length: int) -> bytes:
+        """One leaf's bytes, whole (between batches, so no other want is outstanding)."""
+        self.conversation.send("want", k="fetch", items=[[leaf, 0, length]])
+        pieces: list[bytes] = []
+        while True:
+            message = await self.conversation.receive("data")
+            pieces.extend(message["d"])
+            if message["end"]:
+                break
+        if len(pieces) != 1 or len(pieces[0]) != length:
+            raise ProtocolError(message=f"leaf {leaf} came back as other than {length} bytes")
+        self.refetched += length
+        return pieces[0]
+
     async def _fetch_batch(self) -> None:
         batch = self.batches.popleft()
-        items = [[self.plan.fetch[i].leaf, self.plan.fetch[i].first, self.plan.fetch[i].count]
+        items = [[self.plan.fetch[i].leaf, self.plan.fetch[i].start, self.plan.fetch[i].length]
                  for i in batch]
         self.conversation.send("want", k="fetch", items=items)
         while True:
@@ -289,25 +307,54 @@ class _Literal:
 
 async def _assemble(
     conversation: Conversation, assembly: _Assembly, plan: Plan, seeds: SeedMap
-) -> None:
+) -> int:
     """Write the plan's pieces in order: seed ranges copied (gathered into large runs for a
-    worker thread), literal data as it arrives."""
+    worker thread), literal data as it arrives. A leaf rebuilt from sub-chunks is held until
+    its hash checks out against its prefix; if it does not (a sub-chunk prefix matched the
+    wrong bytes), that leaf alone is fetched whole."""
     literal = _Literal(conversation, plan)
+    checks = {offset: (leaf, length, key) for leaf, offset, length, key in plan.checks}
     runs: list[tuple[Callable[[int, int], bytes], int, int]] = []
     pending = 0
-    for piece in plan.pieces:
-        if piece.seed >= 0:
-            runs.append((seeds.seeds[piece.seed].read, piece.seed_offset, piece.length))
-            pending += piece.length
-            if pending < 4 * COPY_PIECE:
-                continue
+    held: bytearray | None = None
+    held_leaf = held_end = 0
+    held_key = b""
+
+    async def flush() -> None:
+        nonlocal runs, pending
         if runs:
             await _run(assembly.copy, runs, size=pending)
             runs, pending = [], 0
-        if piece.seed < 0:
-            assembly.write(await literal.take(piece.item))
-    if runs:
-        await _run(assembly.copy, runs, size=pending)
+
+    for piece in plan.pieces:
+        if held is None and piece.offset in checks:
+            await flush()
+            held_leaf, length, held_key = checks[piece.offset]
+            held, held_end = bytearray(), piece.offset + length
+        if held is not None:
+            if piece.seed >= 0:
+                data = seeds.seeds[piece.seed].read(piece.seed_offset, piece.length)
+                if len(data) != piece.length:
+                    raise SeedChanged("a seed file is shorter than its signature")
+                held += data
+            else:
+                held += await literal.take(piece.item)
+            if piece.offset + piece.length == held_end:
+                if not chunk_hash(held).startswith(held_key):
+                    held = bytearray(await literal.leaf(held_leaf, len(held)))
+                assembly.write(held)
+                held = None
+            continue
+        if piece.seed >= 0:
+            runs.append((seeds.seeds[piece.seed].read, piece.seed_offset, piece.length))
+            pending += piece.length
+            if pending >= 4 * COPY_PIECE:
+                await flush()
+            continue
+        await flush()
+        assembly.write(await literal.take(piece.item))
+    await flush()
+    return literal.refetched
 
 
 async def _receive_whole(conversation: Conversation, assembly: _Assembly, size: int) -> None:

@@ -231,9 +231,10 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "want": {
         "id": (ID, ABSENT),
-        "k": (one_of("whole", "expand", "subs", "fetch"), ABSENT),
+        "k": (one_of("whole", "expand", "subs", "fine", "fetch"), ABSENT),
         "nodes": (array(record(uint(64), uint())), []),
         "leaves": (array(uint()), []),
+        "mids": (array(record(uint(), uint())), []),
         "items": (array(record(uint(), uint(), uint())), []),
     },
     "lists": {"id": (ID, ABSENT), "lists": (array(record(uint(), binary(MAX_PIECE),

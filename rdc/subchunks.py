@@ -1,0 +1,81 @@
+"""Below the leaves: an unknown chunk is split again, content-defined, in two steps.
+
+First into *mid* pieces of about 1.3 KB; the target looks those up in the seed region
+around the chunk; then only the mids it did not find are split into *fine* sub-chunks of
+about 180 bytes, looked up the same way. A small edit in an 8 KB chunk so costs a mid list
+(~40 bytes) and one fine list (~40 bytes) instead of one list of all its fine sub-chunks
+(~240 bytes), for one more round trip (which overlaps other files' traffic). Fine
+sub-chunks are cut within their mid, so both sides cut the same bytes the same way.
+
+Lists travel as 4-byte hash prefixes (looked up only within one seed region, and every
+leaf rebuilt from them is checked against its 8-byte prefix) and the lengths of all but
+the last piece, each as its excess over ``min_size + 1``; the last is what remains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdc.chunking import boundaries
+from rdc.entries import SUB_PREFIX, pack_varints, unpack_varints
+from rdc.params import ChunkParams
+from rdc.signature import SUB_PARAMS, chunk_hash
+
+MID_PARAMS = ChunkParams(window=16, min_size=512, max_size=2048)
+FINE_PARAMS = SUB_PARAMS
+# An unknown mid smaller than this is fetched whole rather than split again.
+FINE_FROM = 256
+
+
+def spans(data: bytes | memoryview, params: ChunkParams) -> list[tuple[int, int]]:
+    """(start, end) of each piece of ``data``."""
+    ends = boundaries(data, params)
+    return list(zip([0, *ends[:-1]], ends, strict=True))
+
+
+def encode(data: bytes | memoryview, params: ChunkParams) -> tuple[bytes, bytes]:
+    """The list of ``data``'s pieces as it travels: (prefixes, lengths)."""
+    view = memoryview(data)
+    cuts = spans(view, params)
+    keys = b"".join(chunk_hash(view[s:e])[:SUB_PREFIX] for s, e in cuts)
+    base = params.min_size + 1
+    return keys, pack_varints([e - s - base for s, e in cuts[:-1]])
+
+
+def decode(
+    prefixes: bytes, lengths: bytes, total: int, params: ChunkParams
+) -> list[tuple[bytes, int]]:
+    """(prefix, length) of the pieces of ``total`` bytes; ValueError unless they add up."""
+    if not prefixes or len(prefixes) % SUB_PREFIX:
+        raise ValueError("sub-chunk prefix list is empty or has a partial entry")
+    count = len(prefixes) // SUB_PREFIX
+    base = params.min_size + 1
+    excess = unpack_varints(lengths, count - 1, params.max_size - base)
+    sizes = [base + e for e in excess]
+    last = total - sum(sizes)
+    if not 0 < last <= params.max_size:
+        raise ValueError("sub-chunk list does not cover its chunk")
+    sizes.append(last)
+    return [(prefixes[i * SUB_PREFIX : (i + 1) * SUB_PREFIX], n) for i, n in enumerate(sizes)]
+
+
+@dataclass
+class RegionIndex:
+    """Mid and fine pieces of a seed region by hash prefix: their offsets in the seed."""
+
+    seed: int
+    mids: dict[bytes, int]
+    fines: dict[bytes, int]
+
+
+def index_region(seed: int, start: int, data: bytes) -> RegionIndex:
+    """Cut seed bytes ``data`` (at ``start`` in seed ``seed``) into mids, and each mid into
+    fine pieces, as a source cuts an unknown chunk."""
+    view = memoryview(data)
+    mids: dict[bytes, int] = {}
+    fines: dict[bytes, int] = {}
+    for s, e in spans(view, MID_PARAMS):
+        mids.setdefault(chunk_hash(view[s:e])[:SUB_PREFIX], start + s)
+        for fs, fe in spans(view[s:e], FINE_PARAMS):
+            fines.setdefault(chunk_hash(view[s + fs : s + fe])[:SUB_PREFIX], start + s + fs)
+    return RegionIndex(seed, mids, fines)
