@@ -312,12 +312,14 @@ class Connection:
 @contextlib.contextmanager
 def unwrap_group() -> Iterator[None]:
     """Re-raise the one exception inside a (nested) exception group from a nursery, so
-    callers can catch it by its own type; groups of several stay groups."""
+    callers can catch it by its own type; groups of several stay groups. Several tasks
+    that each re-raised the same failure (the connection's, when it drops under many
+    conversations) count as one."""
     try:
         yield
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
-        if len(leaves) == 1:
+        if len({id(leaf) for leaf in leaves}) == 1:
             raise leaves[0] from None
         raise
 
