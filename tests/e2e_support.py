@@ -93,14 +93,16 @@ class Result:
 class Server:
     """One ``rdc serve`` process, its log in a file (read with `log`)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log_path: Path, prefix: list[str]
+    ) -> None:
         self.args = args
         self.log_path = log_path
         self.host = "127.0.0.1"
         self.port = 0
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [*RDC, "serve", *args], stdin=subprocess.DEVNULL, stdout=self._log,
+            [*prefix, *RDC, "serve", *args], stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=self._log, env=env,
         )
         found = wait_for(self._listening, START_SECONDS, "rdc serve to listen")
@@ -149,6 +151,21 @@ class E2E:
         self.token_file.write_text(f"{TOKEN}\n")
         self.servers: list[Server] = []
         self._runs = 0
+        self.prefix: list[str] = []  # put before every rdc command line
+
+    def unprivileged(self) -> None:
+        """Run the rdc processes from now on as an ordinary user would: bound by permission
+        bits. As root, that is root without the capabilities that override them."""
+        if os.geteuid() != 0:
+            return
+        self.prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner",
+                       "--"]
+        try:
+            probe = subprocess.run([*self.prefix, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            probe = None
+        if probe is None or probe.returncode != 0:
+            pytest.skip("cannot drop the capabilities that override permission bits")
 
     def serve(
         self,
@@ -165,7 +182,7 @@ class E2E:
         for name, path in (ro or {}).items():
             args += ["--share-ro", f"{name}={path}"]
         n = len(self.servers)
-        server = Server([*args, *extra], self.env, self.tmp / f"serve-{n}.log")
+        server = Server([*args, *extra], self.env, self.tmp / f"serve-{n}.log", self.prefix)
         self.servers.append(server)
         return server
 
@@ -173,8 +190,8 @@ class E2E:
         """Run ``rdc ARGS`` to its end."""
         try:
             done = subprocess.run(
-                [*RDC, *args], stdin=subprocess.DEVNULL, capture_output=True, env=self.env,
-                timeout=timeout,
+                [*self.prefix, *RDC, *args], stdin=subprocess.DEVNULL, capture_output=True,
+                env=self.env, timeout=timeout,
             )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"rdc {' '.join(args)} still running after {timeout} s: "
@@ -200,7 +217,7 @@ class E2E:
     def start(self, verb: str, a: str, b: str, *extra: str) -> subprocess.Popen[bytes]:
         """``rdc push|pull`` started, not waited for (the caller must reap it)."""
         return subprocess.Popen(
-            [*RDC, verb, a, b, "--token-file", str(self.token_file), *extra],
+            [*self.prefix, *RDC, verb, a, b, "--token-file", str(self.token_file), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=self.env,
         )

@@ -348,3 +348,40 @@ def test_pull_without_delete_still_syncs_times(e2e: E2E) -> None:
     stamp_times(share, seed=5)  # only times change on the server
     e2e.pull(server.url("s"), dst).ok()
     check_extras_kept(share, dst, ["extra"], times=True)
+
+
+READ_ONLY_DIRS = (
+    "a new directory is created with its final mode at once (push: the mkdir ops of the "
+    "prelude; pull: the same ops applied locally), before the files that go into it; a "
+    "read-only one (0o555) then refuses them: for an ordinary user (not root), each of "
+    "its files fails with permission denied (io), exit 3"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=READ_ONLY_DIRS)
+@pytest.mark.parametrize("direction", ["push", "pull"])
+def test_read_only_directories_with_content_arrive(e2e: E2E, direction: str) -> None:
+    e2e.unprivileged()
+    src = e2e.tmp / "src"
+    (src / "ro" / "sub").mkdir(parents=True)
+    write(src / "ro" / "f.txt", b"in a read-only directory\n")
+    write(src / "ro" / "sub" / "g.txt", b"deeper\n", 0o444)
+    for d in (src / "ro" / "sub", src / "ro"):
+        d.chmod(0o555)
+    stamp_times(src, seed=9)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    dst = e2e.tmp / "dst"
+    try:
+        if direction == "push":
+            server = e2e.serve({"s": share})
+            e2e.push(src, server.url("s")).ok()
+            assert_same_tree(src, share)
+        else:
+            server = e2e.serve({"s": src})
+            e2e.pull(server.url("s"), dst).ok()
+            assert_same_tree(src, dst)
+    finally:
+        for root in (src, share, dst):  # let pytest clean up, whoever runs it
+            for dirpath, _, _ in os.walk(root):
+                os.chmod(dirpath, 0o755)
