@@ -255,9 +255,10 @@ class Node:
                 f"{self.digest[:8].hex() if self.kind == 'f' else self.digest!r}")
 
 
-def file_hash(path: Path | bytes | str) -> bytes:
+def file_hash(path: Path | bytes | str, dir_fd: int | None = None) -> bytes:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    with open(fd, "rb") as f:
         while piece := f.read(1 << 20):
             h.update(piece)
     return h.digest()
@@ -265,30 +266,46 @@ def file_hash(path: Path | bytes | str) -> bytes:
 
 def snapshot(root: Path, skip: Callable[[bytes], bool] | None = None) -> dict[bytes, Node]:
     """Every entry below ``root`` by relative path (bytes), with lstat: kind, permission
-    bits, mtime_ns, content hash or link target. Links are not followed."""
+    bits, mtime_ns, content hash or link target. Links are not followed; directories are
+    opened relative to their parents, so paths longer than PATH_MAX are seen too."""
     out: dict[bytes, Node] = {}
-    base = os.fsencode(root)
-    stack = [b""]
+    stack = [(b"", os.open(root, os.O_RDONLY | os.O_DIRECTORY))]
+    try:
+        _walk(stack, out, skip)
+    finally:
+        for _, fd in stack:
+            os.close(fd)
+    return out
+
+
+def _walk(
+    stack: list[tuple[bytes, int]], out: dict[bytes, Node],
+    skip: Callable[[bytes], bool] | None,
+) -> None:
     while stack:
-        rel_dir = stack.pop()
-        with os.scandir(os.path.join(base, rel_dir) if rel_dir else base) as entries:
-            for entry in entries:
-                rel = rel_dir + b"/" + entry.name if rel_dir else entry.name
+        rel_dir, fd = stack.pop()
+        try:
+            with os.scandir(fd) as entries:
+                names = [entry.name for entry in entries]
+            for name in map(os.fsencode, names):
+                rel = rel_dir + b"/" + name if rel_dir else name
                 if skip is not None and skip(rel):
                     continue
-                st = entry.stat(follow_symlinks=False)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 mode = st.st_mode
                 if stat.S_ISDIR(mode):
                     out[rel] = Node("d", stat.S_IMODE(mode), st.st_mtime_ns)
-                    stack.append(rel)
+                    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                    stack.append((rel, os.open(name, flags, dir_fd=fd)))
                 elif stat.S_ISREG(mode):
                     out[rel] = Node("f", stat.S_IMODE(mode), st.st_mtime_ns,
-                                    file_hash(entry.path))
+                                    file_hash(name, dir_fd=fd))
                 elif stat.S_ISLNK(mode):
-                    out[rel] = Node("l", 0, st.st_mtime_ns, os.readlink(entry.path))
+                    out[rel] = Node("l", 0, st.st_mtime_ns, os.readlink(name, dir_fd=fd))
                 else:
                     out[rel] = Node("?", stat.S_IMODE(mode), st.st_mtime_ns)
-    return out
+        finally:
+            os.close(fd)
 
 
 def tree_diff(a: dict[bytes, Node], b: dict[bytes, Node]) -> list[str]:
