@@ -105,7 +105,13 @@ class Server:
             [*prefix, *RDC, "serve", *args], stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=self._log, env=env,
         )
-        found = wait_for(self._listening, START_SECONDS, "rdc serve to listen")
+        try:
+            found = wait_for(self._listening, START_SECONDS, "rdc serve to listen")
+        except BaseException:  # (pytest.fail raises a BaseException)
+            self.process.kill()
+            self.process.wait(STOP_SECONDS)
+            self._log.close()
+            raise
         self.host, self.port = found.group(1), int(found.group(2))
 
     def _listening(self) -> re.Match[str] | None:
@@ -152,6 +158,7 @@ class E2E:
         self.servers: list[Server] = []
         self._runs = 0
         self.prefix: list[str] = []  # put before every rdc command line
+        self.started: list[subprocess.Popen[bytes]] = []
 
     def unprivileged(self) -> None:
         """Run the rdc processes from now on as an ordinary user would: bound by permission
@@ -215,14 +222,21 @@ class E2E:
         return self._transfer("pull", url, str(local), extra)
 
     def start(self, verb: str, a: str, b: str, *extra: str) -> subprocess.Popen[bytes]:
-        """``rdc push|pull`` started, not waited for (the caller must reap it)."""
-        return subprocess.Popen(
+        """``rdc push|pull`` started, not waited for (the caller reaps it; `close` kills it
+        if the test did not get that far)."""
+        process = subprocess.Popen(
             [*self.prefix, *RDC, verb, a, b, "--token-file", str(self.token_file), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=self.env,
         )
+        self.started.append(process)
+        return process
 
     def close(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=STOP_SECONDS)
         for server in self.servers:
             if server.running:
                 server.kill()

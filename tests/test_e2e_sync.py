@@ -61,6 +61,7 @@ def build_tree(root: Path, outside: Path) -> None:
     os.mkdir(raw + b"/d\xff\xfe")
     write(raw + b"/d\xff\xfe/\x80\x81", b"x" * 5000)
     os.symlink(b"t\xe9rget", raw + b"/l\xe9")
+    write(root / ("n" * 255), b"the longest name there is; its temporary name is cut\n")
     stamp_times(root, seed=7)
 
 
@@ -80,8 +81,11 @@ def test_push_then_pull_carry_every_kind_of_entry_exactly(e2e: E2E) -> None:
     share.mkdir()
     server = e2e.serve({"s": share})
 
-    pushed = e2e.push(src, server.url("s")).ok()
+    pushed = e2e.push(src, server.url("s"), "-v").ok()
     entries = assert_same_tree(src, share)
+    listed = pushed.raw_stdout.splitlines()
+    assert b"send caf\xe9.txt" in listed and b"send d\xff\xfe/\x80\x81" in listed, listed
+    assert b"link l\xe9 -> t\xe9rget" in listed and b"create empty/" in listed, listed
     files = sum(1 for n in entries.values() if n.kind == "f")
     assert pushed.stats["files_total"] == files
     assert pushed.stats["files_transferred"] == files
