@@ -132,6 +132,26 @@ def test_client_killed_mid_push(e2e: E2E, material: dict[str, Path]) -> None:
 
 
 @pytest.mark.slow
+def test_ctrl_c_interrupts_a_push(e2e: E2E, material: dict[str, Path]) -> None:
+    src, share = e2e.tmp / "src", e2e.tmp / "share"
+    allowed = old_and_new(material, share, src)
+    server = e2e.serve({"s": share})
+    push = e2e.start("push", str(src), server.url("s"))
+    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    push.send_signal(signal.SIGINT)
+    status, err = finish(push)
+    assert status == 130, err
+    assert err.strip() == "rdc: interrupted", err
+
+    check_old_or_new(share, allowed)
+    wait_until_stale(share)
+    e2e.push(src, server.url("s")).ok()
+    assert_same_tree(src, share)
+    assert not temporaries(e2e.tmp)
+
+
+@pytest.mark.slow
 def test_server_killed_mid_push(e2e: E2E, material: dict[str, Path]) -> None:
     src, share = e2e.tmp / "src", e2e.tmp / "share"
     allowed = old_and_new(material, share, src)
