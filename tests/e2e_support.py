@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import blake3
 import msgpack
 import pytest
 
@@ -370,14 +371,12 @@ def stamp_times(root: Path, seed: int) -> None:
 
 
 def random_file(path: Path | bytes, size: int, seed: int, piece: int = 8 << 20) -> None:
-    """``size`` seeded random bytes, streamed to disk."""
-    rng = random.Random(seed)
+    """``size`` random bytes from ``seed``, streamed to disk: BLAKE3's output stream keyed
+    by the seed (ten times as fast as random.randbytes, which a 256 MiB file notices)."""
+    stream = blake3.blake3(f"rdc e2e random {seed}".encode())
     with open(path, "wb") as f:
-        left = size
-        while left:
-            n = min(piece, left)
-            f.write(rng.randbytes(n))
-            left -= n
+        for offset in range(0, size, piece):
+            f.write(stream.digest(length=min(piece, size - offset), seek=offset))
 
 
 def edited_copy(src: Path, dst: Path, edits: list[tuple[int, int, bytes]]) -> None:
