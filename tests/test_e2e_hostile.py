@@ -9,7 +9,9 @@ throughout, and nothing is written outside the share.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import socket
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from .e2e_support import (
     E2E,
     HEADER,
     MAX_FRAME,
+    RUN_SECONDS,
     TOKEN,
     Node,
     RawClient,
@@ -379,3 +382,55 @@ def test_the_daemon_still_serves_real_clients(w: World) -> None:
     dst = w.e2e.tmp / "dst"
     w.e2e.pull(w.server.url("s"), dst).ok()
     assert_same_tree(w.share, dst)
+
+
+# ---------------------------------------------------------------- a server that dies
+
+
+def fake_server(script: Callable[[socket.socket], None]) -> tuple[int, threading.Thread]:
+    """A one-connection server on 127.0.0.1 that runs ``script`` on its connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(RUN_SECONDS)
+
+    def serve() -> None:
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                connection.settimeout(RUN_SECONDS)
+                script(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+def frame(*messages: dict[str, Any]) -> bytes:
+    body = msgpack.packb(list(messages), use_bin_type=True)
+    return HEADER.pack(len(body)) + body
+
+
+@pytest.mark.parametrize("cut", ["mid-frame", "mid-header", "between frames"])
+def test_a_server_that_dies_mid_transfer_is_a_lost_connection(e2e: E2E, cut: str) -> None:
+    """However the stream ends, the client says the connection was lost (exit 5), not
+    that the peer broke the protocol (6)."""
+
+    def script(connection: socket.socket) -> None:
+        connection.recv(65536)  # hello
+        connection.sendall(frame({"t": "welcome", "proto": 1, "agent": "fake",
+                                  "features": []}))
+        connection.recv(65536)  # open
+        opened = frame({"t": "opened", "id": 1, "content": b"\1" * 32, "meta": b"\2" * 32,
+                        "writable": False, "seq": 1})
+        if cut == "mid-frame":
+            opened = opened[: len(opened) // 2]
+        elif cut == "mid-header":
+            opened = opened[:2]
+        else:
+            opened = b""
+        connection.sendall(opened)
+
+    port, thread = fake_server(script)
+    result = e2e.pull(f"rdc://127.0.0.1:{port}/s", e2e.tmp / "dst")
+    thread.join(RUN_SECONDS)
+    assert result.returncode == 5, result
+    assert "Traceback" not in result.stderr, result

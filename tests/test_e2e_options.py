@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from .e2e_support import E2E, assert_same_tree, snapshot, stamp_times, write
 
 
@@ -174,3 +176,34 @@ def test_excludes_keep_paths_out_of_a_pull_and_safe_from_delete(e2e: E2E) -> Non
     assert snapshot(dst, lambda rel: not excluded(rel)) == mine
     assert not (dst / "stale.txt").exists()
     assert result.stats["in_step"] is True
+
+
+DELETE_TAKES_EXCLUDED = (
+    "--delete removes a directory that only the target has with one rm op, and the side "
+    "that applies it (rdc.transfer.ops.apply_op -> SafeRoot.remove) deletes the whole tree, "
+    "excluded entries included: apply_ops never sees the excludes, and the excluded files "
+    "were never in a listing, so the side that plans the removal cannot know of them"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=DELETE_TAKES_EXCLUDED)
+@pytest.mark.parametrize("direction", ["push", "pull"])
+def test_delete_spares_excluded_files_inside_a_directory_it_removes(
+    e2e: E2E, direction: str
+) -> None:
+    """A directory only the target has goes with --delete, but not the excluded files in
+    it: they are neither sent nor deleted (docs/protocol.md, open.excludes)."""
+    source, target = e2e.tmp / "source", e2e.tmp / "target"
+    source.mkdir()
+    write(source / "kept.txt", b"kept\n")
+    (target / "old").mkdir(parents=True)
+    write(target / "old" / "stale.txt", b"goes with --delete\n")
+    write(target / "old" / "precious.log", b"excluded: must stay\n")
+    if direction == "push":
+        server = e2e.serve({"s": target})
+        e2e.push(source, server.url("s"), "--exclude", "*.log", "--delete").ok()
+    else:
+        server = e2e.serve({"s": source})
+        e2e.pull(server.url("s"), target, "--exclude", "*.log", "--delete").ok()
+    assert not (target / "old" / "stale.txt").exists()
+    assert (target / "old" / "precious.log").read_bytes() == b"excluded: must stay\n"

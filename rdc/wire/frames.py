@@ -38,7 +38,8 @@ READ_SIZE = 65536
 
 
 class ConnectionClosed(Exception):
-    """The peer closed the connection cleanly between two frames."""
+    """The connection ended: closed cleanly between two frames, or cut in the middle of
+    one (a peer that died while sending is a lost connection, not a protocol error)."""
 
 
 class CountingStream(trio.abc.Stream):
@@ -142,13 +143,14 @@ class FrameStream:
             if not data:
                 if not self._buffer:
                     return False
-                raise ProtocolError(message="connection closed in the middle of a frame")
+                raise ConnectionClosed("the connection was cut in the middle of a frame")
             self._buffer += data
         return True
 
     async def receive(self) -> list[dict[str, Any]]:
-        """The messages of the next frame. Raises ConnectionClosed at a clean end of the
-        stream and ProtocolError for anything that breaks section 1 of the protocol."""
+        """The messages of the next frame. Raises ConnectionClosed at the end of the stream
+        (wherever it comes) and ProtocolError for anything that breaks section 1 of the
+        protocol."""
         if not await self._fill(4):
             raise ConnectionClosed
         (header,) = HEADER.unpack_from(self._buffer)

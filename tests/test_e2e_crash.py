@@ -1,0 +1,236 @@
+"""End to end: processes killed in the middle of a transfer, and the daemon stopped by
+SIGTERM or SIGINT. Whatever happens, every target file is its old version or its new one,
+never a mix; the next successful run leaves no temporaries behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import PURE, scaled
+from .e2e_support import (
+    E2E,
+    RUN_SECONDS,
+    TEMP,
+    RawClient,
+    assert_same_tree,
+    file_hash,
+    random_file,
+    stamp_times,
+    temporaries,
+    wait_for,
+    wait_until_stale,
+    write,
+)
+
+BIG = scaled(64 << 20, 2 << 20)  # long enough in flight to be caught there (with C)
+# Two of them, both in flight when the peer dies: several conversations see it at once.
+BIG_FILES = ("big.bin", "big2.bin")
+PROMPT = 5.0  # seconds a stopped daemon may take to exit
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The big files, made once: new versions, and old ones that share nothing with them."""
+    tmp = tmp_path_factory.mktemp("material")
+    made = {}
+    for n, name in enumerate(BIG_FILES):
+        made[f"{name}-old"] = tmp / f"{name}-old"
+        made[f"{name}-new"] = tmp / f"{name}-new"
+        random_file(made[f"{name}-old"], BIG // 32, seed=10 * n + 1)
+        random_file(made[f"{name}-new"], BIG // 2, seed=10 * n + 2)
+    return made
+
+
+def old_and_new(
+    material: dict[str, Path], old: Path, new: Path
+) -> dict[bytes, set[bytes | None]]:
+    """The target's tree ``old`` and the source's ``new``: the same paths, other contents,
+    big files that share nothing with their old versions, and one new file. Returns, per
+    path, the hashes it may have on the target after an interruption (None: absent)."""
+    for root, version in ((old, "old"), (new, "new")):
+        (root / "sub").mkdir(parents=True)
+        for name in BIG_FILES:
+            shutil.copyfile(material[f"{name}-{version}"], root / name)
+        random_file(root / "mid.bin", 300_000, seed=1 if version == "old" else 2)
+        write(root / "a.txt", f"{version} version\n".encode() * 100)
+        write(root / "sub" / "b.txt", f"b, {version} version\n".encode())
+    write(new / "new.txt", b"only in the new tree\n")
+    for root in (old, new):  # times in the past, so the indexes trust what they read once
+        stamp_times(root, seed=3)
+    allowed: dict[bytes, set[bytes | None]] = {}
+    for rel in (*BIG_FILES, "mid.bin", "a.txt", "sub/b.txt", "new.txt"):
+        allowed[rel.encode()] = {
+            file_hash(root / rel) if (root / rel).exists() else None for root in (old, new)
+        }
+    return allowed
+
+
+def check_old_or_new(target: Path, allowed: dict[bytes, set[bytes | None]]) -> None:
+    for rel, versions in allowed.items():
+        path = target / os.fsdecode(rel)
+        found = file_hash(path) if path.exists() else None
+        assert found in versions, f"{rel!r} is neither its old nor its new version"
+    names = {rel for rel in allowed} | {b"sub"}
+    for dirpath, dirnames, filenames in os.walk(os.fsencode(target)):
+        for name in dirnames + filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), os.fsencode(target))
+            assert rel in names or TEMP.match(name), f"unexpected {rel!r}"
+
+
+def in_flight(target: Path, process: subprocess.Popen[bytes]) -> bool:
+    """True once every big file has a temporary with data in it under ``target`` (one is
+    enough in the pure-Python run, whose receiver may write the files one after the
+    other); fails the test if ``process`` ended first."""
+    if process.poll() is not None:
+        _, err = process.communicate()
+        pytest.fail(f"the transfer ended ({process.returncode}) before it could be "
+                    f"interrupted: {err.decode(errors='replace')}")
+    writing = set()
+    for path in temporaries(target):
+        name = os.fsdecode(path).rpartition("-")[2]
+        with contextlib.suppress(FileNotFoundError):
+            if name in BIG_FILES and os.path.getsize(path) > 0:
+                writing.add(name)
+    return len(writing) >= (1 if PURE else len(BIG_FILES))
+
+
+def finish(process: subprocess.Popen[bytes]) -> tuple[int, str]:
+    try:
+        _, err = process.communicate(timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"rdc still running {RUN_SECONDS} s after its peer went away")
+    return process.returncode, err.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_client_killed_mid_push(e2e: E2E, material: dict[str, Path]) -> None:
+    src, share = e2e.tmp / "src", e2e.tmp / "share"
+    allowed = old_and_new(material, share, src)
+    server = e2e.serve({"s": share})
+    push = e2e.start("push", str(src), server.url("s"))
+    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    push.kill()
+    assert finish(push)[0] == -signal.SIGKILL
+
+    check_old_or_new(share, allowed)
+    assert server.running
+    wait_until_stale(share)
+    e2e.push(src, server.url("s")).ok()
+    assert_same_tree(src, share)
+    assert not temporaries(e2e.tmp)
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_a_push(e2e: E2E, material: dict[str, Path]) -> None:
+    src, share = e2e.tmp / "src", e2e.tmp / "share"
+    allowed = old_and_new(material, share, src)
+    server = e2e.serve({"s": share})
+    push = e2e.start("push", str(src), server.url("s"))
+    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    push.send_signal(signal.SIGINT)
+    status, err = finish(push)
+    assert status == 130, err
+    assert err.strip() == "rdc: interrupted", err
+
+    check_old_or_new(share, allowed)
+    wait_until_stale(share)
+    e2e.push(src, server.url("s")).ok()
+    assert_same_tree(src, share)
+    assert not temporaries(e2e.tmp)
+
+
+@pytest.mark.slow
+def test_server_killed_mid_push(e2e: E2E, material: dict[str, Path]) -> None:
+    src, share = e2e.tmp / "src", e2e.tmp / "share"
+    allowed = old_and_new(material, share, src)
+    server = e2e.serve({"s": share})
+    push = e2e.start("push", str(src), server.url("s"))
+    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    server.kill()
+    status, err = finish(push)
+    assert status == 5, err
+    assert "Traceback" not in err and "rdc:" in err, err
+
+    check_old_or_new(share, allowed)
+    again = e2e.serve({"s": share})  # same share, same state directory
+    wait_until_stale(share)
+    e2e.push(src, again.url("s")).ok()
+    assert_same_tree(src, share)
+    assert not temporaries(e2e.tmp)
+
+
+@pytest.mark.slow
+def test_server_killed_mid_pull(e2e: E2E, material: dict[str, Path]) -> None:
+    share, dst = e2e.tmp / "share", e2e.tmp / "dst"
+    allowed = old_and_new(material, dst, share)
+    server = e2e.serve({"s": share})
+    pull = e2e.start("pull", server.url("s"), str(dst))
+    wait_for(lambda: in_flight(dst, pull), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    server.kill()
+    status, err = finish(pull)
+    assert status == 5, err
+    assert "Traceback" not in err and "rdc:" in err, err
+
+    check_old_or_new(dst, allowed)
+    again = e2e.serve({"s": share})
+    wait_until_stale(dst)
+    e2e.pull(again.url("s"), dst).ok()
+    assert_same_tree(share, dst)
+    assert not temporaries(e2e.tmp)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_daemon_cleanly(e2e: E2E, signum: int) -> None:
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+    idle = RawClient(server.port, timeout=PROMPT)  # an open connection does not hold it up
+    assert idle.hello()["t"] == "welcome"
+    idle.open("s")
+    silent = RawClient(server.port, timeout=PROMPT)  # nor does one mid-handshake
+    started = time.monotonic()
+    assert server.stop(signum, timeout=PROMPT) == 0
+    assert time.monotonic() - started < PROMPT
+    assert idle.until_closed() == []
+    assert silent.until_closed() == []
+    log = server.log()
+    assert f"{signal.Signals(signum).name}: stopping" in log
+    assert "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_daemon_during_a_push(e2e: E2E, material: dict[str, Path]) -> None:
+    """(SIGINT takes the same path; `test_a_signal_stops_the_daemon_cleanly` has both.)"""
+    src, share = e2e.tmp / "src", e2e.tmp / "share"
+    allowed = old_and_new(material, share, src)
+    server = e2e.serve({"s": share})
+    push = e2e.start("push", str(src), server.url("s"))
+    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    started = time.monotonic()
+    assert server.stop(signal.SIGTERM, timeout=PROMPT) == 0
+    assert time.monotonic() - started < PROMPT
+    status, err = finish(push)
+    assert status == 5, err
+    assert "Traceback" not in server.log()
+
+    check_old_or_new(share, allowed)
+    again = e2e.serve({"s": share})
+    wait_until_stale(share)
+    e2e.push(src, again.url("s")).ok()
+    assert_same_tree(src, share)
+    assert not temporaries(e2e.tmp)
