@@ -3,11 +3,11 @@ content roots, and per directory two Merkle hashes (docs/formats.md section 5).
 
 The *content hash* of a directory covers its entries' names, kinds and contents (a file's
 root, a link's target, a subdirectory's content hash); the *meta hash* covers their
-permission bits and the modification times of files and links (not of directories: adding
-a file moves its directory's time on both sides, and two-way sync would see a change that
-is none). Two trees are compared top-down by content hash,
-so an unchanged subtree costs one hash; metadata travels separately, after the content is
-in step. (Modes are metadata, not content, because whole releases flip them: Django's
+permission bits and modification times; the *sync meta hash* the same without directory
+times, which two-way sync leaves alone (adding a file moves its directory's time on each
+side by itself, and would look like a change that is none). Two trees are compared top-down
+by content hash, so an unchanged subtree costs one hash; metadata travels separately, after
+the content is in step. (Modes are metadata, not content, because whole releases flip them: Django's
 sdists alternate between 0644 and 0664 files, which would otherwise list every directory.)
 """
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import blake3
 
 CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
-META_CONTEXT = "rdc 2026-11 directory meta v3"
+META_CONTEXT = "rdc 2026-11 directory meta v2"
+SYNC_META_CONTEXT = "rdc 2026-11 directory sync meta v1"
 KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
 
 
@@ -39,6 +40,7 @@ class Entry:
     children: dict[str, Entry] = field(default_factory=dict)
     content: bytes = b""  # directories: content hash, once `seal` ran
     meta: bytes = b""  # directories: meta hash
+    smeta: bytes = b""  # directories: sync meta hash (no directory times)
     count: int = 0  # directories: entries in the subtree, not counting itself
 
     def digest(self) -> bytes:
@@ -62,10 +64,11 @@ def _varint(n: int, out: bytearray) -> None:
 
 
 def seal(directory: Entry) -> None:
-    """Compute content and meta hashes (and subtree counts) of ``directory`` and every
-    directory below it, bottom-up."""
+    """Compute content, meta and sync meta hashes (and subtree counts) of ``directory`` and
+    every directory below it, bottom-up."""
     content = bytearray()
     meta = bytearray()
+    smeta = bytearray()
     count = 0
     for name, entry in directory.sorted_children():
         if entry.kind == "d":
@@ -80,13 +83,18 @@ def seal(directory: Entry) -> None:
         if entry.kind == "l":
             _varint(len(digest), content)
         content += digest
-        meta += entry.mode.to_bytes(2, "little")
+        mode = entry.mode.to_bytes(2, "little")
+        mtime = entry.mtime_ns.to_bytes(8, "little", signed=True)
+        meta += mode + mtime
+        smeta += mode
         if entry.kind == "d":
-            meta += entry.meta  # not its mtime, which any change inside it moves
+            meta += entry.meta
+            smeta += entry.smeta
         else:
-            meta += entry.mtime_ns.to_bytes(8, "little", signed=True)
+            smeta += mtime
     directory.content = blake3.blake3(content, derive_key_context=CONTENT_CONTEXT).digest()
     directory.meta = blake3.blake3(meta, derive_key_context=META_CONTEXT).digest()
+    directory.smeta = blake3.blake3(smeta, derive_key_context=SYNC_META_CONTEXT).digest()
     directory.count = count
 
 

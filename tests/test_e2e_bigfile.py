@@ -102,17 +102,9 @@ def test_a_big_file_replaced_by_unrelated_content_arrives_both_ways(e2e: E2E) ->
     assert pulled.stats["literal_bytes"] >= UNRELATED
 
 
-SENT_TWICE = (
-    "a false match of a 4-byte sub-chunk prefix (likely once a file has ~10^4 unknown "
-    "sub-chunks looked up in a seed region of ~5,000) makes the rebuilt file fail its root "
-    "check, and the target then fetches the whole file again (target._receive): the file "
-    "crosses the wire twice. The plan's per-leaf checks (Plan.checks), which would find "
-    "the one bad leaf to fetch again, are not used by rdc.transfer.target"
-)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=SENT_TWICE)
 def test_a_sub_chunk_prefix_collision_does_not_send_the_file_twice(e2e: E2E) -> None:
     # Seeds found by running the descent in memory: these contents collide (both sizes).
     src, share = e2e.tmp / "src", e2e.tmp / "share"

@@ -10,6 +10,8 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from .conftest import scaled
 from .e2e_support import (
     E2E,
@@ -341,15 +343,8 @@ def test_pull_without_delete_still_syncs_times(e2e: E2E) -> None:
     check_extras_kept(share, dst, ["extra"], times=True)
 
 
-READ_ONLY_DIRS = (
-    "a new directory is created with its final mode at once (push: the mkdir ops of the "
-    "prelude; pull: the same ops applied locally), before the files that go into it; a "
-    "read-only one (0o555) then refuses them: for an ordinary user (not root), each of "
-    "its files fails with permission denied (io), exit 3"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=READ_ONLY_DIRS)
 @pytest.mark.parametrize("direction", ["push", "pull"])
 def test_read_only_directories_with_content_arrive(e2e: E2E, direction: str) -> None:
     e2e.unprivileged()

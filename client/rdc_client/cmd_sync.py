@@ -215,7 +215,7 @@ async def _watch_connected(session: Session, replica: Replica, changes: LocalCha
                     wake = trio.Event()
                     if not state["remote"]:
                         tree = await trio.to_thread.run_sync(replica.scan)
-                        if (tree.content, tree.meta) == synced:
+                        if (tree.content, tree.smeta) == synced:
                             continue  # our own writes, or a change undone: nothing to do
                     state["remote"] = False
                     hashes = await _finish(connection)
@@ -233,4 +233,4 @@ def _in_step(stats: Stats, replica: Replica) -> tuple[bytes, bytes] | None:
     next event (or at once) needs a full round, even if the tree looks unchanged since."""
     if not stats.in_step or replica.tree is None:
         return None
-    return replica.tree.content, replica.tree.meta
+    return replica.tree.content, replica.tree.smeta

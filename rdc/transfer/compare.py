@@ -24,13 +24,14 @@ LIST_BATCH = 512
 @dataclass(frozen=True, slots=True)
 class Remote:
     """An entry as a listing describes it: kind, mode, and hash prefix (a link's target);
-    with ``meta`` listings also its mtime and (directories) meta hash prefix."""
+    with ``meta`` listings also its mtime and (directories) meta and sync meta prefixes."""
 
     kind: str
     mode: int
     digest: bytes
     mtime_ns: int = 0
     meta: bytes = b""
+    smeta: bytes = b""
 
 
 @dataclass

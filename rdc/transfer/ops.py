@@ -123,7 +123,8 @@ def apply_ops(replica: Replica, ops: list[tuple[str, str, Any, Any]]) -> list[li
 
 def listing(tree: Entry, path: str, hb: int, meta: bool = False) -> list | None:
     """``entries`` of a ``listing`` for the directory at ``path`` (None if it is not one);
-    with ``meta`` each entry also carries its mtime and (directories) meta hash prefix."""
+    with ``meta`` each entry also carries its mtime and (directories) meta and sync meta
+    hash prefixes."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
@@ -132,7 +133,7 @@ def listing(tree: Entry, path: str, hb: int, meta: bool = False) -> list | None:
         digest = entry.digest()
         item = [to_wire(name), entry.kind, entry.mode, digest if entry.kind == "l" else digest[:hb]]
         if meta:
-            item += [entry.mtime_ns, entry.meta[:hb]]
+            item += [entry.mtime_ns, entry.meta[:hb], entry.smeta[:hb]]
         out.append(item)
     return out
 

@@ -117,6 +117,7 @@ class ServerSession:
             "opened",
             content=tree.content,
             meta=tree.meta,
+            smeta=tree.smeta,
             writable=opened.writable,
             seq=opened.sequence(),
         )
@@ -259,7 +260,8 @@ class ServerSession:
             self.unannounced = False
         tree = await self._scan()
         conversation.send(
-            "finished", content=tree.content, meta=tree.meta, seq=self.opened.sequence()
+            "finished", content=tree.content, meta=tree.meta, smeta=tree.smeta,
+            seq=self.opened.sequence(),
         )
 
 

@@ -58,7 +58,7 @@ class State:
     mode: int
     mtime_ns: int
     digest: bytes  # a file's root prefix, a link's whole target; directories: content prefix
-    meta: bytes = b""  # directories: meta hash prefix (empty in the base)
+    meta: bytes = b""  # directories: sync meta hash prefix (empty in the base)
 
 
 def of_local(entry: Entry | None) -> State | None:
@@ -66,13 +66,13 @@ def of_local(entry: Entry | None) -> State | None:
         return None
     digest = entry.digest()
     return State(entry.kind, entry.mode, entry.mtime_ns,
-                 digest if entry.kind == "l" else digest[:HB], entry.meta[:HB])
+                 digest if entry.kind == "l" else digest[:HB], entry.smeta[:HB])
 
 
 def of_remote(entry: Remote | None) -> State | None:
     if entry is None:
         return None
-    return State(entry.kind, entry.mode, entry.mtime_ns, entry.digest, entry.meta)
+    return State(entry.kind, entry.mode, entry.mtime_ns, entry.digest, entry.smeta)
 
 
 def of_base(known: Known | None) -> State | None:
@@ -246,7 +246,7 @@ class TwoWay:
     # ------------------------------------------------------------ planning
 
     async def plan(self, connection: Connection, opened: dict[str, Any]) -> Actions:
-        if self.local.content == opened["content"] and self.local.meta == opened["meta"]:
+        if self.local.content == opened["content"] and self.local.smeta == opened["smeta"]:
             self.new_base = known_of(self.local)
             self.new_base.children = dict(self.new_base.children)
             return self.actions
@@ -500,6 +500,6 @@ async def sync_round(
         finished = await _finish(connection)
         tree = await trio.to_thread.run_sync(replica.scan)
     stats.seq = finished.get("seq", 0)
-    stats.in_step = tree.content == finished["content"] and tree.meta == finished["meta"]
+    stats.in_step = tree.content == finished["content"] and tree.smeta == finished["smeta"]
     stats.files_total = count_files(tree)
     return stats, actions, tree

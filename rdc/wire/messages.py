@@ -141,12 +141,14 @@ MODE = uint(0o7777)
 VECTOR = record(array(sint, MAX_TIMES), binary(2 * MAX_TIMES))
 ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096))
 OP = one_of("mkdir", "link", "rm", "rmdir", "mode", "mv", "meta")
-FULL_ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096), sint, binary(32))
+FULL_ENTRY = record(
+    name, one_of("f", "d", "l"), MODE, binary(4096), sint, binary(32), binary(32)
+)
 
 
 def entry(v: Any, where: str) -> tuple:
-    """A listing entry: 4 items, or 6 with ``meta`` (mtime and meta hash prefix)."""
-    return FULL_ENTRY(v, where) if type(v) is list and len(v) == 6 else ENTRY(v, where)
+    """A listing entry: 4 items, or 7 with ``meta`` (mtime, meta and sync meta prefixes)."""
+    return FULL_ENTRY(v, where) if type(v) is list and len(v) == 7 else ENTRY(v, where)
 
 
 # (check, default): default ABSENT means required; ``optional_key`` fields are left out of
@@ -183,6 +185,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "id": (ID, ABSENT),
         "content": (HASH, ABSENT),
         "meta": (HASH, ABSENT),
+        "smeta": (optional(HASH), None),
         "writable": (boolean, False),
         "seq": (uint(), 0),
     },
@@ -266,6 +269,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "id": (ID, ABSENT),
         "content": (HASH, ABSENT),
         "meta": (HASH, ABSENT),
+        "smeta": (optional(HASH), None),
         "seq": (uint(), 0),
     },
 }
