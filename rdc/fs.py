@@ -506,6 +506,16 @@ class SafeRoot:
         except (FileNotFoundError, NotADirectoryError):
             return False
 
+    def listdir(self, rel: str | bytes) -> list[str]:
+        """The names in the directory at ``rel`` ("" is the root), reached without following
+        symlinks."""
+        rel = check_relpath(rel, allow_root=True)
+        fd = self._open_dir(rel, rel)
+        try:
+            return [os.fsdecode(name) for name in os.listdir(fd)]
+        finally:
+            os.close(fd)
+
     def rmdir(self, rel: str | bytes) -> bool:
         """Remove the directory at ``rel`` if it is empty (OSError ENOTEMPTY if not; a
         symlink or file there is NotADirectoryError); True if it was there."""

@@ -37,6 +37,7 @@ class Replica:
         self.excludes = excludes or Excludes()
         self.lock = threading.Lock()
         self.tree: Entry | None = None
+        self.errors: list[tuple[str, str]] = []  # what the last scan could not read
 
     def close(self) -> None:
         self.db.close()
@@ -50,15 +51,20 @@ class Replica:
         progress: Callable[[Progress], None] | None = None,
     ) -> Entry:
         """Walk the directory, bring the index up to date (reading only changed files), and
-        return the sealed tree (``excludes`` default to the replica's own)."""
+        return the sealed tree (``excludes`` default to the replica's own). What could not
+        be read is left out of the tree and listed in ``errors``."""
         excludes = excludes or self.excludes
-        tree, _ = walk(self.root, excludes)
+        tree, files, errors = walk(self.root, excludes)
         with self.lock:
-            self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress)
+            self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress,
+                                 files=files, opener=self.fs.open_read)
             roots = {f.path: f.root for f in self.db.files()}
-        fill_roots(tree, roots)
+        reasons = dict(self.stats.errors)
+        for path in fill_roots(tree, roots):
+            errors.append((path, reasons.get(path, "changed or vanished while scanned")))
         seal(tree)
         self.tree = tree
+        self.errors = errors
         return tree
 
     def entry(self, path: str) -> Entry | None:

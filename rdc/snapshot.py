@@ -125,35 +125,57 @@ def iter_entries(directory: Entry, prefix: str = "") -> Iterator[tuple[str, Entr
 Exclude = Callable[[str, bool], bool]
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def walk(
     root: str, exclude: Exclude | None = None
-) -> tuple[Entry, dict[str, os.stat_result]]:
-    """The tree under ``root`` without file roots (the index supplies those), and the lstat of
-    every regular file by relative path. Never follows symlinks; skips what it cannot read
-    and kinds it does not sync (sockets, devices, FIFOs)."""
-    top = os.lstat(root)
+) -> tuple[Entry, dict[str, os.stat_result], list[tuple[str, str]]]:
+    """The tree under ``root`` without file roots (the index supplies those), the lstat of
+    every regular file by relative path, and what could not be read: (path, reason).
+
+    Directories are opened one component at a time (no path length limit, no symlink
+    followed); a directory that cannot be opened or listed is left out of the tree, like
+    an excluded one, so that nothing below it is deleted elsewhere on its account. Kinds
+    that are not synced (sockets, devices, FIFOs) are skipped."""
+    top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    top = os.fstat(top_fd)
     tree = Entry("d", stat.S_IMODE(top.st_mode), top.st_mtime_ns)
     files: dict[str, os.stat_result] = {}
-    stack: list[tuple[str, Entry]] = [("", tree)]
+    errors: list[tuple[str, str]] = []
+    stack: list[tuple[str, Entry, int, Entry | None]] = [("", tree, top_fd, None)]
     while stack:
-        rel_dir, node = stack.pop()
+        rel_dir, node, fd, parent = stack.pop()
         try:
-            scanner = os.scandir(os.path.join(root, rel_dir) if rel_dir else root)
-        except OSError:
+            with os.scandir(fd) as scanner:
+                items = list(scanner)
+        except OSError as exc:
+            errors.append((rel_dir, exc.strerror or str(exc)))
+            os.close(fd)
             continue
-        with scanner:
-            for item in scanner:
-                rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
+        if parent is not None:  # listed: now it is part of the tree
+            parent.children[rel_dir.rpartition("/")[2]] = node
+        try:
+            for item in items:
+                name = os.fsdecode(item.name)
+                rel = f"{rel_dir}/{name}" if rel_dir else name
                 try:
                     st = item.stat(follow_symlinks=False)
-                except OSError:
+                except OSError as exc:
+                    errors.append((rel, exc.strerror or str(exc)))
                     continue
                 mode = st.st_mode
                 if stat.S_ISDIR(mode):
                     if exclude and exclude(rel, True):
                         continue
-                    child = Entry("d", stat.S_IMODE(mode), st.st_mtime_ns)
-                    stack.append((rel, child))
+                    try:
+                        child_fd = os.open(item.name, _DIR_FLAGS, dir_fd=fd)
+                    except OSError as exc:
+                        errors.append((rel, exc.strerror or str(exc)))
+                        continue
+                    stack.append((rel, Entry("d", stat.S_IMODE(mode), st.st_mtime_ns),
+                                  child_fd, node))
+                    continue
                 elif stat.S_ISREG(mode):
                     if exclude and exclude(rel, False):
                         continue
@@ -163,14 +185,17 @@ def walk(
                     if exclude and exclude(rel, False):
                         continue
                     try:
-                        target = os.readlink(item.path)
-                    except OSError:
+                        target = os.fsdecode(os.readlink(item.name, dir_fd=fd))
+                    except OSError as exc:
+                        errors.append((rel, exc.strerror or str(exc)))
                         continue
                     child = Entry("l", 0, st.st_mtime_ns, target=target)
                 else:
                     continue
-                node.children[item.name] = child
-    return tree, files
+                node.children[name] = child
+        finally:
+            os.close(fd)
+    return tree, files, errors
 
 
 def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:

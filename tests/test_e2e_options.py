@@ -178,15 +178,8 @@ def test_excludes_keep_paths_out_of_a_pull_and_safe_from_delete(e2e: E2E) -> Non
     assert result.stats["in_step"] is True
 
 
-DELETE_TAKES_EXCLUDED = (
-    "--delete removes a directory that only the target has with one rm op, and the side "
-    "that applies it (rdc.transfer.ops.apply_op -> SafeRoot.remove) deletes the whole tree, "
-    "excluded entries included: apply_ops never sees the excludes, and the excluded files "
-    "were never in a listing, so the side that plans the removal cannot know of them"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=DELETE_TAKES_EXCLUDED)
 @pytest.mark.parametrize("direction", ["push", "pull"])
 def test_delete_spares_excluded_files_inside_a_directory_it_removes(
     e2e: E2E, direction: str

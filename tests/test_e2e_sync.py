@@ -373,13 +373,6 @@ def test_read_only_directories_with_content_arrive(e2e: E2E, direction: str) -> 
                 os.chmod(dirpath, 0o755)
 
 
-LONG_PATHS_SKIPPED = (
-    "the scan (rdc.snapshot.walk, and the index refresh) opens directories by their full "
-    "path, so where root + relative path exceeds PATH_MAX (4,096 bytes) it gets "
-    "ENAMETOOLONG, skips the directory silently, and the sync reports success without "
-    "the entries below it; rdc.fs.SafeRoot, which opens one component at a time, has no "
-    "such limit"
-)
 
 
 def deep_tree(root: Path) -> bytes:
@@ -404,7 +397,6 @@ def deep_tree(root: Path) -> bytes:
     return b"/".join([*parts, b"deep.txt"])
 
 
-@pytest.mark.xfail(strict=True, reason=LONG_PATHS_SKIPPED)
 @pytest.mark.parametrize("direction", ["push", "pull"])
 def test_paths_longer_than_path_max_with_their_root_are_synced(
     e2e: E2E, direction: str
@@ -424,15 +416,8 @@ def test_paths_longer_than_path_max_with_their_root_are_synced(
     assert_same_tree(source, target)
 
 
-UNREADABLE_SILENT = (
-    "a source file the user cannot read is dropped from the scanned tree without a word "
-    "(rdc.snapshot.fill_roots returns the files it dropped; Replica.scan ignores them), and "
-    "a directory it cannot list arrives empty (walk skips it): the push says 0 failed and "
-    "exits 0, where exit 3 (some files could not be read) and their names are documented"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=UNREADABLE_SILENT)
 def test_unreadable_source_entries_are_reported(e2e: E2E) -> None:
     e2e.unprivileged()
     src = e2e.tmp / "src"

@@ -127,10 +127,10 @@ def test_unreadable_files_are_reported_not_fatal(tree, monkeypatch) -> None:
 
     real = module._sign
 
-    def sign(path):
-        if path.endswith("file0.bin"):
-            raise PermissionError(13, "Permission denied", path)
-        return real(path)
+    def sign(opener, rel):
+        if rel.endswith("file0.bin"):
+            raise PermissionError(13, "Permission denied", rel)
+        return real(opener, rel)
 
     monkeypatch.setattr(module, "_sign", sign)
     stats = refresh(db, str(root))

@@ -189,6 +189,8 @@ def report(args: argparse.Namespace, stats: Stats) -> None:
                 print(f"extra {path} (kept; --delete removes it)")
     for path, error in stats.failed:
         print(f"rdc: {path}: {error}", file=sys.stderr)
+    for warning in stats.warnings:
+        print(f"rdc: warning: {warning}", file=sys.stderr)
     summary = stats.as_json()
     if args.stats:
         print(

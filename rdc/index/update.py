@@ -17,8 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from rdc.index.db import IndexDatabase
+from rdc.paths import is_temporary
 from rdc.signature import FileSignature, signature_of_file
 
 RACY_NS = 2_000_000_000
@@ -69,12 +71,17 @@ def walk_files(
             if stat.S_ISDIR(st.st_mode):
                 if not (exclude and exclude(rel, True)):
                     stack.append(rel)
-            elif stat.S_ISREG(st.st_mode) and not (exclude and exclude(rel, False)):
+            elif stat.S_ISREG(st.st_mode) and not is_temporary(entry.name) and not (
+                exclude and exclude(rel, False)
+            ):
                 yield rel, st
 
 
-def _sign(path: str) -> tuple[os.stat_result, FileSignature, os.stat_result]:
-    with open(path, "rb") as f:
+Opener = Callable[[str], BinaryIO]
+
+
+def _sign(opener: Opener, rel: str) -> tuple[os.stat_result, FileSignature, os.stat_result]:
+    with opener(rel) as f:
         before = os.fstat(f.fileno())
         signature = signature_of_file(f)
         after = os.fstat(f.fileno())
@@ -92,22 +99,30 @@ def refresh(
     workers: int = 2,
     exclude: Callable[[str, bool], bool] | None = None,
     progress: Callable[[Progress], None] | None = None,
+    files: dict[str, os.stat_result] | None = None,
+    opener: Opener | None = None,
 ) -> RefreshStats:
-    """Update ``db`` to describe the regular files under ``root``."""
+    """Update ``db`` to describe the regular files under ``root``. ``files``: their lstat
+    by relative path, if the caller walked the tree already; ``opener``: how to open one
+    (default: by its full path)."""
+    def by_path(rel: str) -> BinaryIO:
+        return open(os.path.join(root, rel), "rb")
+
+    opener = opener or by_path
     try:
-        return _refresh(db, root, workers, exclude, progress)
+        return _refresh(db, root, workers, exclude, progress, files, opener)
     except sqlite3.DatabaseError:
         db.rebuild()
-        return _refresh(db, root, workers, exclude, progress)
+        return _refresh(db, root, workers, exclude, progress, files, opener)
 
 
-def _refresh(db, root, workers, exclude, progress) -> RefreshStats:
+def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStats:
     stats = RefreshStats()
     started = time.time_ns()
     db_path = os.path.abspath(db.location)
     rows = {f.path: f for f in db.files()}
     on_disk: dict[str, os.stat_result] = {}
-    for rel, st in walk_files(root, exclude):
+    for rel, st in (files.items() if files is not None else walk_files(root, exclude)):
         if os.path.abspath(os.path.join(root, rel)).startswith(db_path):
             continue
         on_disk[rel] = st
@@ -145,11 +160,11 @@ def _refresh(db, root, workers, exclude, progress) -> RefreshStats:
         for row in vanished.values():
             db.delete(row.id)
             stats.deleted += 1
-    _sign_all(db, root, still_changed, on_disk, workers, racy, stats, progress)
+    _sign_all(db, opener, still_changed, on_disk, workers, racy, stats, progress)
     return stats
 
 
-def _sign_all(db, root, paths, on_disk, workers, racy, stats, progress) -> None:
+def _sign_all(db, opener, paths, on_disk, workers, racy, stats, progress) -> None:
     total_bytes = sum(on_disk[p].st_size for p in paths)
     done_bytes = 0
     pending: dict[Future, str] = {}
@@ -170,7 +185,7 @@ def _sign_all(db, root, paths, on_disk, workers, racy, stats, progress) -> None:
         while queue or pending:
             while queue and len(pending) < 2 * max(1, workers):
                 rel = queue.pop()
-                pending[pool.submit(_sign, os.path.join(root, rel))] = rel
+                pending[pool.submit(_sign, opener, rel)] = rel
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 rel = pending.pop(future)

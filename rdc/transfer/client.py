@@ -68,6 +68,7 @@ class Stats:
     in_step: bool = False  # both trees equal at the end (content and times)
     seq: int = 0  # the share's change sequence number after this run's writes
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (path, conflict copy)
+    warnings: list[str] = field(default_factory=list)
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
@@ -86,6 +87,7 @@ class Stats:
             "deleted": self.deleted,
             "errors": [{"path": p, "error": e} for p, e in self.failed],
             "conflicts": [{"path": p, "copy": c} for p, c in self.conflicts],
+            "warnings": self.warnings,
             "in_step": self.in_step,
             "seconds": round(self.seconds, 3),
         }
@@ -133,8 +135,9 @@ async def push(
     ``replica``)."""
     started = time.monotonic()
     stats = Stats(files_total=count_files(tree))
+    stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
     if tree.content == opened["content"] and tree.meta == opened["meta"]:
-        stats.in_step = True
+        stats.in_step = not replica.errors
         return stats
     for hb in (8, 32):
         changes = await Comparison(tree, push=True, hb=hb).run(connection, opened["content"])
@@ -188,7 +191,9 @@ async def _push_changes(
             nursery.start_soon(send_file, path, expect)
         links = [["link", to_wire(p), target, e] for p, target, e in changes.links]
         stats.links += sum(await _ops(connection, links, stats))
-    if options.delete:
+    if options.delete and replica.errors:
+        stats.warnings.append("some files could not be read: nothing was deleted")
+    elif options.delete:
         removals = [["rm", to_wire(p), None, e] for p, e in changes.removals]
         stats.deleted += sum(await _ops(connection, removals, stats))
 
@@ -277,7 +282,8 @@ async def pull(
         if options.dry_run:
             changes.meta = metadata.differences(*await metadata.walk(connection, tree))
             return stats
-        await _pull_changes(connection, replica, changes, options, stats)
+        await _pull_changes(connection, replica, changes, options, stats,
+                            opened.get("unreadable", 0))
         tree = await trio.to_thread.run_sync(replica.scan)
         _count_ops(stats, "meta", await metadata.pull(connection, replica, tree))
         tree = await trio.to_thread.run_sync(replica.scan)
@@ -290,7 +296,7 @@ async def pull(
 
 
 async def _local_ops(replica: Replica, ops: list, stats: Stats) -> list[bool]:
-    results = await trio.to_thread.run_sync(apply_ops, replica, ops)
+    results = await trio.to_thread.run_sync(apply_ops, replica, ops, replica.excludes)
     for op, result in zip(ops, results, strict=True):
         if result is not None:
             stats.failed.append((op[1], f"{result[0]}: {result[1]}"))
@@ -298,7 +304,8 @@ async def _local_ops(replica: Replica, ops: list, stats: Stats) -> list[bool]:
 
 
 async def _pull_changes(
-    connection: Connection, replica: Replica, changes: Changes, options: Options, stats: Stats
+    connection: Connection, replica: Replica, changes: Changes, options: Options, stats: Stats,
+    unreadable: int = 0,
 ) -> None:
     prelude = [("rm", p, None, e) for p, e in changes.replace]
     prelude += [("mkdir", p, mode, None) for p, mode in changes.mkdirs]
@@ -317,7 +324,10 @@ async def _pull_changes(
             nursery.start_soon(get_file, path, expect)
     links = [("link", p, target, e) for p, target, e in changes.links]
     stats.links += sum(await _local_ops(replica, links, stats))
-    if options.delete:
+    if options.delete and unreadable:
+        stats.warnings.append(f"the server could not read {unreadable} entries: nothing was "
+                              "deleted here")
+    elif options.delete:
         removals = [("rm", p, None, e) for p, e in changes.removals]
         stats.deleted += sum(await _local_ops(replica, removals, stats))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from rdc.errors import Refusal
 from rdc.fs import ConflictError, Expect
+from rdc.ignore import Excludes
 from rdc.paths import PathError, check_relpath, join, to_wire
 from rdc.replica import Replica
 from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
@@ -44,7 +45,9 @@ def expectation(replica: Replica, path: str, spec: Any) -> Expect | None:
     raise Refusal("protocol", message=f"bad expect kind {kind!r}")
 
 
-def apply_op(replica: Replica, op: str, path: str, arg: Any, expect: Any) -> None:
+def apply_op(
+    replica: Replica, op: str, path: str, arg: Any, expect: Any, excludes: Excludes | None = None
+) -> None:
     """One of ``mkdir``, ``link``, ``rm``, ``rmdir`` (only if empty), ``mode``, ``mv``,
     ``meta`` (blocking; raises Refusal, ConflictError, PathError or OSError)."""
     if not path:
@@ -70,7 +73,13 @@ def apply_op(replica: Replica, op: str, path: str, arg: Any, expect: Any) -> Non
         fs.symlink(path, arg, expect=check)
         replica.forget(path)
     elif op == "rm":
-        fs.remove(path, expect=check)
+        st = fs.lstat(path)
+        if excludes and excludes.patterns and st is not None and stat.S_ISDIR(st.st_mode):
+            if check is not None and check.kind != "directory":
+                raise ConflictError(path=path, expected=str(check), found="a directory")
+            _remove_except(replica, path, excludes)
+        else:
+            fs.remove(path, expect=check)
         replica.forget(path)
     elif op == "rmdir":
         fs.rmdir(path)
@@ -100,12 +109,36 @@ def apply_op(replica: Replica, op: str, path: str, arg: Any, expect: Any) -> Non
         raise Refusal("protocol", message=f"unknown op {op!r}")
 
 
-def apply_ops(replica: Replica, ops: list[tuple[str, str, Any, Any]]) -> list[list[str] | None]:
-    """Apply ``ops`` in order; one result per op (None, or [code, message])."""
+def _remove_except(replica: Replica, path: str, excludes: Excludes) -> bool:
+    """Remove the directory at ``path`` but what ``excludes`` matches inside it (with the
+    directories that hold it): excluded paths are neither sent nor deleted. True if the
+    directory went."""
+    fs = replica.fs
+    kept = False
+    for name in fs.listdir(path):
+        child = join(path, name)
+        st = fs.lstat(child)
+        is_dir = st is not None and stat.S_ISDIR(st.st_mode)
+        if excludes(child, is_dir):
+            kept = True
+        elif is_dir:
+            kept = not _remove_except(replica, child, excludes) or kept
+        else:
+            fs.remove(child)
+    if not kept:
+        fs.rmdir(path)
+    return not kept
+
+
+def apply_ops(
+    replica: Replica, ops: list[tuple[str, str, Any, Any]], excludes: Excludes | None = None
+) -> list[list[str] | None]:
+    """Apply ``ops`` in order; one result per op (None, or [code, message]). ``excludes``:
+    the connection's, which a recursive removal spares."""
     results: list[list[str] | None] = []
     for op, path, arg, expect in ops:
         try:
-            apply_op(replica, op, path, arg, expect)
+            apply_op(replica, op, path, arg, expect, excludes)
             results.append(None)
         except ConflictError as exc:
             results.append(["conflict", str(exc)])

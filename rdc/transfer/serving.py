@@ -66,6 +66,7 @@ class ServerSession:
     dirty: bool = False  # written since the last scan
     scanned_seq: int = -1  # the share's sequence number at the last scan
     unannounced: bool = False  # wrote something watchers were not told of yet
+    unreadable: int = 0  # entries the last scan could not read (left out of the tree)
     _opening: bool = False
 
     async def handle(self, conversation: Conversation, message: dict[str, Any]) -> None:
@@ -118,6 +119,7 @@ class ServerSession:
             content=tree.content,
             meta=tree.meta,
             smeta=tree.smeta,
+            unreadable=self.unreadable,
             writable=opened.writable,
             seq=opened.sequence(),
         )
@@ -127,6 +129,9 @@ class ServerSession:
         async with self.opened.lock:
             seq = self.opened.sequence()
             self.tree = await trio.to_thread.run_sync(self.opened.replica.scan, self.excludes)
+            self.unreadable = len(self.opened.replica.errors)
+            for path, reason in self.opened.replica.errors[:20]:
+                log.warning("%s: cannot read %s: %s", self.peer, path, reason)
         self.dirty = False
         self.scanned_seq = seq
         return self.tree
@@ -199,7 +204,9 @@ class ServerSession:
     async def _ops(self, conversation: Conversation, message: dict[str, Any]) -> None:
         opened = self._writable()
         self._wrote()
-        results = await trio.to_thread.run_sync(apply_ops, opened.replica, message["ops"])
+        results = await trio.to_thread.run_sync(
+            apply_ops, opened.replica, message["ops"], self.excludes
+        )
         conversation.send("oks", results=results)
 
     async def _mset(self, conversation: Conversation, message: dict[str, Any]) -> None:
@@ -261,7 +268,7 @@ class ServerSession:
         tree = await self._scan()
         conversation.send(
             "finished", content=tree.content, meta=tree.meta, smeta=tree.smeta,
-            seq=self.opened.sequence(),
+            unreadable=self.unreadable, seq=self.opened.sequence(),
         )
 
 

@@ -154,9 +154,20 @@ class TwoWay:
     directory, given the ``base`` of the last round."""
 
     def __init__(
-        self, local: Entry, base: Known | None, local_host: str, remote_host: str
+        self,
+        local: Entry,
+        base: Known | None,
+        local_host: str,
+        remote_host: str,
+        unreadable_here: list[str] = (),  # type: ignore[assignment]
+        unreadable_there: int = 0,
     ) -> None:
         self.local = local
+        # What a scan could not read is missing from its tree, not deleted: no deletion is
+        # made on the other side on its account (here: by path; there: by count, so no
+        # local deletion at all).
+        self.unreadable_here = tuple(unreadable_here)
+        self.unreadable_there = unreadable_there
         self.base = base
         self.local_host = local_host
         self.remote_host = remote_host
@@ -364,6 +375,9 @@ class TwoWay:
             (a.remote_replace, a.remote_mkdirs, a.remote_links, a.remote_rms, a.remote_meta)
         )
         if source is None:
+            if self._unsure_of_absence(path, to_local):
+                self.revert(path)
+                return
             rms.append((path, _spec(target)))
             self._record(path, None)
             return
@@ -386,6 +400,13 @@ class TwoWay:
             old_dir = before if before is not None and before.kind == "d" else None
             queue.append((path, same_dir, old_dir, theirs is not None))
         self._record_state(path, source)
+
+    def _unsure_of_absence(self, path: str, to_local: bool) -> bool:
+        """Whether the side that lacks ``path`` may only have failed to read it."""
+        if to_local:
+            return self.unreadable_there > 0
+        return any(path == u or path.startswith(u + "/") or not u
+                   for u in self.unreadable_here)
 
     def _conflict(self, path: str, here: Entry, theirs: State, before: Known | None,
                   queue: list) -> None:
@@ -484,7 +505,9 @@ async def sync_round(
     current root hashes (from ``opened`` or ``finished``). Returns the stats, the actions
     and the local tree at the end."""
     tree = await trio.to_thread.run_sync(replica.scan)
-    round_ = TwoWay(tree, base_store.load(base_path), *hosts)
+    round_ = TwoWay(tree, base_store.load(base_path), *hosts,
+                    unreadable_here=[p for p, _ in replica.errors],
+                    unreadable_there=remote_hashes.get("unreadable", 0))
     actions = await round_.plan(connection, remote_hashes)
     if options.dry_run:
         return Stats(conflicts=list(actions.conflicts)), actions, tree
@@ -495,6 +518,7 @@ async def sync_round(
         round_.revert_pending(replica)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(base_store.save, base_path, round_.new_base)
+    stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
     finished = remote_hashes
     if actions:
         finished = await _finish(connection)

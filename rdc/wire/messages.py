@@ -186,6 +186,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "content": (HASH, ABSENT),
         "meta": (HASH, ABSENT),
         "smeta": (optional(HASH), None),
+        "unreadable": (uint(), 0),
         "writable": (boolean, False),
         "seq": (uint(), 0),
     },
@@ -270,6 +271,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "content": (HASH, ABSENT),
         "meta": (HASH, ABSENT),
         "smeta": (optional(HASH), None),
+        "unreadable": (uint(), 0),
         "seq": (uint(), 0),
     },
 }
