@@ -8,6 +8,7 @@ is shared by those threads under a lock.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -173,6 +174,21 @@ class Replica:
             racy = st.st_mtime_ns >= time.time_ns() - RACY_NS
         with self.lock, self.db.transaction():
             self.db.put(path, st, signature, racy)
+
+    def set_times(self, path: str, mtime_ns: int) -> None:
+        """Set the mtime of the entry at ``path``; a file whose index row was current stays
+        current (its new mtime recorded), so the next scan does not read it again."""
+        before = self.fs.lstat(path)
+        self.fs.set_times(path, mtime_ns)
+        if before is None or not stat.S_ISREG(before.st_mode):
+            return
+        with self.lock:
+            row = self.db.get(path)
+            if row is not None and not row.racy and (row.size, row.mtime_ns, row.inode) == (
+                before.st_size, before.st_mtime_ns, before.st_ino
+            ):
+                with self.db.transaction():
+                    self.db.retime(row.id, mtime_ns)
 
     def forget(self, path: str) -> None:
         """Drop ``path`` and everything below it from the index."""

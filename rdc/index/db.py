@@ -226,6 +226,10 @@ class IndexDatabase:
             "UPDATE file SET mode = ?, racy = ? WHERE id = ?", (st.st_mode, int(racy), file_id)
         )
 
+    def retime(self, file_id: int, mtime_ns: int) -> None:
+        """rdc itself set this file's mtime; its content is what the row says."""
+        self.conn.execute("UPDATE file SET mtime_ns = ? WHERE id = ?", (mtime_ns, file_id))
+
     def delete(self, file_id: int) -> None:
         self.conn.execute("DELETE FROM file WHERE id = ?", (file_id,))
 

@@ -104,7 +104,7 @@ def apply_op(
         if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) != arg[0]:
             fs.chmod(path, arg[0])
         if st.st_mtime_ns != arg[1]:
-            fs.set_times(path, arg[1])
+            replica.set_times(path, arg[1])
     else:  # pragma: no cover - the schema allows no other op
         raise Refusal("protocol", message=f"unknown op {op!r}")
 
@@ -220,7 +220,7 @@ def apply_meta(
             entry.mode = mode
             changed += 1
         if entry.mtime_ns != mtime:
-            replica.fs.set_times(full, mtime)
+            replica.set_times(full, mtime)
             entry.mtime_ns = mtime
             changed += 1
     return changed, 0

@@ -188,7 +188,7 @@ def _touch(replica: Replica, path: str, offer: dict[str, Any]) -> None:
     if st.st_mode & 0o7777 != offer["mode"]:
         replica.fs.chmod(path, offer["mode"])
     if st.st_mtime_ns != offer["mtime"]:
-        replica.fs.set_times(path, offer["mtime"])
+        replica.set_times(path, offer["mtime"])
 
 
 def _copy_local(
