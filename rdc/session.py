@@ -150,7 +150,14 @@ class Connection:
 
     async def _writer(self) -> None:
         while True:
-            batch = [await self._out.receive()]
+            # Quiet for a while (a long scan or signing on this side): a ping tells the peer
+            # that this side is alive, so its idle timeout does not end the connection.
+            with trio.move_on_after(self.idle_timeout / 4) as quiet:
+                first = await self._out.receive()
+            if quiet.cancelled_caught:
+                await self.frames.send([{"t": "ping"}])
+                continue
+            batch = [first]
             size = _size(batch[0])
             while size < BATCH_BYTES:
                 try:
@@ -197,6 +204,8 @@ class Connection:
     def _dispatch(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
         conversation_id = message.get("id")
         if conversation_id is None:
+            if message["t"] == "ping":
+                return
             if message["t"] == "error":
                 raise RemoteError(code=message["code"], message=message["msg"] or message["code"])
             raise ProtocolError(message=f"{message['t']!r} outside a conversation")

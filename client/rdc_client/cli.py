@@ -3,40 +3,61 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 
 from rdc.errors import RdcError
-from rdc.wire.frames import ConnectionClosed
-from rdc_client import cmd_chunk, cmd_delta, cmd_sig, cmd_similar, cmd_sync, cmd_transfer
-from rdc_server import cli as server_cli
 
 Command = Callable[[argparse.Namespace], int]
 
+# Command -> the module whose add_parser(s) registers it. Only the command being run is
+# imported: a push should not pay for watchdog or the delta simulator at start-up.
+COMMANDS = {
+    "push": "rdc_client.cmd_transfer",
+    "pull": "rdc_client.cmd_transfer",
+    "sync": "rdc_client.cmd_sync",
+    "watch": "rdc_client.cmd_sync",
+    "serve": "rdc_server.cli",
+    "chunk": "rdc_client.cmd_chunk",
+    "sig": "rdc_client.cmd_sig",
+    "similar": "rdc_client.cmd_similar",
+    "delta": "rdc_client.cmd_delta",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("rdc")
+        except metadata.PackageNotFoundError:  # running from a source tree
+            version = "unknown"
+        parser.exit(message=f"rdc {version}\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that command's module is loaded."""
     parser = argparse.ArgumentParser(
         prog="rdc",
         description="Keep directories in step, sending only what the other side lacks.",
     )
-    parser.add_argument("--version", action="version", version=f"rdc {_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    cmd_transfer.add_parsers(sub)
-    cmd_sync.add_parsers(sub)
-    server_cli.add_parser(sub)
-    for module in (cmd_chunk, cmd_sig, cmd_similar, cmd_delta):
-        module.add_parser(sub)
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        module = importlib.import_module(name)
+        register = getattr(module, "add_parsers", None) or module.add_parser
+        register(sub)
     return parser
-
-
-def _version() -> str:
-    try:
-        return metadata.version("rdc")
-    except metadata.PackageNotFoundError:  # running from a source tree
-        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # locale whose stdout is strict (en_US.UTF-8 and the like).
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(errors="surrogateescape")
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     run: Command = args.run
     try:
@@ -53,9 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RdcError as exc:
         print(f"rdc: {exc}", file=sys.stderr)
         return exc.exit_code
-    except ConnectionClosed as exc:
-        print(f"rdc: {exc}", file=sys.stderr)
-        return 5
+    except Exception as exc:
+        from rdc.wire.frames import ConnectionClosed
+
+        if isinstance(exc, ConnectionClosed):
+            print(f"rdc: {exc or 'the connection was closed'}", file=sys.stderr)
+            return 5
+        raise
     except KeyboardInterrupt:
         print("rdc: interrupted", file=sys.stderr)
         return 130

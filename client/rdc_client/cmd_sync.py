@@ -25,7 +25,6 @@ from rdc.wire.frames import ConnectionClosed
 from rdc_client.cmd_transfer import report
 from rdc_client.progress import TransferBar
 from rdc_client.remote import Remote, open_connection, parse_url, read_token, tls_context
-from rdc_client.watching import LocalChanges
 
 EXIT_PARTIAL = 3
 RECONNECT_FIRST = 1.0  # seconds; doubles up to RECONNECT_MAX while the server is away
@@ -154,6 +153,8 @@ def run_watch(args: argparse.Namespace) -> int:
 
 
 async def _watch(session: Session) -> None:
+    from rdc_client.watching import LocalChanges  # watchdog: only a watch needs it
+
     args = session.args
     replica = Replica(args.local, default_location(args.local), session.excludes)
     changes = LocalChanges(args.local, session.excludes)  # before the first sync: miss nothing
@@ -175,7 +176,7 @@ async def _watch(session: Session) -> None:
         replica.close()
 
 
-async def _watch_connected(session: Session, replica: Replica, changes: LocalChanges) -> None:
+async def _watch_connected(session: Session, replica: Replica, changes: Any) -> None:
     """One connection's life: sync, then sync again on every settled local change or
     newer remote sequence number, until the connection fails."""
     async with open_connection(session.remote, session.token, session.tls,

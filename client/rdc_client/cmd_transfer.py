@@ -15,7 +15,7 @@ from rdc.errors import ConnectionFailed, FileAccessError, UsageError
 from rdc.ignore import Excludes, read_ignore_file
 from rdc.index import default_location
 from rdc.replica import Replica
-from rdc.transfer.client import Options, Stats, open_remote, pull, push
+from rdc.transfer.client import Options, Stats, opened, pull, push, request_open
 from rdc.wire.frames import ConnectionClosed
 from rdc_client.progress import ProgressLine, TransferBar, human_bytes
 from rdc_client.remote import Remote, open_connection, parse_url, read_token, tls_context
@@ -131,13 +131,6 @@ async def _transfer(
     except OSError as exc:
         raise FileAccessError(path=args.local, reason=exc.strerror or str(exc)) from None
     try:
-        if not push_mode and not args.dry_run:
-            await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-        line = ProgressLine(enabled=args.progress)
-        try:
-            tree = await trio.to_thread.run_sync(replica.scan, None, line)
-        finally:
-            line.close()
         bar = TransferBar(enabled=args.progress)
         options = Options(delete=args.delete, dry_run=args.dry_run, progress=bar)
         async with open_connection(remote, token, tls, compress=not args.no_compress) as (
@@ -145,7 +138,7 @@ async def _transfer(
             counted,
         ):
             bar.counter = counted
-            opened = await open_remote(
+            opening = request_open(
                 connection,
                 remote.share,
                 remote.path,
@@ -153,10 +146,19 @@ async def _transfer(
                 create=push_mode and not args.dry_run,
                 excludes=patterns,
             )
+            # The local scan runs while the server scans its side.
+            if not push_mode and not args.dry_run:
+                await trio.to_thread.run_sync(replica.fs.clean_temporaries)
+            line = ProgressLine(enabled=args.progress)
+            try:
+                tree = await trio.to_thread.run_sync(replica.scan, None, line)
+            finally:
+                line.close()
+            answer = await opened(opening)
             if push_mode:
-                stats = await push(connection, replica, tree, opened, options)
+                stats = await push(connection, replica, tree, answer, options)
             else:
-                stats = await pull(connection, replica, tree, opened, options)
+                stats = await pull(connection, replica, tree, answer, options)
             bar.close()
         stats.bytes_sent = counted.bytes_sent
         stats.bytes_received = counted.bytes_received

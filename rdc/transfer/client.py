@@ -18,7 +18,7 @@ from rdc.descent import SourceFile
 from rdc.errors import Refusal, RemoteError
 from rdc.paths import to_wire
 from rdc.replica import Replica
-from rdc.session import Connection
+from rdc.session import Connection, Conversation
 from rdc.snapshot import Entry, iter_entries
 from rdc.transfer import metadata
 from rdc.transfer.compare import Changes, Comparison
@@ -93,16 +93,27 @@ class Stats:
         }
 
 
-async def open_remote(
+def request_open(
     connection: Connection, share: str, path: str, write: bool, create: bool, excludes: list[str]
-) -> dict[str, Any]:
-    conversation = connection.start(
+) -> Conversation:
+    """Send ``open``; the server starts scanning its tree, which the client can overlap with
+    its own scan before it waits for the answer (`opened`)."""
+    return connection.start(
         "open", share=share, path=to_wire(path), write=write, create=create, excludes=excludes
     )
+
+
+async def opened(conversation: Conversation) -> dict[str, Any]:
     try:
         return await conversation.receive("opened")
     finally:
         conversation.close()
+
+
+async def open_remote(
+    connection: Connection, share: str, path: str, write: bool, create: bool, excludes: list[str]
+) -> dict[str, Any]:
+    return await opened(request_open(connection, share, path, write, create, excludes))
 
 
 def count_files(tree: Entry) -> int:

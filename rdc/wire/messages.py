@@ -265,6 +265,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
                                             ABSENT)},
     "finish": {"id": (ID, ABSENT)},
     "watch": {"id": (ID, ABSENT), "seq": (uint(), 0)},
+    "ping": {},
     "changed": {"id": (ID, ABSENT), "seq": (uint(), ABSENT)},
     "finished": {
         "id": (ID, ABSENT),
