@@ -1,13 +1,17 @@
 /* Winnowing chunker: see chunker_impl.h for the contract, chunker_ref.py for the spec.
  *
- * Filter path. Every position's lead byte is rolled once and stored in a ring. A cut
- * decision over (lo, hi] takes the minimum stored lead (SIMD), then walks the positions
- * holding that lead from the right: only those can win, so only they may need ext. Two
- * identical windows have identical keys, so a candidate whose window equals the current
- * best's is skipped without ext (this keeps zeros and short periods cheap). ext values
- * are cached by position, since consecutive windows overlap. Stored leads make rescanning
- * the overlap of consecutive windows a matter of a SIMD pass, not a re-roll: this replaces
- * the book's per-position monotone ring, whose data-dependent branches cost more than the
+ * Filter path. Every position of a window is rolled once and its lead byte stored in a
+ * ring; positions up to p + min_size are never rolled (after a cut the roll restarts from
+ * scratch on the window bytes before p + min_size + 1). Rolling is the bulk of the work: a
+ * long run is rolled as two halves in one loop, the second started from scratch, so that
+ * two independent shift-and-add chains share the core. A cut decision over (lo, hi] takes
+ * the minimum stored lead (SIMD), records the blocks of positions holding it (SIMD,
+ * branch free) and walks those candidates from the right: only they can win, so only they
+ * may need ext. Two identical windows have identical keys, so a candidate whose window
+ * equals that of a candidate to its right loses, and so does the whole stretch of data
+ * repeating with that period: it is skipped at once (zeros, short periods). ext values are
+ * cached by position, since consecutive windows overlap. Storing the leads replaces the
+ * book's per-position monotone ring, whose data-dependent branches cost more than the
  * roll itself.
  *
  * Baseline path (filter=0): the full key of every position (sliding Rabin) and a plain
@@ -98,11 +102,12 @@ struct rdc_chunker {
     uint64_t *ext_val; /* filter: cached ext by position */
     uint64_t *ext_pos; /* filter: ext_val[i] is valid for position ext_pos[i] */
     rdc_key *keys;     /* baseline: key of position j at keys[j & mask] */
-    uint64_t *cand;    /* filter: positions of minimal lead in the last decided window */
-    size_t ncand;
-    uint64_t prev_hi;  /* filter: the last decided window ended here, minimum lead prev_min */
+    /* filter: the positions of minimal lead in the last decided window, (prev_lo, prev_hi],
+     * by block: (offset from origin << 32) | bit mask, offsets increasing */
+    uint64_t *blocks;
+    size_t nblocks;
+    uint64_t origin, prev_lo, prev_hi;
     uint8_t prev_min;
-    uint64_t gear_shifted[256];
     uint64_t out[256]; /* sliding Rabin: drop a leaving byte and the old leading 1 */
     uint64_t ext_evaluations, positions;
 };
@@ -117,13 +122,21 @@ void rdc_chunker_free(rdc_chunker *c) {
     free(c->ext_val);
     free(c->ext_pos);
     free(c->keys);
-    free(c->cand);
+    free(c->blocks);
     free(c);
 }
 
 static uint64_t extend(uint64_t f, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++) f = (f >> 8) ^ rdc_rabin[0][(f ^ s[i]) & 0xff];
     return f;
+}
+
+/* Block records of a window: each holds a candidate, so there are no more than the window
+ * has positions (kept parts of earlier windows can leave many partial blocks); one more
+ * for the branch-free writer. */
+#define BLOCK 16
+static size_t max_blocks(uint32_t min_size, uint32_t max_size) {
+    return (size_t)(max_size - min_size) + 1;
 }
 
 int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint32_t max_size,
@@ -148,16 +161,15 @@ int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint3
         c->leads = malloc(ring);
         c->ext_val = malloc(ring * sizeof(uint64_t));
         c->ext_pos = malloc(ring * sizeof(uint64_t));
-        c->cand = malloc((size_t)max_size * sizeof(uint64_t));
+        c->blocks = malloc(max_blocks(min_size, max_size) * sizeof(uint64_t));
     } else {
         c->keys = malloc(ring * sizeof(rdc_key));
     }
-    if (c->filter ? (!c->leads || !c->ext_val || !c->ext_pos || !c->cand) : !c->keys) {
+    if (c->filter ? (!c->leads || !c->ext_val || !c->ext_pos || !c->blocks) : !c->keys) {
         rdc_chunker_free(c);
         return RDC_ENOMEM;
     }
     if (c->filter) memset(c->ext_pos, 0xff, ring * sizeof(uint64_t));
-    for (int i = 0; i < 256; i++) c->gear_shifted[i] = rdc_gear[i] << c->shift;
     uint8_t zeros[65] = {0};
     uint64_t lead_one = extend(POLY_Q, zeros, window + 1) ^ extend(POLY_Q, zeros, window);
     for (int a = 0; a < 256; a++) {
@@ -174,28 +186,56 @@ size_t rdc_chunker_max_cuts(const rdc_chunker *c, uint64_t end) {
 
 /* ------------------------------------------------------------------ rolling */
 
-/* Leads of positions rolled+1 .. target; byte j-1 makes position j. Two positions per
- * step from one state halves the dependency chain (FastCDC 2020). */
-#define ROLL_LEADS(S)                                                        \
-    do {                                                                     \
-        size_t k = 0;                                                        \
-        for (; k + 2 <= run; k += 2) {                                       \
-            uint8_t b0 = src[k], b1 = src[k + 1];                            \
-            uint64_t h1 = (h << (S)) + gear[b0];                             \
-            h = (h << (2 * (S))) + (gs[b0] + gear[b1]);                      \
-            dst[k] = (uint8_t)(h1 >> 56);                                    \
-            dst[k + 1] = (uint8_t)(h >> 56);                                 \
-        }                                                                    \
-        for (; k < run; k++) {                                               \
-            h = (h << (S)) + gear[src[k]];                                   \
-            dst[k] = (uint8_t)(h >> 56);                                     \
-        }                                                                    \
-    } while (0)
+#if defined(__GNUC__)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE static inline
+#endif
 
+/* Runs shorter than this are rolled as one stream: the second stream's warm-up (window
+ * bytes) would not pay. */
+#define SPLIT_MIN 512
+
+/* Leads of n consecutive positions into dst[0..n): src[k] is the byte that makes position
+ * k from position k - 1, whose state is *hp. The gear hash forgets everything older than
+ * its window, so the second half can start from scratch on the window bytes before it and
+ * be rolled in the same loop as the first half: two independent dependency chains, each one
+ * shift-and-add per byte. (Rolling two positions per step from one state also halves the
+ * chain, but costs more instructions per position, and those are the limit here.) */
+ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, uint8_t *dst,
+                            const unsigned S, size_t w) {
+    const uint64_t *gear = rdc_gear;
+    uint64_t h = *hp;
+    if (n < SPLIT_MIN) {
+        for (size_t k = 0; k < n; k++) {
+            h = (h << S) + gear[src[k]];
+            dst[k] = (uint8_t)(h >> 56);
+        }
+        *hp = h;
+        return;
+    }
+    size_t half = n / 2;
+    const uint8_t *src2 = src + half;
+    uint8_t *dst2 = dst + half;
+    uint64_t g = 0;
+    for (size_t k = half - w; k < half; k++) g = (g << S) + gear[src[k]];
+    for (size_t k = 0; k < half; k++) {
+        h = (h << S) + gear[src[k]];
+        g = (g << S) + gear[src2[k]];
+        dst[k] = (uint8_t)(h >> 56);
+        dst2[k] = (uint8_t)(g >> 56);
+    }
+    if (n & 1) {
+        g = (g << S) + gear[src2[half]];
+        dst2[half] = (uint8_t)(g >> 56);
+    }
+    *hp = g;
+}
+
+/* Leads of positions rolled+1 .. target; byte j-1 makes position j. */
 static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t target) {
-    const uint64_t *gear = rdc_gear, *gs = c->gear_shifted;
     uint64_t h = c->h, j = c->rolled;
-    size_t ring = c->mask + 1;
+    size_t ring = c->mask + 1, w = c->window;
     c->positions += target - j;
     while (j < target) {
         size_t at = (size_t)((j + 1) & c->mask);
@@ -204,9 +244,9 @@ static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint6
         const uint8_t *src = data + (j - base);
         uint8_t *dst = c->leads + at;
         switch (c->shift) {
-        case 1: ROLL_LEADS(1); break;
-        case 2: ROLL_LEADS(2); break;
-        default: ROLL_LEADS(4); break;
+        case 1: roll_run(src, run, &h, dst, 1, w); break;
+        case 2: roll_run(src, run, &h, dst, 2, w); break;
+        default: roll_run(src, run, &h, dst, 4, w); break;
         }
         j += run;
     }
@@ -263,45 +303,69 @@ static void roll_to(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t
 
 /* ------------------------------------------------------------------ decisions */
 
-/* Running minimum over the leads a[0..n) of positions first, first+1, ...: *m is the
- * minimum so far and cand[0..*count) the positions (ascending) whose lead equals it. */
-static void track_min(const uint8_t *a, size_t n, uint64_t first, uint8_t *m_io, uint64_t *cand,
-                      size_t *count_io) {
-    uint8_t m = *m_io;
-    size_t count = *count_io, i = 0;
+/* Minimum of a[0..n). */
+static uint8_t min_leads(const uint8_t *a, size_t n) {
+    uint8_t m = 255;
+    size_t i = 0;
 #if defined(__SSE2__)
-    __m128i mv = _mm_set1_epi8((char)m);
-    for (; i + 16 <= n; i += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(a + i));
-        unsigned le = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(v, mv), v));
-        if (!le) continue;
-        if (le == 0xffff && (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, mv)) == 0xffff) {
-            for (unsigned k = 0; k < 16; k++) cand[count + k] = first + i + k;
-            count += 16;
-            continue;
+    if (n >= 16) {
+        __m128i m0 = _mm_set1_epi8(-1), m1 = m0, m2 = m0, m3 = m0;
+        for (; i + 64 <= n; i += 64) {
+            m0 = _mm_min_epu8(m0, _mm_loadu_si128((const __m128i *)(a + i)));
+            m1 = _mm_min_epu8(m1, _mm_loadu_si128((const __m128i *)(a + i + 16)));
+            m2 = _mm_min_epu8(m2, _mm_loadu_si128((const __m128i *)(a + i + 32)));
+            m3 = _mm_min_epu8(m3, _mm_loadu_si128((const __m128i *)(a + i + 48)));
         }
-        do {
-            unsigned k = (unsigned)__builtin_ctz(le);
-            uint8_t b = a[i + k];
-            if (b < m) {
-                m = b;
-                count = 0;
-                mv = _mm_set1_epi8((char)m);
-            }
-            if (b == m) cand[count++] = first + i + k;
-            le &= le - 1;
-        } while (le);
+        for (; i + 16 <= n; i += 16)
+            m0 = _mm_min_epu8(m0, _mm_loadu_si128((const __m128i *)(a + i)));
+        /* The last block overlaps the previous ones: harmless for a minimum. */
+        m0 = _mm_min_epu8(m0, _mm_loadu_si128((const __m128i *)(a + n - 16)));
+        m0 = _mm_min_epu8(_mm_min_epu8(m0, m1), _mm_min_epu8(m2, m3));
+        m0 = _mm_min_epu8(m0, _mm_srli_si128(m0, 8));
+        m0 = _mm_min_epu8(m0, _mm_srli_si128(m0, 4));
+        m0 = _mm_min_epu8(m0, _mm_srli_si128(m0, 2));
+        m0 = _mm_min_epu8(m0, _mm_srli_si128(m0, 1));
+        return (uint8_t)_mm_cvtsi128_si32(m0);
     }
 #endif
-    for (; i < n; i++) {
-        if (a[i] < m) {
-            m = a[i];
-            count = 0;
+    for (; i < n; i++) m = a[i] < m ? a[i] : m;
+    return m;
+}
+
+/* Records, for the blocks of a[0..n) (leads of positions at offsets rel, rel + 1, ...)
+ * that hold the value v, (offset of the block << 32) | bit mask of those leads. Branch
+ * free: every block is written, only the ones with a match are kept. Returns the new
+ * count. */
+static size_t find_leads(const uint8_t *a, size_t n, uint32_t rel, uint8_t v, uint64_t *out,
+                         size_t count) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    if (n >= 16) {
+        __m128i needle = _mm_set1_epi8((char)v);
+        for (; i + 16 <= n; i += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(a + i));
+            uint32_t bits = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, needle));
+            out[count] = ((uint64_t)(rel + i) << 32) | bits;
+            count += bits != 0;
         }
-        if (a[i] == m) cand[count++] = first + i;
+        if (i < n) { /* a last block overlapping the previous one, overlap masked off */
+            size_t t = n - 16;
+            __m128i x = _mm_loadu_si128((const __m128i *)(a + t));
+            uint32_t bits = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, needle));
+            bits &= 0xffffu << (i - t);
+            out[count] = ((uint64_t)(rel + t) << 32) | bits;
+            count += bits != 0;
+        }
+        return count;
     }
-    *m_io = m;
-    *count_io = count;
+#endif
+    for (; i < n; i += BLOCK) {
+        uint32_t bits = 0;
+        for (size_t k = 0; k < BLOCK && i + k < n; k++) bits |= (uint32_t)(a[i + k] == v) << k;
+        out[count] = ((uint64_t)(rel + i) << 32) | bits;
+        count += bits != 0;
+    }
+    return count;
 }
 
 static inline int same_window(const uint8_t *a, const uint8_t *b, size_t w) {
@@ -310,19 +374,19 @@ static inline int same_window(const uint8_t *a, const uint8_t *b, size_t w) {
     return diff == 0;
 }
 
-/* Smallest i >= limit with d[i..end) all equal to v (end > limit, d[end - 1] == v). */
-static size_t run_start(const uint8_t *d, size_t end, size_t limit, uint8_t v) {
-    size_t i = end;
+/* Smallest s >= limit with d[y] == d[y + dist] for all y in [s, end). */
+static size_t period_start(const uint8_t *d, size_t end, size_t limit, size_t dist) {
+    size_t y = end;
 #if defined(__SSE2__)
-    __m128i needle = _mm_set1_epi8((char)v);
-    while (i >= limit + 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(d + i - 16));
-        if ((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, needle)) != 0xffff) break;
-        i -= 16;
+    while (y >= limit + 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(d + y - 16));
+        __m128i b = _mm_loadu_si128((const __m128i *)(d + y - 16 + dist));
+        if ((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(a, b)) != 0xffff) break;
+        y -= 16;
     }
 #endif
-    while (i > limit && d[i - 1] == v) i--;
-    return i;
+    while (y > limit && d[y - 1] == d[y - 1 + dist]) y--;
+    return y;
 }
 
 static inline uint64_t ext_at(rdc_chunker *c, uint64_t j, const uint8_t *window) {
@@ -335,69 +399,154 @@ static inline uint64_t ext_at(rdc_chunker *c, uint64_t j, const uint8_t *window)
     return c->ext_val[i];
 }
 
-/* Positions of minimal lead in (lo, hi], ascending, into c->cand; returns their count.
- * The part of the window that the previous decision covered is not rescanned when its
- * candidates reach past lo: then its minimum is the previous one, and so are they. */
-static size_t lead_candidates(rdc_chunker *c, uint64_t lo, uint64_t hi) {
-    uint8_t m = 255;
-    size_t count = 0;
-    uint64_t from = lo + 1;
-    if (c->prev_hi > lo && c->ncand && c->cand[c->ncand - 1] > lo) {
-        size_t keep = c->ncand;
-        while (keep > 0 && c->cand[keep - 1] > lo) keep--;
-        count = c->ncand - keep;
-        memmove(c->cand, c->cand + keep, count * sizeof(uint64_t));
-        m = c->prev_min;
-        from = c->prev_hi + 1;
-    }
+/* Minimum lead over positions (from - 1, to], in ring pieces. */
+static uint8_t range_min(const rdc_chunker *c, uint64_t from, uint64_t to, uint8_t m) {
     size_t ring = c->mask + 1;
-    while (from <= hi) {
-        size_t at = (size_t)(from & c->mask);
-        size_t run = ring - at;
-        if (run > hi - from + 1) run = (size_t)(hi - from + 1);
-        track_min(c->leads + at, run, from, &m, c->cand, &count);
+    while (from <= to) {
+        size_t at = (size_t)(from & c->mask), run = ring - at;
+        if (run > to - from + 1) run = (size_t)(to - from + 1);
+        uint8_t r = min_leads(c->leads + at, run);
+        m = r < m ? r : m;
         from += run;
     }
-    c->prev_min = m;
-    c->prev_hi = hi;
-    c->ncand = count;
-    return count;
+    return m;
 }
 
-/* Rightmost minimal key in (lo, hi], all rolled. Only positions of minimal lead can win;
- * walk them from the right, skipping windows equal to the best one (equal keys). */
+/* Appends the block records of positions in [from, to] whose lead is v. */
+static size_t range_find(rdc_chunker *c, uint64_t from, uint64_t to, uint8_t v, size_t nb) {
+    size_t ring = c->mask + 1;
+    while (from <= to) {
+        size_t at = (size_t)(from & c->mask), run = ring - at;
+        if (run > to - from + 1) run = (size_t)(to - from + 1);
+        nb = find_leads(c->leads + at, run, (uint32_t)(from - c->origin), v, c->blocks, nb);
+        from += run;
+    }
+    return nb;
+}
+
+/* The positions of minimal lead in (lo, hi] into c->blocks. When the last window's
+ * candidates reach past lo, the minimum of the part it shares with this one is its
+ * minimum, and its candidates there are this one's: only the new part is scanned, so no
+ * lead is looked at twice (the book's ring buffer has the same property). */
+static void gather(rdc_chunker *c, uint64_t lo, uint64_t hi) {
+    uint64_t *blocks = c->blocks;
+    size_t nb = c->nblocks, keep = nb;
+    uint64_t from = lo + 1;
+    uint8_t m = 255;
+    if (nb && c->prev_lo < lo && lo < c->prev_hi) {
+        /* Drop the records of positions <= lo: the first record left is the first whose
+         * last candidate is past lo. */
+        while (keep > 0) {
+            uint64_t rec = blocks[keep - 1];
+            uint32_t bits = (uint32_t)rec;
+            uint64_t last = c->origin + (rec >> 32) + (31u - (unsigned)__builtin_clz(bits));
+            if (last <= lo) break;
+            keep--;
+        }
+        nb -= keep; /* records [keep, keep + nb) remain */
+    } else {
+        nb = 0;
+    }
+    if (nb) {
+        /* Rebase on the first block left, and mask its positions <= lo. */
+        uint64_t origin = c->origin + (blocks[keep] >> 32);
+        uint32_t shift = (uint32_t)(origin - c->origin);
+        for (size_t i = 0; i < nb; i++) blocks[i] = blocks[keep + i] - ((uint64_t)shift << 32);
+        if (origin <= lo) blocks[0] &= ~(uint64_t)((1u << (lo + 1 - origin)) - 1);
+        c->origin = origin;
+        m = c->prev_min;
+        from = c->prev_hi + 1;
+    } else {
+        c->origin = lo + 1;
+    }
+    if (from <= hi) {
+        uint8_t fresh = range_min(c, from, hi, 255);
+        if (fresh < m) {
+            nb = 0;
+            m = fresh;
+        }
+        if (fresh == m) nb = range_find(c, from, hi, m, nb);
+    }
+    c->nblocks = nb;
+    c->prev_min = m;
+    c->prev_lo = lo;
+    c->prev_hi = hi;
+}
+
+/* Rightmost minimal key in (lo, hi], all rolled. Only positions of minimal lead can win:
+ * find them (SIMD), then walk them from the right. A candidate whose window equals that of
+ * a candidate to its right has the same key and loses the tie, and then so does every
+ * candidate in the stretch of data repeating with that period: it is skipped as a whole
+ * (this keeps zeros and short periods cheap). The rest compare by ext, cached by position
+ * since consecutive windows overlap. */
 static uint64_t decide_filter(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t lo,
                               uint64_t hi) {
-    size_t count = lead_candidates(c, lo, hi);
-    const uint64_t *cand = c->cand;
     size_t w = c->window;
-    uint64_t best = cand[--count];
-    const uint8_t *best_window = data + (best - w - base);
-    /* A window of one repeated byte: every window inside the run of that byte equals it. */
-    uint8_t v = best_window[0];
-    if (run_start(best_window, w, 0, v) == 0) {
-        uint64_t first = lo + 1 - w;
-        uint64_t start = base + run_start(data, best - base, first - base, v);
-        while (count && cand[count - 1] >= start + w) count--;
-    }
+    gather(c, lo, hi);
+    const uint64_t *blocks = c->blocks;
+    size_t nb = c->nblocks;
+    uint64_t first = lo + 1, origin = c->origin;
+
+    /* Walk the candidates from the right. */
+    nb--;
+    uint32_t bits = (uint32_t)blocks[nb];
+    uint64_t block = origin + (blocks[nb] >> 32);
+    unsigned top = 31u - (unsigned)__builtin_clz(bits);
+    bits &= ~(1u << top);
+    uint64_t best = block + top, prev = best;
     uint64_t best_ext = 0;
     int have_best_ext = 0;
-    while (count) {
-        uint64_t j = cand[--count];
+    for (;;) {
+        while (!bits) {
+            if (!nb) return best;
+            nb--;
+            bits = (uint32_t)blocks[nb];
+            block = origin + (blocks[nb] >> 32);
+        }
+        top = 31u - (unsigned)__builtin_clz(bits);
+        bits &= ~(1u << top);
+        uint64_t j = block + top;
         const uint8_t *window = data + (j - w - base);
-        if (same_window(window, best_window, w)) continue; /* equal key: rightmost wins */
+        uint64_t twin = same_window(window, data + (prev - w - base), w)   ? prev
+                        : same_window(window, data + (best - w - base), w) ? best
+                                                                          : 0;
+        if (twin) {
+            /* Bytes [s, twin) repeat with period twin - j, so every candidate c in
+             * [s + w, j] has the window of c + (twin - j): only those below s + w remain. */
+            uint64_t s = base + period_start(data, j - w - base, first - w - base, twin - j);
+            uint64_t limit = s + w; /* candidates < limit remain */
+            if (limit <= first) return best;
+            /* Drop the records at or past limit, then the bits of the one it falls in. */
+            if (block >= limit) {
+                size_t lo_i = 0, hi_i = nb; /* records [0, nb) start before block */
+                while (lo_i < hi_i) {
+                    size_t mid = (lo_i + hi_i) / 2;
+                    if (origin + (blocks[mid] >> 32) < limit)
+                        lo_i = mid + 1;
+                    else
+                        hi_i = mid;
+                }
+                nb = lo_i;
+                if (!nb) return best;
+                nb--;
+                bits = (uint32_t)blocks[nb];
+                block = origin + (blocks[nb] >> 32);
+            }
+            if (limit - block < 32) bits &= (1u << (limit - block)) - 1;
+            prev = j;
+            continue;
+        }
+        prev = j;
         if (!have_best_ext) {
-            best_ext = ext_at(c, best, best_window);
+            best_ext = ext_at(c, best, data + (best - w - base));
             have_best_ext = 1;
         }
         uint64_t e = ext_at(c, j, window);
         if (e < best_ext) {
             best = j;
-            best_window = window;
             best_ext = e;
         }
     }
-    return best;
 }
 
 /* Baseline: rightmost minimal key in (lo, hi] by one pass over the stored keys. (The
