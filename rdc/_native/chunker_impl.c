@@ -91,6 +91,11 @@ uint64_t rdc_ext(const uint8_t *window, size_t n) {
 
 typedef unsigned __int128 rdc_key; /* (lead << 64) | ext: compares like the pair */
 
+/* Candidates by block: position at + k is one iff bit k of bits is set. */
+struct rdc_block {
+    uint64_t at, bits;
+};
+
 struct rdc_chunker {
     uint32_t window, min_size, max_size, shift;
     int filter, finished;
@@ -103,10 +108,10 @@ struct rdc_chunker {
     uint64_t *ext_pos; /* filter: ext_val[i] is valid for position ext_pos[i] */
     rdc_key *keys;     /* baseline: key of position j at keys[j & mask] */
     /* filter: the positions of minimal lead in the last decided window, (prev_lo, prev_hi],
-     * by block: (offset from origin << 32) | bit mask, offsets increasing */
-    uint64_t *blocks;
+     * as blocks in increasing order */
+    struct rdc_block *blocks;
     size_t nblocks;
-    uint64_t origin, prev_lo, prev_hi;
+    uint64_t prev_lo, prev_hi;
     uint8_t prev_min;
     uint64_t out[256]; /* sliding Rabin: drop a leaving byte and the old leading 1 */
     uint64_t ext_evaluations, positions;
@@ -131,10 +136,9 @@ static uint64_t extend(uint64_t f, const uint8_t *s, size_t n) {
     return f;
 }
 
-/* Block records of a window: each holds a candidate, so there are no more than the window
- * has positions (kept parts of earlier windows can leave many partial blocks); one more
- * for the branch-free writer. */
-#define BLOCK 16
+/* Blocks of a window: each holds a candidate, so there are no more than the window has
+ * positions (kept parts of earlier windows can leave many partial blocks); one more for
+ * the branch-free writer. */
 static size_t max_blocks(uint32_t min_size, uint32_t max_size) {
     return (size_t)(max_size - min_size) + 1;
 }
@@ -161,7 +165,7 @@ int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint3
         c->leads = malloc(ring);
         c->ext_val = malloc(ring * sizeof(uint64_t));
         c->ext_pos = malloc(ring * sizeof(uint64_t));
-        c->blocks = malloc(max_blocks(min_size, max_size) * sizeof(uint64_t));
+        c->blocks = malloc(max_blocks(min_size, max_size) * sizeof(struct rdc_block));
     } else {
         c->keys = malloc(ring * sizeof(rdc_key));
     }
@@ -332,45 +336,68 @@ static uint8_t min_leads(const uint8_t *a, size_t n) {
     return m;
 }
 
-/* Records, for the blocks of a[0..n) (leads of positions at offsets rel, rel + 1, ...)
- * that hold the value v, (offset of the block << 32) | bit mask of those leads. Branch
- * free: every block is written, only the ones with a match are kept. Returns the new
- * count. */
-static size_t find_leads(const uint8_t *a, size_t n, uint32_t rel, uint8_t v, uint64_t *out,
-                         size_t count) {
-    size_t i = 0;
 #if defined(__SSE2__)
-    if (n >= 16) {
+/* Bit k set iff p[k] == v, for the 64 bytes at p. */
+static inline uint64_t eq_mask64(const uint8_t *p, __m128i v) {
+    uint64_t m0 = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), v));
+    uint64_t m1 = (uint32_t)_mm_movemask_epi8(
+        _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 16)), v));
+    uint64_t m2 = (uint32_t)_mm_movemask_epi8(
+        _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 32)), v));
+    uint64_t m3 = (uint32_t)_mm_movemask_epi8(
+        _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 48)), v));
+    return m0 | m1 << 16 | m2 << 32 | m3 << 48;
+}
+#endif
+
+/* Appends to out[count..] the blocks of the positions at, at + 1, ... whose leads a[0..n)
+ * equal v; returns the new count. Matches are rare (one position in 256 on random data):
+ * a first pass only asks, 64 leads at a time, whether there is one, and keeps the block
+ * without a branch (always written, counted if so); a second pass makes the bit masks of
+ * the few blocks kept. */
+static size_t find_leads(const uint8_t *a, size_t n, uint64_t at, uint8_t v,
+                         struct rdc_block *out, size_t count) {
+#if defined(__SSE2__)
+    if (n >= 64) {
         __m128i needle = _mm_set1_epi8((char)v);
-        for (; i + 16 <= n; i += 16) {
-            __m128i x = _mm_loadu_si128((const __m128i *)(a + i));
-            uint32_t bits = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, needle));
-            out[count] = ((uint64_t)(rel + i) << 32) | bits;
-            count += bits != 0;
+        size_t start = count, i = 0;
+        for (; i + 64 <= n; i += 64) {
+            __m128i e = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(a + i)), needle),
+                    _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(a + i + 16)), needle)),
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(a + i + 32)), needle),
+                    _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(a + i + 48)), needle)));
+            out[count].at = at + i;
+            count += _mm_movemask_epi8(e) != 0;
         }
+        for (size_t r = start; r < count; r++)
+            out[r].bits = eq_mask64(a + (out[r].at - at), needle);
         if (i < n) { /* a last block overlapping the previous one, overlap masked off */
-            size_t t = n - 16;
-            __m128i x = _mm_loadu_si128((const __m128i *)(a + t));
-            uint32_t bits = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, needle));
-            bits &= 0xffffu << (i - t);
-            out[count] = ((uint64_t)(rel + t) << 32) | bits;
-            count += bits != 0;
+            size_t t = n - 64;
+            out[count].at = at + t;
+            out[count].bits = eq_mask64(a + t, needle) & (~(uint64_t)0 << (i - t));
+            count += out[count].bits != 0;
         }
         return count;
     }
 #endif
-    for (; i < n; i += BLOCK) {
-        uint32_t bits = 0;
-        for (size_t k = 0; k < BLOCK && i + k < n; k++) bits |= (uint32_t)(a[i + k] == v) << k;
-        out[count] = ((uint64_t)(rel + i) << 32) | bits;
+    for (size_t i = 0; i < n; i += 64) {
+        uint64_t bits = 0;
+        for (size_t k = 0; k < 64 && i + k < n; k++) bits |= (uint64_t)(a[i + k] == v) << k;
+        out[count].at = at + i;
+        out[count].bits = bits;
         count += bits != 0;
     }
     return count;
 }
 
+/* Windows of random data differ in their first word: check that before the rest. */
 static inline int same_window(const uint8_t *a, const uint8_t *b, size_t w) {
-    uint64_t diff = 0;
-    for (size_t i = 0; i < w; i += 8) diff |= load64le(a + i) ^ load64le(b + i);
+    uint64_t diff = load64le(a) ^ load64le(b);
+    if (diff) return 0;
+    for (size_t i = 8; i < w; i += 8) diff |= load64le(a + i) ^ load64le(b + i);
     return diff == 0;
 }
 
@@ -412,52 +439,39 @@ static uint8_t range_min(const rdc_chunker *c, uint64_t from, uint64_t to, uint8
     return m;
 }
 
-/* Appends the block records of positions in [from, to] whose lead is v. */
+/* Appends the blocks of the positions in [from, to] whose lead is v. */
 static size_t range_find(rdc_chunker *c, uint64_t from, uint64_t to, uint8_t v, size_t nb) {
     size_t ring = c->mask + 1;
     while (from <= to) {
         size_t at = (size_t)(from & c->mask), run = ring - at;
         if (run > to - from + 1) run = (size_t)(to - from + 1);
-        nb = find_leads(c->leads + at, run, (uint32_t)(from - c->origin), v, c->blocks, nb);
+        nb = find_leads(c->leads + at, run, from, v, c->blocks, nb);
         from += run;
     }
     return nb;
 }
+
+static inline unsigned top_bit(uint64_t bits) { return 63u - (unsigned)__builtin_clzll(bits); }
 
 /* The positions of minimal lead in (lo, hi] into c->blocks. When the last window's
  * candidates reach past lo, the minimum of the part it shares with this one is its
  * minimum, and its candidates there are this one's: only the new part is scanned, so no
  * lead is looked at twice (the book's ring buffer has the same property). */
 static void gather(rdc_chunker *c, uint64_t lo, uint64_t hi) {
-    uint64_t *blocks = c->blocks;
-    size_t nb = c->nblocks, keep = nb;
+    struct rdc_block *blocks = c->blocks;
+    size_t nb = 0, keep = c->nblocks;
     uint64_t from = lo + 1;
     uint8_t m = 255;
-    if (nb && c->prev_lo < lo && lo < c->prev_hi) {
-        /* Drop the records of positions <= lo: the first record left is the first whose
-         * last candidate is past lo. */
-        while (keep > 0) {
-            uint64_t rec = blocks[keep - 1];
-            uint32_t bits = (uint32_t)rec;
-            uint64_t last = c->origin + (rec >> 32) + (31u - (unsigned)__builtin_clz(bits));
-            if (last <= lo) break;
-            keep--;
-        }
-        nb -= keep; /* records [keep, keep + nb) remain */
-    } else {
-        nb = 0;
+    if (keep && c->prev_lo < lo && lo < c->prev_hi) {
+        /* Keep the blocks from the first one with a candidate past lo. */
+        while (keep > 0 && blocks[keep - 1].at + top_bit(blocks[keep - 1].bits) > lo) keep--;
+        nb = c->nblocks - keep;
     }
     if (nb) {
-        /* Rebase on the first block left, and mask its positions <= lo. */
-        uint64_t origin = c->origin + (blocks[keep] >> 32);
-        uint32_t shift = (uint32_t)(origin - c->origin);
-        for (size_t i = 0; i < nb; i++) blocks[i] = blocks[keep + i] - ((uint64_t)shift << 32);
-        if (origin <= lo) blocks[0] &= ~(uint64_t)((1u << (lo + 1 - origin)) - 1);
-        c->origin = origin;
+        memmove(blocks, blocks + keep, nb * sizeof *blocks);
+        if (blocks[0].at <= lo) blocks[0].bits &= ~(uint64_t)0 << (lo + 1 - blocks[0].at);
         m = c->prev_min;
         from = c->prev_hi + 1;
-    } else {
-        c->origin = lo + 1;
     }
     if (from <= hi) {
         uint8_t fresh = range_min(c, from, hi, 255);
@@ -483,16 +497,12 @@ static uint64_t decide_filter(rdc_chunker *c, const uint8_t *data, uint64_t base
                               uint64_t hi) {
     size_t w = c->window;
     gather(c, lo, hi);
-    const uint64_t *blocks = c->blocks;
-    size_t nb = c->nblocks;
-    uint64_t first = lo + 1, origin = c->origin;
-
-    /* Walk the candidates from the right. */
-    nb--;
-    uint32_t bits = (uint32_t)blocks[nb];
-    uint64_t block = origin + (blocks[nb] >> 32);
-    unsigned top = 31u - (unsigned)__builtin_clz(bits);
-    bits &= ~(1u << top);
+    const struct rdc_block *blocks = c->blocks;
+    size_t nb = c->nblocks - 1;
+    uint64_t first = lo + 1;
+    uint64_t bits = blocks[nb].bits, block = blocks[nb].at;
+    unsigned top = top_bit(bits);
+    bits &= ~((uint64_t)1 << top);
     uint64_t best = block + top, prev = best;
     uint64_t best_ext = 0;
     int have_best_ext = 0;
@@ -500,11 +510,11 @@ static uint64_t decide_filter(rdc_chunker *c, const uint8_t *data, uint64_t base
         while (!bits) {
             if (!nb) return best;
             nb--;
-            bits = (uint32_t)blocks[nb];
-            block = origin + (blocks[nb] >> 32);
+            bits = blocks[nb].bits;
+            block = blocks[nb].at;
         }
-        top = 31u - (unsigned)__builtin_clz(bits);
-        bits &= ~(1u << top);
+        top = top_bit(bits);
+        bits &= ~((uint64_t)1 << top);
         uint64_t j = block + top;
         const uint8_t *window = data + (j - w - base);
         uint64_t twin = same_window(window, data + (prev - w - base), w)   ? prev
@@ -516,12 +526,12 @@ static uint64_t decide_filter(rdc_chunker *c, const uint8_t *data, uint64_t base
             uint64_t s = base + period_start(data, j - w - base, first - w - base, twin - j);
             uint64_t limit = s + w; /* candidates < limit remain */
             if (limit <= first) return best;
-            /* Drop the records at or past limit, then the bits of the one it falls in. */
+            /* Drop the blocks starting at or past limit, then the bits past it. */
             if (block >= limit) {
-                size_t lo_i = 0, hi_i = nb; /* records [0, nb) start before block */
+                size_t lo_i = 0, hi_i = nb; /* blocks [0, nb) start before block */
                 while (lo_i < hi_i) {
                     size_t mid = (lo_i + hi_i) / 2;
-                    if (origin + (blocks[mid] >> 32) < limit)
+                    if (blocks[mid].at < limit)
                         lo_i = mid + 1;
                     else
                         hi_i = mid;
@@ -529,10 +539,10 @@ static uint64_t decide_filter(rdc_chunker *c, const uint8_t *data, uint64_t base
                 nb = lo_i;
                 if (!nb) return best;
                 nb--;
-                bits = (uint32_t)blocks[nb];
-                block = origin + (blocks[nb] >> 32);
+                bits = blocks[nb].bits;
+                block = blocks[nb].at;
             }
-            if (limit - block < 32) bits &= (1u << (limit - block)) - 1;
+            if (limit - block < 64) bits &= ((uint64_t)1 << (limit - block)) - 1;
             prev = j;
             continue;
         }
