@@ -247,16 +247,21 @@ size_t rdc_chunker_max_cuts(const rdc_chunker *c, uint64_t end) {
 #define SPLIT_MIN 512
 
 /* Leads of n consecutive positions into dst[0..n): src[k] is the byte that makes position
- * k from position k - 1, whose state is *hp. The gear hash forgets everything older than
- * its window, so the second half can start from scratch on the window bytes before it and
- * be rolled in the same loop as the first half: two independent dependency chains, each one
- * shift-and-add per byte. (Rolling two positions per step from one state also halves the
- * chain, but costs more instructions per position, and those are the limit here.) */
-ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, uint8_t *dst,
-                            const unsigned S, size_t w) {
+ * k from position k - 1, whose state is *hp, or with `scratch` the gear of the window
+ * bytes before src. The gear hash forgets everything older than its window, so the second
+ * half can start from scratch too and be rolled in the same loop as the first half: two
+ * independent dependency chains, each one shift-and-add per byte. (Rolling two positions
+ * per step from one state also halves the chain, but costs more instructions per position,
+ * and those are the limit here.) The warm-ups of both halves share a loop as well. */
+ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, int scratch,
+                            uint8_t *dst, const unsigned S, size_t w) {
     const uint64_t *gear = rdc_gear;
     uint64_t h = *hp;
     if (n < SPLIT_MIN) {
+        if (scratch) {
+            h = 0;
+            for (const uint8_t *b = src - w; b < src; b++) h = (h << S) + gear[*b];
+        }
         for (size_t k = 0; k < n; k++) {
             h = (h << S) + gear[src[k]];
             dst[k] = (uint8_t)(h >> 56);
@@ -268,7 +273,15 @@ ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, uint8_t 
     const uint8_t *src2 = src + half;
     uint8_t *dst2 = dst + half;
     uint64_t g = 0;
-    for (size_t k = half - w; k < half; k++) g = (g << S) + gear[src[k]];
+    if (scratch) {
+        h = 0;
+        for (size_t k = 0; k < w; k++) {
+            h = (h << S) + gear[src[k - w]];
+            g = (g << S) + gear[src2[k - w]];
+        }
+    } else {
+        for (size_t k = 0; k < w; k++) g = (g << S) + gear[src2[k - w]];
+    }
     for (size_t k = 0; k < half; k++) {
         h = (h << S) + gear[src[k]];
         g = (g << S) + gear[src2[k]];
@@ -282,8 +295,10 @@ ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, uint8_t 
     *hp = g;
 }
 
-/* Leads of positions rolled+1 .. target; byte j-1 makes position j. */
-static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t target) {
+/* Leads of positions rolled+1 .. target; byte j-1 makes position j. scratch: the state
+ * at `rolled` is not kept (the roll restarts after a cut). */
+static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t target,
+                       int scratch) {
     uint64_t h = c->h, j = c->rolled;
     size_t ring = c->mask + 1, w = c->window;
     c->positions += target - j;
@@ -294,10 +309,11 @@ static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint6
         const uint8_t *src = data + (j - base);
         uint8_t *dst = c->leads + at;
         switch (c->shift) {
-        case 1: roll_run(src, run, &h, dst, 1, w); break;
-        case 2: roll_run(src, run, &h, dst, 2, w); break;
-        default: roll_run(src, run, &h, dst, 4, w); break;
+        case 1: roll_run(src, run, &h, scratch, dst, 1, w); break;
+        case 2: roll_run(src, run, &h, scratch, dst, 2, w); break;
+        default: roll_run(src, run, &h, scratch, dst, 4, w); break;
         }
+        scratch = 0;
         j += run;
     }
     c->h = h;
@@ -324,31 +340,32 @@ static void roll_keys(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64
     c->rolled = target;
 }
 
-/* Make position `first` the rolled one, from scratch, when the roll is behind it. */
-static void restart(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t first) {
+/* Baseline: make position `first` the rolled one, from scratch. */
+static void restart_keys(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t first) {
     const uint8_t *w = data + (first - c->window - base);
     uint64_t h = 0;
     for (size_t i = 0; i < c->window; i++) h = (h << c->shift) + rdc_gear[w[i]];
     c->h = h;
     c->rolled = first;
     c->positions++;
-    if (c->filter) {
-        c->leads[first & c->mask] = (uint8_t)(h >> 56);
-    } else {
-        c->f = rdc_ext(w, c->window);
-        c->ext_evaluations++;
-        c->keys[first & c->mask] = ((rdc_key)(h >> 56) << 64) | c->f;
-    }
+    c->f = rdc_ext(w, c->window);
+    c->ext_evaluations++;
+    c->keys[first & c->mask] = ((rdc_key)(h >> 56) << 64) | c->f;
 }
 
+/* Roll up to target, from scratch at the window's first position when the roll is behind
+ * it: positions up to last_cut + min_size are never candidates. */
 static void roll_to(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t target) {
     uint64_t first = c->last_cut + c->min_size + 1;
     if (target < first || target <= c->rolled) return;
-    if (c->rolled < first) restart(c, data, base, first);
-    if (c->filter)
-        roll_leads(c, data, base, target);
-    else
+    if (c->filter) {
+        int scratch = c->rolled < first;
+        if (scratch) c->rolled = first - 1;
+        roll_leads(c, data, base, target, scratch);
+    } else {
+        if (c->rolled < first) restart_keys(c, data, base, first);
         roll_keys(c, data, base, target);
+    }
 }
 
 /* ------------------------------------------------------------------ decisions */
