@@ -5,12 +5,14 @@
  * scratch on the window bytes before p + min_size + 1). Rolling is the bulk of the work: a
  * long run is rolled as two halves in one loop, the second started from scratch, so that
  * two independent shift-and-add chains share the core. A cut decision over (lo, hi] takes
- * the minimum stored lead (SIMD), records the blocks of positions holding it (SIMD,
- * branch free) and walks those candidates from the right: only they can win, so only they
- * may need ext. Two identical windows have identical keys, so a candidate whose window
- * equals that of a candidate to its right loses, and so does the whole stretch of data
- * repeating with that period: it is skipped at once (zeros, short periods). ext values are
- * cached by position, since consecutive windows overlap. Storing the leads replaces the
+ * the minimum stored lead (SIMD), records the 64-lead blocks holding it (SIMD, branch
+ * free) and walks those candidates from the right: only they can win, so only they may
+ * need ext. Two identical windows have identical keys, so a candidate whose window equals
+ * that of a candidate to its right loses, and so does the whole stretch of data repeating
+ * with that period: it is skipped at once (zeros, short periods). ext values are cached by
+ * position, since consecutive windows overlap, and computed with carry-less multiplies
+ * where the CPU has them (chosen at run time). The candidates of the last window that lie
+ * past the new lo are kept, so no lead is scanned twice. Storing the leads replaces the
  * book's per-position monotone ring, whose data-dependent branches cost more than the
  * roll itself.
  *
@@ -137,6 +139,8 @@ uint64_t rdc_ext(const uint8_t *window, size_t n) {
 
 typedef unsigned __int128 rdc_key; /* (lead << 64) | ext: compares like the pair */
 
+#define EXT_CACHE 1024
+
 /* Candidates by block: position at + k is one iff bit k of bits is set. */
 struct rdc_block {
     uint64_t at, bits;
@@ -150,8 +154,6 @@ struct rdc_chunker {
     uint64_t h, f;
     size_t mask;     /* ring size - 1 */
     uint8_t *leads;  /* filter: lead of position j at leads[j & mask] */
-    uint64_t *ext_val; /* filter: cached ext by position */
-    uint64_t *ext_pos; /* filter: ext_val[i] is valid for position ext_pos[i] */
     rdc_key *keys;     /* baseline: key of position j at keys[j & mask] */
     /* filter: the positions of minimal lead in the last decided window, (prev_lo, prev_hi],
      * as blocks in increasing order */
@@ -160,6 +162,13 @@ struct rdc_chunker {
     uint64_t prev_lo, prev_hi;
     uint8_t prev_min;
     uint64_t out[256]; /* sliding Rabin: drop a leaving byte and the old leading 1 */
+    /* filter: ext by position, direct-mapped. Candidates are sparse (1 position in 256 on
+     * random data) and a collision only costs a recomputation, so a small table does: a
+     * ring-sized one made every new chunker page in and clear hundreds of KiB, which
+     * dominated the cost of chunking small files. */
+    struct {
+        uint64_t pos, val;
+    } ext_cache[EXT_CACHE];
     uint64_t ext_evaluations, positions;
 };
 
@@ -170,8 +179,6 @@ uint64_t rdc_chunker_positions(const rdc_chunker *c) { return c->positions; }
 void rdc_chunker_free(rdc_chunker *c) {
     if (!c) return;
     free(c->leads);
-    free(c->ext_val);
-    free(c->ext_pos);
     free(c->keys);
     free(c->blocks);
     free(c);
@@ -182,11 +189,16 @@ static uint64_t extend(uint64_t f, const uint8_t *s, size_t n) {
     return f;
 }
 
-/* Blocks of a window: each holds a candidate, so there are no more than the window has
- * positions (kept parts of earlier windows can leave many partial blocks); one more for
- * the branch-free writer. */
+/* Blocks of a window (lo, hi], at most: the window is made of the new parts of the
+ * decisions whose candidates it kept, each at least min_size + 1 positions long (hi moves
+ * with the cut), but the last, which may be shorter at the end of the stream; the blocks of
+ * a new part are one per 64 positions plus a partial one at the end of each of its at most
+ * two pieces (the ring wraps). Each block also holds a candidate, so no more than the
+ * window has positions. One more for the branch-free writer. */
 static size_t max_blocks(uint32_t min_size, uint32_t max_size) {
-    return (size_t)(max_size - min_size) + 1;
+    size_t n = (size_t)(max_size - min_size), parts = n / ((size_t)min_size + 1) + 3;
+    size_t bound = n / 64 + 4 * parts;
+    return (bound < n ? bound : n) + 1;
 }
 
 int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint32_t max_size,
@@ -209,17 +221,15 @@ int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint3
     c->mask = ring - 1;
     if (c->filter) {
         c->leads = malloc(ring);
-        c->ext_val = malloc(ring * sizeof(uint64_t));
-        c->ext_pos = malloc(ring * sizeof(uint64_t));
         c->blocks = malloc(max_blocks(min_size, max_size) * sizeof(struct rdc_block));
     } else {
         c->keys = malloc(ring * sizeof(rdc_key));
     }
-    if (c->filter ? (!c->leads || !c->ext_val || !c->ext_pos || !c->blocks) : !c->keys) {
+    if (c->filter ? (!c->leads || !c->blocks) : !c->keys) {
         rdc_chunker_free(c);
         return RDC_ENOMEM;
     }
-    if (c->filter) memset(c->ext_pos, 0xff, ring * sizeof(uint64_t));
+    if (c->filter) memset(c->ext_cache, 0xff, sizeof c->ext_cache);
     uint8_t zeros[65] = {0};
     uint64_t lead_one = extend(POLY_Q, zeros, window + 1) ^ extend(POLY_Q, zeros, window);
     for (int a = 0; a < 256; a++) {
@@ -480,13 +490,13 @@ static size_t period_start(const uint8_t *d, size_t end, size_t limit, size_t di
 }
 
 static inline uint64_t ext_at(rdc_chunker *c, uint64_t j, const uint8_t *window) {
-    size_t i = (size_t)(j & c->mask);
-    if (c->ext_pos[i] != j) {
-        c->ext_val[i] = rdc_ext(window, c->window);
-        c->ext_pos[i] = j;
+    size_t i = (size_t)(j & (EXT_CACHE - 1));
+    if (c->ext_cache[i].pos != j) {
+        c->ext_cache[i].val = rdc_ext(window, c->window);
+        c->ext_cache[i].pos = j;
         c->ext_evaluations++;
     }
-    return c->ext_val[i];
+    return c->ext_cache[i].val;
 }
 
 /* Minimum lead over positions (from - 1, to], in ring pieces. */
