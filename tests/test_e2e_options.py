@@ -200,3 +200,16 @@ def test_delete_spares_excluded_files_inside_a_directory_it_removes(
         e2e.pull(server.url("s"), target, "--exclude", "*.log", "--delete").ok()
     assert not (target / "old" / "stale.txt").exists()
     assert (target / "old" / "precious.log").read_bytes() == b"excluded: must stay\n"
+
+
+def test_progress_shows_files_bytes_and_rate(e2e: E2E) -> None:
+    src, share = e2e.tmp / "src", e2e.tmp / "share"
+    src.mkdir()
+    share.mkdir()
+    for n in range(5):
+        write(src / f"f{n}.bin", os.urandom(50_000))
+    server = e2e.serve({"s": share})
+    result = e2e.push(src, server.url("s"), "--progress", "--stats").ok()
+    bar = result.stderr.rsplit("\r", 1)[-1]
+    assert "5/5 files" in bar and "/s" in bar and "wire" in bar, result.stderr
+    assert "files: 5 total, 5 transferred" in result.stdout

@@ -194,3 +194,15 @@ def test_watchers_catch_up_after_the_server_restarts(e2e: E2E, watchers: Watcher
              3 * SETTLE, "both watchers to reconnect and catch up", interval=0.2)
     wait_for(lambda: same_content(a, share) and same_content(b, share), SETTLE, "convergence")
     assert "trying again" in watchers.log(a) + watchers.log(b)
+
+
+def test_ctrl_c_stops_a_watch_cleanly(e2e: E2E, watchers: Watchers) -> None:
+    share, local = e2e.tmp / "share", e2e.tmp / "here"
+    share.mkdir()
+    local.mkdir()
+    server = e2e.serve({"s": share})
+    process = watchers.start(local, server.url("s"))
+    wait_for(lambda: "connected" in watchers.log(local), SETTLE, "the watcher to connect")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(15) == 130
+    assert "interrupted" in watchers.log(local) and "Traceback" not in watchers.log(local)
