@@ -14,9 +14,10 @@ from typing import BinaryIO
 
 import blake3
 
+from rdc import _native
 from rdc.chunking import READ_SIZE, boundaries, iter_chunk_views
 from rdc.params import DEFAULT_PARAMS, ChunkParams
-from rdc.sketch import Sketch, sketch_of
+from rdc.sketch import Sketch
 from rdc.tree import DEFAULT_GROUPS, HASH_BYTES, GroupParams, Level, Tree, build_tree
 
 # Sub-chunks: the level below the leaves, computed only where a chunk is unknown (and for
@@ -74,9 +75,8 @@ def sketch_for(leaves: Level, small_data: bytes | None, params: SignatureParams)
     """Sketch over the leaves, or over the sub-chunks when the file has few leaves (then
     ``small_data`` holds its whole content)."""
     if len(leaves) < SKETCH_MIN_LEAVES and small_data is not None:
-        subs = sub_chunks(small_data, params.sub_chunks)
-        return sketch_of(subs.hash(i) for i in range(len(subs)))
-    return sketch_of(leaves.hash(i) for i in range(len(leaves)))
+        return _native.sketch(sub_chunks(small_data, params.sub_chunks).hashes)
+    return _native.sketch(leaves.hashes)
 
 
 def signature_of_file(
