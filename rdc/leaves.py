@@ -4,15 +4,20 @@ spliced into exactly the sequential result.
 A cut depends only on the previous cut and the bytes after it. So a chunker started at an
 arbitrary offset ``q`` (not a cut) yields a chain of cuts that, once one of them coincides
 with a cut of the true chain (the one from offset 0), equals the true chain from there on.
-Each segment ``[q, q + segment_size)`` is chunked from ``q`` and its chunks hashed on a
-worker thread (the chunker and BLAKE3 release the GIL). The calling thread carries the true
-chain from its last cut into the next segment, chunk by chunk, until it lands on a cut of
-that segment's chain (on random data within a chunk or two), and takes the segment's
-leaves from there. Where the chains never meet (long runs of one byte, misaligned with the
-segment), the calling thread chunks the segment itself: the same leaves, at the speed of
-one core.
+Each segment ``[q, q + segment_size)`` is chunked from ``q`` on a worker thread (the
+chunker releases the GIL), then its chunks are hashed. The calling thread carries the true
+chain from its last cut into the next segment until it lands on a cut of that segment's
+chain (on random data at its first or second cut), and takes the segment's leaves from
+there. Where the chains never meet (long runs of one byte, misaligned with the segment),
+the calling thread chunks the segment itself: the same leaves, at the speed of one core.
 
-Memory stays bounded: at most ``workers + 2`` segment buffers, recycled between files.
+Hashing is one lane: blake3 releases the GIL for each chunk and takes it back after, so
+two threads hashing 8 KiB chunks at once are no faster than one (bench/signatures.py
+measures it). A worker that has chunked a segment queues it for hashing; whichever worker
+holds the lane hashes everything queued, while the other goes on chunking.
+
+Memory stays bounded: at most ``IN_FLIGHT`` segment buffers (plus one being read), kept
+for reuse between files.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 from array import array
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -37,16 +42,9 @@ Buffer = bytes | bytearray | memoryview
 SEGMENT_SIZE = 2 << 20
 READ_SIZE = 1 << 20
 WORKERS = max(1, min(os.cpu_count() or 1, 8))
-# The true chain usually meets a segment's chain at its first or second cut: the calling
-# thread copies this many max-size chunks of a segment to look for the meeting, and all of
-# it only when they do not meet there.
-PROBE_CHUNKS = 4
-
-
-# One thread hashes at a time. blake3 releases the GIL for each chunk and takes it back after;
-# two threads doing that at once pass the GIL to and fro (bench/signatures.py measures it).
-# While one thread hashes, the other chunks, which needs no GIL.
-_hash_lock = threading.Lock()
+IN_FLIGHT = 2 * WORKERS + 2
+# The calling thread looks for the meeting of the chains this many max-size chunks at a time.
+STEP_CHUNKS = 2
 
 
 def hash_chunks(data: Buffer, ends: list[int], start: int = 0) -> tuple[bytes, array]:
@@ -55,21 +53,12 @@ def hash_chunks(data: Buffer, ends: list[int], start: int = 0) -> tuple[bytes, a
     view = memoryview(data)
     starts = [start, *ends[:-1]] if ends else []
     b3 = blake3.blake3
-    with _hash_lock:
-        hashes = b"".join([b3(view[s:e]).digest() for s, e in zip(starts, ends, strict=True)])
+    hashes = b"".join([b3(view[s:e]).digest() for s, e in zip(starts, ends, strict=True)])
     return hashes, array("Q", [e - s for s, e in zip(starts, ends, strict=True)])
 
 
 def _scanner(params: ChunkParams) -> _native.Scanner:
     return _native.Scanner(params.window, params.min_size, params.max_size)
-
-
-def _chunk_and_hash(
-    data: Buffer, final: bool, params: ChunkParams
-) -> tuple[list[int], bytes, array]:
-    """A worker's job: the chain of ``data`` taken as a stream of its own."""
-    ends = _scanner(params).scan(data, 0, final)
-    return (ends, *hash_chunks(data, ends))
 
 
 @dataclass
@@ -78,6 +67,52 @@ class _Segment:
     data: Buffer
     final: bool
     owned: bytearray | None  # a pool buffer to give back once spliced
+
+
+class _Job:
+    """One segment's own chain: chunked on a worker, hashed in the hash lane."""
+
+    def __init__(self, seg: _Segment, params: ChunkParams) -> None:
+        self.seg = seg
+        self.params = params
+        self.ends: list[int] = []
+        self.hashes = b""
+        self.lengths = array("Q")
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def result(self) -> tuple[list[int], bytes, array]:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.ends, self.hashes, self.lengths
+
+
+_hash_lane = threading.Lock()
+_to_hash: deque[_Job] = deque()
+
+
+def _chunk(job: _Job) -> None:
+    """A worker's task: chunk the segment, then hash whatever is queued if the lane is free."""
+    try:
+        job.ends = _scanner(job.params).scan(job.seg.data, 0, job.seg.final)
+    except BaseException as exc:
+        job.error = exc
+        job.done.set()
+        return
+    _to_hash.append(job)
+    # Re-checked after each release: a job queued while the lane was held is not left behind.
+    while _to_hash and _hash_lane.acquire(blocking=False):
+        try:
+            while _to_hash:
+                queued = _to_hash.popleft()
+                try:
+                    queued.hashes, queued.lengths = hash_chunks(queued.seg.data, queued.ends)
+                except BaseException as exc:
+                    queued.error = exc
+                queued.done.set()
+        finally:
+            _hash_lane.release()
 
 
 class _Leaves:
@@ -109,28 +144,28 @@ class _Leaves:
         self.tail = bytes(memoryview(seg.data)[self.cut - seg.start :])
 
     def _carry(self, seg: _Segment, ends: list[int], hashes: bytes, lengths: array) -> None:
-        """Chunk the true chain from its last cut into ``seg``, a step at a time, until it
-        lands on a cut of the segment's chain; from there, take the segment's leaves. If
+        """Chunk the true chain from its last cut into ``seg``, a few chunks at a time, until
+        it lands on a cut of the segment's chain; from there, take the segment's leaves. If
         they never meet, the true chunks of the whole segment are hashed here."""
         offset = len(self.tail)  # data offset of the segment's first byte
-        meeting = {end + offset: i for i, end in enumerate(ends)}
-        scanner = _scanner(self.params)
-        step = self.params.max_size
         total = offset + len(seg.data)
-        data: Buffer = self.tail + memoryview(seg.data)[: PROBE_CHUNKS * step]
+        step = STEP_CHUNKS * self.params.max_size
+        scanner = _scanner(self.params)
+        data: Buffer = self.tail + memoryview(seg.data)[: 2 * step]
         true_ends: list[int] = []
-        upto = 0
+        upto = j = 0
         while upto < total:
-            if upto == len(data):  # past the probe: the rest of the segment
+            if upto == len(data):  # past the first steps: copy the rest of the segment
                 data = self.tail + memoryview(seg.data)
             upto = min(upto + step, len(data))
             last = scanner.last_cut
             for end in scanner.scan(memoryview(data)[last:upto], last, seg.final and upto == total):
                 true_ends.append(end)
-                i = meeting.get(end)
-                if i is not None:
+                while j < len(ends) and ends[j] + offset < end:
+                    j += 1
+                if j < len(ends) and ends[j] + offset == end:
                     self.take(*hash_chunks(data, true_ends))
-                    self.take(hashes[HASH_BYTES * (i + 1) :], lengths[i + 1 :])
+                    self.take(hashes[HASH_BYTES * (j + 1) :], lengths[j + 1 :])
                     self.cut = seg.start + ends[-1]
                     self.tail = bytes(memoryview(seg.data)[ends[-1] :])
                     self.met += 1
@@ -150,7 +185,7 @@ class _Leaves:
 _pool_lock = threading.Lock()
 _free: list[bytearray] = []
 _executor: ThreadPoolExecutor | None = None
-KEEP_BUFFERS = 4
+KEEP_BUFFERS = IN_FLIGHT + 1
 
 
 def _buffer(size: int) -> bytearray:
@@ -164,7 +199,7 @@ def _buffer(size: int) -> bytearray:
 
 def _give_back(buf: bytearray) -> None:
     with _pool_lock:
-        if len(_free) < KEEP_BUFFERS:
+        if len(_free) < KEEP_BUFFERS and len(buf) == SEGMENT_SIZE:
             _free.append(buf)
 
 
@@ -197,14 +232,15 @@ def segments_of_file(f: BinaryIO, segment_size: int, read_size: int) -> Iterator
             if not n:
                 break
             filled += n
-        if pending is not None:
-            pending.final = filled == 0
-            yield pending
         if filled == 0:
-            _give_back(buf)
+            _give_back(buf)  # before the last yield: the consumer need not resume us
             if pending is None:
-                yield _Segment(0, b"", True, None)
+                pending = _Segment(0, b"", False, None)
+            pending.final = True
+            yield pending
             return
+        if pending is not None:
+            yield pending
         pending = _Segment(start, view[:filled], False, buf)
         start += filled
 
@@ -215,15 +251,16 @@ def leaf_level(
     """The leaf level of the stream the segments cover, and its content if it is at most
     ``content_limit`` bytes (small files are sketched over their sub-chunks)."""
     first = next(segments)
-    if first.final:
-        _, hashes, lengths = _chunk_and_hash(first.data, True, params)
+    if first.final:  # one segment: no threads
+        ends = _scanner(params).scan(first.data, 0, True)
+        level = Level(*hash_chunks(first.data, ends))
         content = bytes(first.data) if len(first.data) <= content_limit else None
         if first.owned is not None:
             _give_back(first.owned)
-        return Level(hashes, lengths), content
+        return level, content
     leaves = _Leaves(params)
     executor = _workers()
-    in_flight: deque[tuple[_Segment, Future]] = deque()
+    in_flight: deque[_Job] = deque()
     head: bytearray | None = bytearray()  # the content while it is within the limit
 
     def submit(seg: _Segment) -> None:
@@ -232,18 +269,20 @@ def leaf_level(
             head += seg.data
             if len(head) > content_limit:
                 head = None
-        in_flight.append((seg, executor.submit(_chunk_and_hash, seg.data, seg.final, params)))
+        job = _Job(seg, params)
+        executor.submit(_chunk, job)
+        in_flight.append(job)
 
     def splice_oldest() -> None:
-        seg, future = in_flight.popleft()
-        leaves.splice(seg, *future.result())
-        if seg.owned is not None:
-            _give_back(seg.owned)
+        job = in_flight.popleft()
+        leaves.splice(job.seg, *job.result())
+        if job.seg.owned is not None:
+            _give_back(job.seg.owned)
 
     submit(first)
     for seg in segments:
         submit(seg)
-        while len(in_flight) > WORKERS or (in_flight and in_flight[0][1].done()):
+        while len(in_flight) >= IN_FLIGHT or (in_flight and in_flight[0].done.is_set()):
             splice_oldest()
     while in_flight:
         splice_oldest()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.chunking import boundaries
-from rdc.leaves import _chunk_and_hash, _Leaves, hash_chunks, segments_of_buffer
+from rdc.leaves import _Leaves, _scanner, hash_chunks, segments_of_buffer
 from rdc.params import ChunkParams
 from rdc.signature import SignatureParams, signature_of_bytes, signature_of_file
 from rdc.tree import Level
@@ -26,7 +26,8 @@ def sequential_leaves(data: bytes, params: ChunkParams) -> Level:
 def spliced(data: bytes, params: ChunkParams, segment_size: int) -> _Leaves:
     leaves = _Leaves(params)
     for seg in segments_of_buffer(data, segment_size):
-        leaves.splice(seg, *_chunk_and_hash(seg.data, seg.final, params))
+        ends = _scanner(params).scan(seg.data, 0, seg.final)
+        leaves.splice(seg, ends, *hash_chunks(seg.data, ends))
     return leaves
 
 
