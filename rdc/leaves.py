@@ -203,6 +203,20 @@ def _give_back(buf: bytearray) -> None:
             _free.append(buf)
 
 
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads: start afresh."""
+    global _executor, _pool_lock, _hash_lane
+    _executor = None
+    _pool_lock = threading.Lock()
+    _hash_lane = threading.Lock()
+    _to_hash.clear()
+    _free.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _workers() -> ThreadPoolExecutor:
     global _executor
     with _pool_lock:

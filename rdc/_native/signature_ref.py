@@ -3,14 +3,14 @@
 
 Both work on packed hashes: ``32 * n`` bytes, one BLAKE3 digest per entry.
 
-Sketch (docs/formats.md section 3): trait ``t`` takes the entry that minimises
+Sketch (DESIGN.md section 3): trait ``t`` takes the entry that minimises
 ``h_t(x) = mix64(a ^ SALT_H[t])`` and keeps ``g_t(x) = mix64(b ^ SALT_G[t]) >> 58``, with
 ``a`` and ``b`` the first and second 8 bytes of ``x``, little-endian. The set is what
 counts: duplicates count once (for a minimum that is automatic), and an empty set has no
 sketch. ``h_t`` is a bijection of ``a``, so only entries with equal ``a`` can tie; the first
 of them wins.
 
-Groups (docs/formats.md section 2): the key of an entry is ``a``; having cut at ``p``, the
+Groups (DESIGN.md section 2): the key of an entry is ``a``; having cut at ``p``, the
 next cut follows the rightmost minimal key in ``(p + min_entries, min(p + max_entries,
 n)]`` (1-based positions); when at most ``min_entries`` remain, they end the last group.
 A node of level ``L`` hashes the payload ``L`` (one byte), then per child its 32-byte hash
