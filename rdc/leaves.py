@@ -23,10 +23,11 @@ for reuse between files.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -67,6 +68,7 @@ class _Segment:
     data: Buffer
     final: bool
     owned: bytearray | None  # a pool buffer to give back once spliced
+    fill: Callable[[_Segment], None] | None = None  # reads data on the worker
 
 
 class _Job:
@@ -95,6 +97,8 @@ _to_hash: deque[_Job] = deque()
 def _chunk(job: _Job) -> None:
     """A worker's task: chunk the segment, then hash whatever is queued if the lane is free."""
     try:
+        if job.seg.fill is not None:
+            job.seg.fill(job.seg)
         job.ends = _scanner(job.params).scan(job.seg.data, 0, job.seg.final)
     except BaseException as exc:
         job.error = exc
@@ -226,15 +230,84 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def segments_of_buffer(data: Buffer, segment_size: int) -> Iterator[_Segment]:
+    """Segments of a buffer. A worker copies each into a pool buffer, then chunks and
+    hashes it there, in its cache: faster than reading it from memory twice."""
     view = memoryview(data).cast("B")
-    for start in range(0, max(len(view), 1), segment_size):
+    if len(view) <= segment_size:
+        yield _Segment(0, view, True, None)
+        return
+
+    def copy(seg: _Segment) -> None:
+        assert seg.owned is not None
+        n = _native.copy_into(seg.owned, seg.data)
+        seg.data = memoryview(seg.owned)[:n]
+
+    for start in range(0, len(view), segment_size):
         end = min(start + segment_size, len(view))
-        yield _Segment(start, view[start:end], end == len(view), None)
+        yield _Segment(start, view[start:end], end == len(view), _buffer(segment_size), copy)
 
 
-def segments_of_file(f: BinaryIO, segment_size: int, read_size: int) -> Iterator[_Segment]:
-    """Segments of ``f`` read from its position, each into a pool buffer. One segment is
-    read ahead, to know whether the one before it is the last."""
+def segments_of_file(
+    f: BinaryIO, segment_size: int, read_size: int, content_limit: int = 0
+) -> Iterator[_Segment]:
+    """Segments of ``f`` from its position to its end, each in a pool buffer. A regular
+    file larger than a segment (and than ``content_limit``) is read by the workers at known
+    offsets; other streams are read here, in order."""
+    fd = _positional(f)
+    if fd is not None:
+        base = f.tell()
+        if os.fstat(fd).st_size - base > max(segment_size, content_limit):
+            yield from _segments_at_offsets(f, fd, base, segment_size)
+            return
+    yield from _segments_in_order(f, segment_size, read_size)
+
+
+def _positional(f: BinaryIO) -> int | None:
+    """The descriptor of ``f`` if it is a regular file that can be read at offsets."""
+    try:
+        fd = f.fileno()
+        if not (hasattr(os, "preadv") and f.seekable()):
+            return None
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _segments_at_offsets(f: BinaryIO, fd: int, base: int, segment_size: int) -> Iterator[_Segment]:
+    """Segments filled by ``os.preadv`` on the worker that chunks them (no read on the
+    calling thread), up to the size the file has; then, while it has grown, more; then an
+    empty final segment. Leaves ``f`` at the end."""
+
+    def filler(length: int) -> Callable[[_Segment], None]:
+        def fill(seg: _Segment) -> None:
+            assert seg.owned is not None
+            view = memoryview(seg.owned)[:length]
+            n = 0
+            while n < length:
+                got = os.preadv(fd, [view[n:]], base + seg.start + n)
+                if not got:
+                    break
+                n += got
+            seg.data = view[:n]
+
+        return fill
+
+    start = 0
+    while True:
+        size = os.fstat(fd).st_size - base
+        if start >= size and not os.pread(fd, 1, base + start):
+            break
+        while start < size:
+            length = min(segment_size, size - start)
+            yield _Segment(start, b"", False, _buffer(segment_size), filler(length))
+            start += length
+    f.seek(base + start)
+    yield _Segment(start, b"", True, None)
+
+
+def _segments_in_order(f: BinaryIO, segment_size: int, read_size: int) -> Iterator[_Segment]:
+    """Segments read here, in order. One is read ahead, to know whether the one before it
+    is the last."""
     start = 0
     pending: _Segment | None = None
     while True:
@@ -279,6 +352,8 @@ def leaf_level(
 
     def submit(seg: _Segment) -> None:
         nonlocal head
+        if seg.fill is not None and not seg.data:  # to be read on a worker: a large file
+            head = None
         if head is not None:
             head += seg.data
             if len(head) > content_limit:

@@ -75,11 +75,13 @@ def sketch_for(leaves: Level, small_data: bytes | None, params: SignatureParams)
     return _native.sketch(leaves.hashes)
 
 
-def _signature(
-    segments: Iterator[_Segment], params: SignatureParams
-) -> FileSignature:
-    small_limit = SKETCH_MIN_LEAVES * params.chunks.max_size
-    leaves, content = leaf_level(segments, params.chunks, small_limit)
+def _small_limit(params: SignatureParams) -> int:
+    """Files up to this size may have fewer than `SKETCH_MIN_LEAVES` leaves."""
+    return SKETCH_MIN_LEAVES * params.chunks.max_size
+
+
+def _signature(segments: Iterator[_Segment], params: SignatureParams) -> FileSignature:
+    leaves, content = leaf_level(segments, params.chunks, _small_limit(params))
     return FileSignature(build_tree(leaves, params.groups), sketch_for(leaves, content, params))
 
 
@@ -91,7 +93,8 @@ def signature_of_file(
 ) -> FileSignature:
     """Signature of an open binary file, read once from its current position in bounded
     memory; large files are chunked and hashed on all cores (`rdc.leaves`)."""
-    return _signature(segments_of_file(f, segment_size, read_size), params)
+    segments = segments_of_file(f, segment_size, read_size, _small_limit(params))
+    return _signature(segments, params)
 
 
 def signature_of_path(path: str, params: SignatureParams = DEFAULT_SIGNATURE) -> FileSignature:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.chunking import boundaries
-from rdc.leaves import _Leaves, _scanner, hash_chunks, segments_of_buffer
+from rdc.leaves import _Leaves, _scanner, hash_chunks, segments_of_buffer, segments_of_file
 from rdc.params import ChunkParams
 from rdc.signature import SignatureParams, signature_of_bytes, signature_of_file
 from rdc.tree import Level
@@ -102,3 +102,32 @@ def test_default_parameters_over_real_segments(tmp_path) -> None:
         assert signature_of_file(f, segment_size=scaled(1 << 20, 200_000)) == one_segment
         assert f.read() == b""  # the file was read to its end
     assert signature_of_bytes(data, segment_size=scaled(1 << 20, 200_000)) == one_segment
+
+
+def test_files_read_at_offsets_by_the_workers(tmp_path) -> None:
+    """A regular file larger than a segment is read with preadv on the workers, from the
+    file's position, and left at its end."""
+    data = random.Random(10).randbytes(scaled(3 << 20, 400_000) + 777)
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    for skip, segment_size in ((0, 100_000), (12_345, 150_001), (len(data) - 5, 1000)):
+        with open(path, "rb") as f:
+            f.seek(skip)
+            signature = signature_of_file(f, segment_size=segment_size)
+            assert f.tell() == len(data)
+        assert signature == signature_of_bytes(data[skip:], segment_size=1 << 30)
+
+
+def test_a_file_growing_while_read_is_read_to_its_end(tmp_path) -> None:
+    path = tmp_path / "growing"
+    first = random.Random(11).randbytes(300_000)
+    path.write_bytes(first)
+    more = random.Random(12).randbytes(50_000)
+    with open(path, "rb") as f:
+        segments = segments_of_file(f, 100_000, 1 << 20, 0)
+        planned = [next(segments) for _ in range(3)]
+        with open(path, "ab") as g:
+            g.write(more)
+        rest = list(segments)
+    assert [s.start for s in planned + rest] == [0, 100_000, 200_000, 300_000, 350_000]
+    assert rest[-1].final and not rest[-1].fill
