@@ -131,3 +131,16 @@ def test_a_file_growing_while_read_is_read_to_its_end(tmp_path) -> None:
         rest = list(segments)
     assert [s.start for s in planned + rest] == [0, 100_000, 200_000, 300_000, 350_000]
     assert rest[-1].final and not rest[-1].fill
+
+
+def test_concurrent_signatures_share_the_workers() -> None:
+    """Callers on several threads (as in an index refresh) share the workers and the hash
+    lane, and each gets its own exact result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(13)
+    inputs = [rng.randbytes(scaled(1 << 20, 150_000) + i) for i in range(4)]
+    expected = [signature_of_bytes(d, segment_size=1 << 30) for d in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda d: signature_of_bytes(d, segment_size=40_000), inputs))
+    assert got == expected
