@@ -16,7 +16,9 @@ two threads hashing 8 KiB chunks at once are no faster than one (bench/signature
 measures it). A worker that has chunked a segment queues it for hashing; whichever worker
 holds the lane hashes everything queued, while the other goes on chunking.
 
-Memory stays bounded: at most ``IN_FLIGHT`` segment buffers (plus one being read), kept
+Large regular files are read by the workers themselves (``preadv`` at each segment's
+offset); other streams are read in order on the calling thread. Memory stays bounded: a
+call holds at most ``IN_FLIGHT + 1`` segment buffers, and up to ``KEEP_BUFFERS`` are kept
 for reuse between files.
 """
 
@@ -63,18 +65,18 @@ def _scanner(params: ChunkParams) -> _native.Scanner:
 
 
 @dataclass
-class _Segment:
+class Segment:
     start: int  # stream offset of data[0]
     data: Buffer
     final: bool
     owned: bytearray | None  # a pool buffer to give back once spliced
-    fill: Callable[[_Segment], None] | None = None  # reads data on the worker
+    fill: Callable[[Segment], None] | None = None  # reads data on the worker
 
 
 class _Job:
     """One segment's own chain: chunked on a worker, hashed in the hash lane."""
 
-    def __init__(self, seg: _Segment, params: ChunkParams) -> None:
+    def __init__(self, seg: Segment, params: ChunkParams) -> None:
         self.seg = seg
         self.params = params
         self.ends: list[int] = []
@@ -135,7 +137,7 @@ class _Leaves:
         self.hashes.append(hashes)
         self.lengths.extend(lengths)
 
-    def splice(self, seg: _Segment, ends: list[int], hashes: bytes, lengths: array) -> None:
+    def splice(self, seg: Segment, ends: list[int], hashes: bytes, lengths: array) -> None:
         """Extend the chain through ``seg``, whose own chain (from ``seg.start``) ends its
         chunks at ``ends`` (segment offsets) with these hashes and lengths."""
         if self.tail:
@@ -147,7 +149,7 @@ class _Leaves:
             self.cut = seg.start + ends[-1]
         self.tail = bytes(memoryview(seg.data)[self.cut - seg.start :])
 
-    def _carry(self, seg: _Segment, ends: list[int], hashes: bytes, lengths: array) -> None:
+    def _carry(self, seg: Segment, ends: list[int], hashes: bytes, lengths: array) -> None:
         """Chunk the true chain from its last cut into ``seg``, a few chunks at a time, until
         it lands on a cut of the segment's chain; from there, take the segment's leaves. If
         they never meet, the true chunks of the whole segment are hashed here."""
@@ -229,27 +231,27 @@ def _workers() -> ThreadPoolExecutor:
         return _executor
 
 
-def segments_of_buffer(data: Buffer, segment_size: int) -> Iterator[_Segment]:
+def segments_of_buffer(data: Buffer, segment_size: int) -> Iterator[Segment]:
     """Segments of a buffer. A worker copies each into a pool buffer, then chunks and
     hashes it there, in its cache: faster than reading it from memory twice."""
     view = memoryview(data).cast("B")
     if len(view) <= segment_size:
-        yield _Segment(0, view, True, None)
+        yield Segment(0, view, True, None)
         return
 
-    def copy(seg: _Segment) -> None:
+    def copy(seg: Segment) -> None:
         assert seg.owned is not None
         n = _native.copy_into(seg.owned, seg.data)
         seg.data = memoryview(seg.owned)[:n]
 
     for start in range(0, len(view), segment_size):
         end = min(start + segment_size, len(view))
-        yield _Segment(start, view[start:end], end == len(view), _buffer(segment_size), copy)
+        yield Segment(start, view[start:end], end == len(view), _buffer(segment_size), copy)
 
 
 def segments_of_file(
     f: BinaryIO, segment_size: int, read_size: int, content_limit: int = 0
-) -> Iterator[_Segment]:
+) -> Iterator[Segment]:
     """Segments of ``f`` from its position to its end, each in a pool buffer. A regular
     file larger than a segment (and than ``content_limit``) is read by the workers at known
     offsets; other streams are read here, in order."""
@@ -273,13 +275,13 @@ def _positional(f: BinaryIO) -> int | None:
         return None
 
 
-def _segments_at_offsets(f: BinaryIO, fd: int, base: int, segment_size: int) -> Iterator[_Segment]:
+def _segments_at_offsets(f: BinaryIO, fd: int, base: int, segment_size: int) -> Iterator[Segment]:
     """Segments filled by ``os.preadv`` on the worker that chunks them (no read on the
     calling thread), up to the size the file has; then, while it has grown, more; then an
     empty final segment. Leaves ``f`` at the end."""
 
-    def filler(length: int) -> Callable[[_Segment], None]:
-        def fill(seg: _Segment) -> None:
+    def filler(length: int) -> Callable[[Segment], None]:
+        def fill(seg: Segment) -> None:
             assert seg.owned is not None
             view = memoryview(seg.owned)[:length]
             n = 0
@@ -299,17 +301,17 @@ def _segments_at_offsets(f: BinaryIO, fd: int, base: int, segment_size: int) -> 
             break
         while start < size:
             length = min(segment_size, size - start)
-            yield _Segment(start, b"", False, _buffer(segment_size), filler(length))
+            yield Segment(start, b"", False, _buffer(segment_size), filler(length))
             start += length
     f.seek(base + start)
-    yield _Segment(start, b"", True, None)
+    yield Segment(start, b"", True, None)
 
 
-def _segments_in_order(f: BinaryIO, segment_size: int, read_size: int) -> Iterator[_Segment]:
+def _segments_in_order(f: BinaryIO, segment_size: int, read_size: int) -> Iterator[Segment]:
     """Segments read here, in order. One is read ahead, to know whether the one before it
     is the last."""
     start = 0
-    pending: _Segment | None = None
+    pending: Segment | None = None
     while True:
         buf = _buffer(segment_size)
         view = memoryview(buf)
@@ -322,18 +324,18 @@ def _segments_in_order(f: BinaryIO, segment_size: int, read_size: int) -> Iterat
         if filled == 0:
             _give_back(buf)  # before the last yield: the consumer need not resume us
             if pending is None:
-                pending = _Segment(0, b"", False, None)
+                pending = Segment(0, b"", False, None)
             pending.final = True
             yield pending
             return
         if pending is not None:
             yield pending
-        pending = _Segment(start, view[:filled], False, buf)
+        pending = Segment(start, view[:filled], False, buf)
         start += filled
 
 
 def leaf_level(
-    segments: Iterator[_Segment], params: ChunkParams, content_limit: int = 0
+    segments: Iterator[Segment], params: ChunkParams, content_limit: int = 0
 ) -> tuple[Level, bytes | None]:
     """The leaf level of the stream the segments cover, and its content if it is at most
     ``content_limit`` bytes (small files are sketched over their sub-chunks)."""
@@ -350,7 +352,7 @@ def leaf_level(
     in_flight: deque[_Job] = deque()
     head: bytearray | None = bytearray()  # the content while it is within the limit
 
-    def submit(seg: _Segment) -> None:
+    def submit(seg: Segment) -> None:
         nonlocal head
         if seg.fill is not None and not seg.data:  # to be read on a worker: a large file
             head = None

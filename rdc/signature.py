@@ -18,7 +18,7 @@ from rdc.chunking import boundaries
 from rdc.leaves import (
     READ_SIZE,
     SEGMENT_SIZE,
-    _Segment,
+    Segment,
     hash_chunks,
     leaf_level,
     segments_of_buffer,
@@ -80,7 +80,7 @@ def _small_limit(params: SignatureParams) -> int:
     return SKETCH_MIN_LEAVES * params.chunks.max_size
 
 
-def _signature(segments: Iterator[_Segment], params: SignatureParams) -> FileSignature:
+def _signature(segments: Iterator[Segment], params: SignatureParams) -> FileSignature:
     leaves, content = leaf_level(segments, params.chunks, _small_limit(params))
     return FileSignature(build_tree(leaves, params.groups), sketch_for(leaves, content, params))
 
