@@ -1,4 +1,4 @@
-"""Builds the C extension; all other metadata is in pyproject.toml."""
+"""Builds the C extensions; all other metadata is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -9,6 +9,12 @@ setup(
             sources=["rdc/_native/_chunker.c", "rdc/_native/chunker_impl.c"],
             depends=["rdc/_native/chunker_impl.h"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
-        )
+        ),
+        Extension(
+            "rdc._native._signature",
+            sources=["rdc/_native/_signature.c", "rdc/_native/signature_impl.c"],
+            depends=["rdc/_native/signature_impl.h"],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        ),
     ]
 )

@@ -1,22 +1,31 @@
 """A file's signature: its Merkle tree over chunk hashes, and its similarity sketch.
 
-Chunk data is hashed as it is read, in bounded memory. A file of fewer than
-`SKETCH_MIN_LEAVES` chunks is sketched over its sub-chunks instead of its chunks, so that a
-small file that was moved and edited still resembles its old self.
+Chunk data is hashed as it is read, in bounded memory, on all cores (`rdc.leaves`). A file
+of fewer than `SKETCH_MIN_LEAVES` chunks is sketched over its sub-chunks instead of its
+chunks, so that a small file that was moved and edited still resembles its old self.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import blake3
 
-from rdc.chunking import READ_SIZE, boundaries, iter_chunk_views
+from rdc import _native
+from rdc.chunking import boundaries
+from rdc.leaves import (
+    READ_SIZE,
+    SEGMENT_SIZE,
+    Segment,
+    hash_chunks,
+    leaf_level,
+    segments_of_buffer,
+    segments_of_file,
+)
 from rdc.params import DEFAULT_PARAMS, ChunkParams
-from rdc.sketch import Sketch, sketch_of
+from rdc.sketch import Sketch
 from rdc.tree import DEFAULT_GROUPS, HASH_BYTES, GroupParams, Level, Tree, build_tree
 
 # Sub-chunks: the level below the leaves, computed only where a chunk is unknown (and for
@@ -53,50 +62,39 @@ def chunk_hash(data: bytes | memoryview) -> bytes:
     return blake3.blake3(data).digest()
 
 
-def level_of(pieces: Iterable[bytes | memoryview]) -> Level:
-    """Leaf entries of a sequence of chunks."""
-    hashes = bytearray()
-    lengths = array("Q")
-    for piece in pieces:
-        hashes += chunk_hash(piece)
-        lengths.append(len(piece))
-    return Level(bytes(hashes), lengths)
-
-
 def sub_chunks(data: bytes | memoryview, params: ChunkParams = SUB_PARAMS) -> Level:
     """Entries of the sub-chunks of one chunk (or of a small file)."""
-    view = memoryview(data)
-    ends = boundaries(view, params)
-    return level_of(view[start:end] for start, end in zip([0, *ends], ends, strict=False))
+    return Level(*hash_chunks(data, boundaries(data, params)))
 
 
 def sketch_for(leaves: Level, small_data: bytes | None, params: SignatureParams) -> Sketch | None:
     """Sketch over the leaves, or over the sub-chunks when the file has few leaves (then
     ``small_data`` holds its whole content)."""
     if len(leaves) < SKETCH_MIN_LEAVES and small_data is not None:
-        subs = sub_chunks(small_data, params.sub_chunks)
-        return sketch_of(subs.hash(i) for i in range(len(subs)))
-    return sketch_of(leaves.hash(i) for i in range(len(leaves)))
+        return _native.sketch(sub_chunks(small_data, params.sub_chunks).hashes)
+    return _native.sketch(leaves.hashes)
+
+
+def _small_limit(params: SignatureParams) -> int:
+    """Files up to this size may have fewer than `SKETCH_MIN_LEAVES` leaves."""
+    return SKETCH_MIN_LEAVES * params.chunks.max_size
+
+
+def _signature(segments: Iterator[Segment], params: SignatureParams) -> FileSignature:
+    leaves, content = leaf_level(segments, params.chunks, _small_limit(params))
+    return FileSignature(build_tree(leaves, params.groups), sketch_for(leaves, content, params))
 
 
 def signature_of_file(
-    f: BinaryIO, params: SignatureParams = DEFAULT_SIGNATURE, read_size: int = READ_SIZE
+    f: BinaryIO,
+    params: SignatureParams = DEFAULT_SIGNATURE,
+    read_size: int = READ_SIZE,
+    segment_size: int = SEGMENT_SIZE,
 ) -> FileSignature:
-    """Signature of an open binary file, read once from its current position."""
-    hashes = bytearray()
-    lengths = array("Q")
-    head = bytearray()  # the content while it may still be a small file
-    small_limit = SKETCH_MIN_LEAVES * params.chunks.max_size
-    for _, data in iter_chunk_views(f, params.chunks, read_size):
-        hashes += chunk_hash(data)
-        lengths.append(len(data))
-        if head is not None:
-            head += data
-            if len(head) > small_limit:
-                head = None
-    leaves = Level(bytes(hashes), lengths)
-    tree = build_tree(leaves, params.groups)
-    return FileSignature(tree, sketch_for(leaves, head, params))
+    """Signature of an open binary file, read once from its current position in bounded
+    memory; large files are chunked and hashed on all cores (`rdc.leaves`)."""
+    segments = segments_of_file(f, segment_size, read_size, _small_limit(params))
+    return _signature(segments, params)
 
 
 def signature_of_path(path: str, params: SignatureParams = DEFAULT_SIGNATURE) -> FileSignature:
@@ -104,12 +102,10 @@ def signature_of_path(path: str, params: SignatureParams = DEFAULT_SIGNATURE) ->
         return signature_of_file(f, params)
 
 
-def signature_of_bytes(data: bytes, params: SignatureParams = DEFAULT_SIGNATURE) -> FileSignature:
-    view = memoryview(data)
-    ends = boundaries(view, params.chunks)
-    leaves = level_of(view[s:e] for s, e in zip([0, *ends], ends, strict=False))
-    tree = build_tree(leaves, params.groups)
-    return FileSignature(tree, sketch_for(leaves, data, params))
+def signature_of_bytes(
+    data: bytes, params: SignatureParams = DEFAULT_SIGNATURE, segment_size: int = SEGMENT_SIZE
+) -> FileSignature:
+    return _signature(segments_of_buffer(data, segment_size), params)
 
 
 def leaf_set(tree: Tree) -> set[bytes]:

@@ -12,51 +12,22 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rdc import rabin
+from rdc import _native
+from rdc._native.signature_ref import TRAIT_BITS, TRAITS
 
-TRAITS = 12
-TRAIT_BITS = 6
 TRAIT_VALUES = 1 << TRAIT_BITS
-MASK64 = (1 << 64) - 1
-
-_salts = rabin.splitmix64(0x7264_632D_736B_6574)  # b"rdc-sket"
-SALT_H = tuple(next(_salts) for _ in range(TRAITS))
-SALT_G = tuple(next(_salts) for _ in range(TRAITS))
-
-
-def mix64(x: int) -> int:
-    """splitmix64's finaliser: a bijection of 64-bit integers that scatters every input bit."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
-    return x ^ (x >> 31)
-
 
 Sketch = bytes  # TRAITS bytes, each a trait value in 0..63
 
 
 def sketch_of(hashes: Iterable[bytes]) -> Sketch | None:
-    """The sketch of a set of hashes (duplicates count once); None for an empty set.
+    """The sketch of a set of 32-byte hashes (duplicates count once); None for an empty set.
 
     ``h_t(x) = mix64(a ^ SALT_H[t])`` and ``g_t(x) = mix64(b ^ SALT_G[t]) >> 58`` with ``a``
-    and ``b`` the first and second 8 bytes of ``x``, little-endian.
+    and ``b`` the first and second 8 bytes of ``x``, little-endian
+    (`rdc._native.signature_ref.sketch` is the specification).
     """
-    best = [MASK64 + 1] * TRAITS
-    chosen = [0] * TRAITS
-    seen = set()
-    for digest in hashes:
-        if digest in seen:
-            continue
-        seen.add(digest)
-        a = int.from_bytes(digest[:8], "little")
-        b = int.from_bytes(digest[8:16], "little")
-        for t in range(TRAITS):
-            h = mix64(a ^ SALT_H[t])
-            if h < best[t]:
-                best[t] = h
-                chosen[t] = b
-    if not seen:
-        return None
-    return bytes(mix64(chosen[t] ^ SALT_G[t]) >> (64 - TRAIT_BITS) for t in range(TRAITS))
+    return _native.sketch(b"".join(hashes))
 
 
 def matching_traits(a: Sketch, b: Sketch) -> int:

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import blake3
 
+from rdc import _native
+from rdc._native import signature_ref
+
 HASH_BYTES = 32
 NODE_CONTEXT = "rdc 2026-11 merkle tree node v1"
 
@@ -63,21 +66,9 @@ class Level:
 def group_cuts(keys: Sequence[int], params: GroupParams = DEFAULT_GROUPS) -> list[int]:
     """End indices of the groups of a key sequence: having cut at ``p``, the next cut
     follows the rightmost minimal key in ``(p + min_entries, min(p + max_entries, n)]``
-    (1-based positions); when at most ``min_entries`` remain, they end the last group."""
-    n = len(keys)
-    cuts: list[int] = []
-    p = 0
-    while p < n:
-        if n - p <= params.min_entries:
-            cuts.append(n)
-            break
-        best, best_key = -1, 1 << 64
-        for j in range(p + params.min_entries + 1, min(p + params.max_entries, n) + 1):
-            if keys[j - 1] <= best_key:
-                best, best_key = j, keys[j - 1]
-        cuts.append(best)
-        p = best
-    return cuts
+    (1-based positions); when at most ``min_entries`` remain, they end the last group.
+    (The readable reference; trees are built by `rdc._native.next_level_payloads`.)"""
+    return signature_ref.cuts_of_keys(keys, params.min_entries, params.max_entries)
 
 
 def node_hash(level: int, hashes: bytes, lengths: Sequence[int]) -> bytes:
@@ -91,17 +82,18 @@ def node_hash(level: int, hashes: bytes, lengths: Sequence[int]) -> bytes:
 
 
 def next_level(level_number: int, below: Level, params: GroupParams) -> Level:
-    """Group ``below`` (at ``level_number - 1``) into the nodes of ``level_number``."""
-    hashes = bytearray()
-    lengths = array("Q")
-    start = 0
-    for end in group_cuts(below.keys(), params):
-        part = below.hashes[HASH_BYTES * start : HASH_BYTES * end]
-        child_lengths = below.lengths[start:end]
-        hashes += node_hash(level_number, part, child_lengths)
-        lengths.append(sum(child_lengths))
-        start = end
-    return Level(bytes(hashes), lengths)
+    """Group ``below`` (at ``level_number - 1``) into the nodes of ``level_number``: the
+    grouping and the payloads are native, one BLAKE3 call per node is left here."""
+    payload, ends, lengths = _native.next_level_payloads(
+        level_number, below.hashes, below.lengths, params.min_entries, params.max_entries
+    )
+    view = memoryview(payload)
+    node = blake3.blake3
+    hashes = b"".join(
+        node(view[start:end], derive_key_context=NODE_CONTEXT).digest()
+        for start, end in zip([0, *ends], ends, strict=False)
+    )
+    return Level(hashes, lengths)
 
 
 @dataclass(frozen=True, slots=True)

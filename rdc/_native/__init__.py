@@ -1,23 +1,30 @@
-"""The one place that picks the chunker implementation.
+"""The one place that picks the native implementations: the chunker, and the sketch, tree
+grouping and segment copies of signatures.
 
-The compiled module is required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
-reference: a broken build must fail loudly, not hide behind a 100x slower fallback.
+The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
+references: a broken build must fail loudly, not hide behind a 100x slower fallback.
 """
 
 from __future__ import annotations
 
 import os
 
+from rdc._native import signature_ref
 from rdc._native.chunker_ref import ReferenceScanner
 
 PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
 
 if PURE_PYTHON:
     Scanner = ReferenceScanner
+    sketch = signature_ref.sketch
+    copy_into = signature_ref.copy_into
+    group_cuts = signature_ref.group_cuts
+    next_level_payloads = signature_ref.next_level_payloads
     IMPLEMENTATION = "python"
 else:
     try:
         from rdc._native._chunker import Scanner
+        from rdc._native._signature import copy_into, group_cuts, next_level_payloads, sketch
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -26,4 +33,13 @@ else:
         ) from exc
     IMPLEMENTATION = "c"
 
-__all__ = ["IMPLEMENTATION", "PURE_PYTHON", "ReferenceScanner", "Scanner"]
+__all__ = [
+    "IMPLEMENTATION",
+    "PURE_PYTHON",
+    "ReferenceScanner",
+    "Scanner",
+    "copy_into",
+    "group_cuts",
+    "next_level_payloads",
+    "sketch",
+]

@@ -1,0 +1,212 @@
+/* Python glue for signature_impl.c: argument checks, buffers, the GIL. No algorithm here. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include "signature_impl.h"
+
+/* Inputs of at least this many entries are processed with the GIL released. */
+#define RELEASE_GIL_ENTRIES 2048
+
+static PyObject *array_type; /* array.array */
+
+static int get_hashes(PyObject *obj, Py_buffer *view, size_t *n) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    if (view->len % RDC_HASH_BYTES) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "packed hashes must be a multiple of 32 bytes");
+        return -1;
+    }
+    *n = (size_t)view->len / RDC_HASH_BYTES;
+    return 0;
+}
+
+static PyObject *raise_params(void) {
+    PyErr_SetString(PyExc_ValueError, "need 1 <= min_entries < max_entries <= 4096");
+    return NULL;
+}
+
+static PyObject *py_sketch(PyObject *module, PyObject *arg) {
+    (void)module;
+    Py_buffer view;
+    size_t n;
+    if (get_hashes(arg, &view, &n) < 0) return NULL;
+    uint8_t out[RDC_TRAITS];
+    int have;
+    if (n >= RELEASE_GIL_ENTRIES) {
+        Py_BEGIN_ALLOW_THREADS
+        have = rdc_sketch(view.buf, n, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        have = rdc_sketch(view.buf, n, out);
+    }
+    PyBuffer_Release(&view);
+    if (!have) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)out, RDC_TRAITS);
+}
+
+/* Group cuts of the buffer in view; returns a PyMem_RawMalloc'ed array or NULL (error set). */
+static uint64_t *cuts_of(Py_buffer *view, size_t n, unsigned int lo, unsigned int hi,
+                         size_t *ncuts) {
+    if (!(1 <= lo && lo < hi && hi <= RDC_MAX_GROUP)) {
+        raise_params();
+        return NULL;
+    }
+    uint64_t *cuts = PyMem_RawMalloc(rdc_group_max_cuts(n, lo) * sizeof(uint64_t));
+    if (!cuts) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    int rc;
+    if (n >= RELEASE_GIL_ENTRIES) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = rdc_group_cuts(view->buf, n, lo, hi, cuts, ncuts);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = rdc_group_cuts(view->buf, n, lo, hi, cuts, ncuts);
+    }
+    if (rc != RDC_SIG_OK) {
+        PyMem_RawFree(cuts);
+        raise_params();
+        return NULL;
+    }
+    return cuts;
+}
+
+static PyObject *list_of(const uint64_t *values, size_t n) {
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+static PyObject *py_group_cuts(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *obj;
+    unsigned int lo, hi;
+    if (!PyArg_ParseTuple(args, "OII", &obj, &lo, &hi)) return NULL;
+    Py_buffer view;
+    size_t n, ncuts;
+    if (get_hashes(obj, &view, &n) < 0) return NULL;
+    uint64_t *cuts = cuts_of(&view, n, lo, hi, &ncuts);
+    PyBuffer_Release(&view);
+    if (!cuts) return NULL;
+    PyObject *result = list_of(cuts, ncuts);
+    PyMem_RawFree(cuts);
+    return result;
+}
+
+static PyObject *py_next_level_payloads(PyObject *module, PyObject *args) {
+    (void)module;
+    unsigned char level;
+    PyObject *hashes_obj;
+    Py_buffer lengths;
+    unsigned int lo, hi;
+    if (!PyArg_ParseTuple(args, "bOy*II", &level, &hashes_obj, &lengths, &lo, &hi)) return NULL;
+    Py_buffer view;
+    size_t n, ncuts = 0;
+    if (get_hashes(hashes_obj, &view, &n) < 0) {
+        PyBuffer_Release(&lengths);
+        return NULL;
+    }
+    PyObject *payload = NULL, *ends = NULL, *sums = NULL, *result = NULL;
+    uint64_t *cuts = NULL, *scratch = NULL;
+    if ((size_t)lengths.len != n * sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "need one length (array('Q')) per hash");
+        goto done;
+    }
+    if (!(cuts = cuts_of(&view, n, lo, hi, &ncuts))) goto done;
+    payload = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)rdc_payload_size(n, ncuts));
+    scratch = PyMem_RawMalloc((2 * ncuts + 1) * sizeof(uint64_t));
+    if (!payload || !scratch) {
+        if (payload) PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t *end_offsets = scratch, *totals = scratch + ncuts;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(payload);
+    if (n >= RELEASE_GIL_ENTRIES) {
+        Py_BEGIN_ALLOW_THREADS
+        rdc_node_payloads(level, view.buf, lengths.buf, cuts, ncuts, out, end_offsets, totals);
+        Py_END_ALLOW_THREADS
+    } else {
+        rdc_node_payloads(level, view.buf, lengths.buf, cuts, ncuts, out, end_offsets, totals);
+    }
+    if (!(ends = list_of(end_offsets, ncuts))) goto done;
+    sums = PyObject_CallFunction(array_type, "sy#", "Q", (const char *)totals,
+                                 (Py_ssize_t)(ncuts * sizeof(uint64_t)));
+    if (!sums) goto done;
+    result = PyTuple_Pack(3, payload, ends, sums);
+done:
+    Py_XDECREF(payload);
+    Py_XDECREF(ends);
+    Py_XDECREF(sums);
+    PyMem_RawFree(cuts);
+    PyMem_RawFree(scratch);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&lengths);
+    return result;
+}
+
+static PyObject *py_copy_into(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer dst, src;
+    if (!PyArg_ParseTuple(args, "w*y*", &dst, &src)) return NULL;
+    if (src.len > dst.len) {
+        PyBuffer_Release(&dst);
+        PyBuffer_Release(&src);
+        PyErr_SetString(PyExc_ValueError, "source longer than destination");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst.buf, src.buf, (size_t)src.len);
+    Py_END_ALLOW_THREADS
+    Py_ssize_t n = src.len;
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *py_salts(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    PyObject *h = list_of(rdc_salt_h, RDC_TRAITS);
+    PyObject *g = list_of(rdc_salt_g, RDC_TRAITS);
+    PyObject *result = (h && g) ? PyTuple_Pack(2, h, g) : NULL;
+    Py_XDECREF(h);
+    Py_XDECREF(g);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"sketch", py_sketch, METH_O, "sketch(hashes) -> 12 trait bytes, or None for no hashes"},
+    {"group_cuts", py_group_cuts, METH_VARARGS,
+     "group_cuts(hashes, min_entries, max_entries) -> end index of each group"},
+    {"next_level_payloads", py_next_level_payloads, METH_VARARGS,
+     "next_level_payloads(level, hashes, lengths, min_entries, max_entries) -> "
+     "(payloads, end offsets, array('Q') of group lengths)"},
+    {"copy_into", py_copy_into, METH_VARARGS,
+     "copy_into(dst, src) -> len(src): copy src to the start of dst without the GIL"},
+    {"salts", py_salts, METH_NOARGS, "salts() -> (SALT_H, SALT_G) as compiled in"},
+    {NULL},
+};
+
+static struct PyModuleDef signature_module = {
+    PyModuleDef_HEAD_INIT, "_signature", "Sketch traits and tree grouping, C fast path.", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__signature(void) {
+    PyObject *array_module = PyImport_ImportModule("array");
+    if (!array_module) return NULL;
+    array_type = PyObject_GetAttrString(array_module, "array");
+    Py_DECREF(array_module);
+    if (!array_type) return NULL;
+    return PyModule_Create(&signature_module);
+}

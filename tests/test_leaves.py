@@ -1,0 +1,146 @@
+"""Chunking and hashing in parallel segments gives exactly the sequential leaves."""
+
+from __future__ import annotations
+
+import io
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc.chunking import boundaries
+from rdc.leaves import _Leaves, _scanner, hash_chunks, segments_of_buffer, segments_of_file
+from rdc.params import ChunkParams
+from rdc.signature import SignatureParams, signature_of_bytes, signature_of_file
+from rdc.tree import Level
+
+from .conftest import scaled
+
+SMALL = ChunkParams(window=16, min_size=64, max_size=300)  # many chunks in little data
+
+
+def sequential_leaves(data: bytes, params: ChunkParams) -> Level:
+    return Level(*hash_chunks(data, boundaries(data, params)))
+
+
+def spliced(data: bytes, params: ChunkParams, segment_size: int) -> _Leaves:
+    leaves = _Leaves(params)
+    for seg in segments_of_buffer(data, segment_size):
+        ends = _scanner(params).scan(seg.data, 0, seg.final)
+        leaves.splice(seg, ends, *hash_chunks(seg.data, ends))
+    return leaves
+
+
+def data_of(kind: str, size: int, rng: random.Random) -> bytes:
+    """Input classes: random, zeros, short periods, few-symbol runs, and random with long
+    zero runs (chains that stop meeting, then meet again)."""
+    if kind == "random":
+        return rng.randbytes(size)
+    if kind == "zeros":
+        return bytes(size)
+    if kind == "periodic":
+        return (rng.randbytes(rng.randint(1, 40)) * (size + 1))[:size]
+    if kind == "runs":
+        out = bytearray()
+        while len(out) < size:
+            out += bytes([rng.randrange(3)]) * rng.randint(1, 200)
+        return bytes(out[:size])
+    out = bytearray()
+    while len(out) < size:
+        out += rng.randbytes(rng.randint(1, 3000)) + bytes(rng.randint(0, 3000))
+    return bytes(out[:size])
+
+
+kinds = st.sampled_from(["random", "zeros", "periodic", "runs", "random and zeros"])
+segment_sizes = st.one_of(st.integers(1, 1200), st.sampled_from([299, 300, 301, 600, 4096]))
+
+
+@given(kinds, st.integers(0, scaled(40_000, 8_000)), segment_sizes, st.integers(0, 2**32))
+def test_spliced_segments_equal_sequential_chunking(
+    kind: str, size: int, segment_size: int, seed: int
+) -> None:
+    data = data_of(kind, size, random.Random(seed))
+    assert spliced(data, SMALL, segment_size).level() == sequential_leaves(data, SMALL)
+
+
+@given(kinds, st.integers(0, scaled(12_000, 6_000)), segment_sizes, st.integers(1, 5000))
+def test_signatures_do_not_depend_on_segments_or_reads(
+    kind: str, size: int, segment_size: int, read_size: int
+) -> None:
+    params = SignatureParams(chunks=SMALL)
+    data = data_of(kind, size, random.Random(size))
+    whole = signature_of_bytes(data, params, segment_size=1 << 30)
+    assert whole.tree.leaves == sequential_leaves(data, SMALL)
+    assert signature_of_bytes(data, params, segment_size=segment_size) == whole
+    streamed = signature_of_file(
+        io.BytesIO(data), params, read_size=read_size, segment_size=segment_size
+    )
+    assert streamed == whole
+
+
+def test_random_data_meets_each_segment_within_the_probe() -> None:
+    data = random.Random(4).randbytes(scaled(300_000, 60_000))
+    leaves = spliced(data, SMALL, 3000)
+    assert leaves.level() == sequential_leaves(data, SMALL)
+    assert leaves.rechunked == 0
+    assert leaves.met == len(range(0, len(data), 3000)) - 1
+
+
+def test_misaligned_zeros_are_rechunked_and_still_exact() -> None:
+    data = b"x" * 7 + bytes(scaled(20_000, 6_000))
+    leaves = spliced(data, SMALL, 1000)
+    assert leaves.level() == sequential_leaves(data, SMALL)
+    assert leaves.rechunked > 0
+
+
+def test_default_parameters_over_real_segments(tmp_path) -> None:
+    data = random.Random(9).randbytes(scaled(9 << 20, 1 << 20) + 12345)
+    path = tmp_path / "big"
+    path.write_bytes(data)
+    one_segment = signature_of_bytes(data, segment_size=1 << 30)
+    with open(path, "rb") as f:
+        assert signature_of_file(f, segment_size=scaled(1 << 20, 200_000)) == one_segment
+        assert f.read() == b""  # the file was read to its end
+    assert signature_of_bytes(data, segment_size=scaled(1 << 20, 200_000)) == one_segment
+
+
+def test_files_read_at_offsets_by_the_workers(tmp_path) -> None:
+    """A regular file larger than a segment is read with preadv on the workers, from the
+    file's position, and left at its end."""
+    data = random.Random(10).randbytes(scaled(3 << 20, 400_000) + 777)
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    for skip, segment_size in ((0, 100_000), (12_345, 150_001), (len(data) - 5, 1000)):
+        with open(path, "rb") as f:
+            f.seek(skip)
+            signature = signature_of_file(f, segment_size=segment_size)
+            assert f.tell() == len(data)
+        assert signature == signature_of_bytes(data[skip:], segment_size=1 << 30)
+
+
+def test_a_file_growing_while_read_is_read_to_its_end(tmp_path) -> None:
+    path = tmp_path / "growing"
+    first = random.Random(11).randbytes(300_000)
+    path.write_bytes(first)
+    more = random.Random(12).randbytes(50_000)
+    with open(path, "rb") as f:
+        segments = segments_of_file(f, 100_000, 1 << 20, 0)
+        planned = [next(segments) for _ in range(3)]
+        with open(path, "ab") as g:
+            g.write(more)
+        rest = list(segments)
+    assert [s.start for s in planned + rest] == [0, 100_000, 200_000, 300_000, 350_000]
+    assert rest[-1].final and not rest[-1].fill
+
+
+def test_concurrent_signatures_share_the_workers() -> None:
+    """Callers on several threads (as in an index refresh) share the workers and the hash
+    lane, and each gets its own exact result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(13)
+    inputs = [rng.randbytes(scaled(1 << 20, 150_000) + i) for i in range(4)]
+    expected = [signature_of_bytes(d, segment_size=1 << 30) for d in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda d: signature_of_bytes(d, segment_size=40_000), inputs))
+    assert got == expected
