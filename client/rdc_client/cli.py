@@ -75,13 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RdcError as exc:
         print(f"rdc: {exc}", file=sys.stderr)
         return exc.exit_code
-    except Exception as exc:
-        from rdc.wire.frames import ConnectionClosed
-
-        if isinstance(exc, ConnectionClosed):
-            print(f"rdc: {exc or 'the connection was closed'}", file=sys.stderr)
-            return 5
-        raise
     except KeyboardInterrupt:
         print("rdc: interrupted", file=sys.stderr)
         return 130
@@ -90,3 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # failing again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        from rdc.wire.frames import ConnectionClosed
+
+        if isinstance(exc, ConnectionClosed):
+            print(f"rdc: {exc or 'the connection was closed'}", file=sys.stderr)
+            return 5
+        raise
