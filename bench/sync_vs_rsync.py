@@ -55,6 +55,8 @@ from pathlib import Path
 import msgpack
 import zstandard
 
+from rdc.wire.frames import HISTORY
+
 GROUPS = ("django", "bigbin", "renamed", "scattered", "nochange")
 TARGETS = {"django": 0.5, "bigbin": 0.5, "renamed": 0.5, "scattered": 1.0}
 NOCHANGE_MAX_BYTES = 10_000
@@ -430,6 +432,8 @@ class FrameTally:
     def _pump(self, src: socket.socket, dst: socket.socket, direction: str,
               done: threading.Barrier) -> None:
         buf = bytearray()
+        history = bytearray()  # what rdc.wire.frames keeps: bodies after the handshake
+        frames = 0
         try:
             while data := src.recv(1 << 16):
                 dst.sendall(data)
@@ -442,7 +446,14 @@ class FrameTally:
                     body = bytes(buf[4 : 4 + length])
                     del buf[: 4 + length]
                     if header >> 31:
-                        body = zstandard.ZstdDecompressor().decompress(body)
+                        dictionary = zstandard.ZstdCompressionDict(
+                            bytes(history), dict_type=zstandard.DICT_TYPE_RAWCONTENT
+                        ) if history else None
+                        body = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(body)
+                    frames += 1
+                    if frames > 1:  # the first frame each way is the handshake
+                        history += body[-HISTORY:]
+                        del history[: max(0, len(history) - HISTORY)]
                     self._count(direction, body, 4 + length)
         except OSError:
             pass
