@@ -20,10 +20,11 @@ from rdc.fs import SafeRoot
 from rdc.ignore import Excludes
 from rdc.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
 from rdc.signature import FileSignature, signature_of_file
-from rdc.snapshot import Entry, fill_roots, lookup, seal, walk
+from rdc.snapshot import Entry, Walk, fill_roots, lookup, seal, walk
 from rdc.tree import Tree, TreeFormatError
 
 RACY_NS = 2_000_000_000
+RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
 
 
 class Replica:
@@ -39,6 +40,7 @@ class Replica:
         self.lock = threading.Lock()
         self.tree: Entry | None = None
         self.errors: list[tuple[str, str]] = []  # what the last scan could not read
+        self.temporaries: list[str] = []  # rdc temporaries the last scan saw
 
     def close(self) -> None:
         self.db.close()
@@ -46,26 +48,50 @@ class Replica:
 
     # ------------------------------------------------------------ the tree
 
+    def walk(self, excludes: Excludes | None = None) -> Walk:
+        excludes = excludes or self.excludes
+        salt = "\n".join(excludes.patterns).encode("utf-8", "surrogateescape")
+        return walk(self.root, excludes, salt)
+
+    def quick(self, excludes: Excludes | None = None) -> tuple[RootHashes | None, Walk]:
+        """One walk, and the root hashes it implies if the tree is exactly as stat saw it
+        when it was last sealed: a sync with nothing changed needs no more than this. The
+        walk can be handed to `scan` when more is needed."""
+        walked = self.walk(excludes)
+        cached = None
+        if not walked.errors:
+            with self.lock:
+                cached = self.db.cached_hashes(walked.fingerprint)
+        return cached, walked
+
     def scan(
         self,
         excludes: Excludes | None = None,
         progress: Callable[[Progress], None] | None = None,
+        walked: Walk | None = None,
     ) -> Entry:
-        """Walk the directory, bring the index up to date (reading only changed files), and
-        return the sealed tree (``excludes`` default to the replica's own). What could not
-        be read is left out of the tree and listed in ``errors``."""
+        """Walk the directory (unless ``walked`` is given), bring the index up to date
+        (reading only changed files), and return the sealed tree (``excludes`` default to
+        the replica's own). What could not be read is left out of the tree and listed in
+        ``errors``."""
         excludes = excludes or self.excludes
-        tree, files, errors = walk(self.root, excludes)
+        walked = walked or self.walk(excludes)
+        tree, errors = walked.tree, list(walked.errors)
         with self.lock:
             self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress,
-                                 files=files, opener=self.fs.open_read)
-            roots = {f.path: f.root for f in self.db.files()}
+                                 files=walked.files, opener=self.fs.open_read)
+            roots = self.db.roots()
         reasons = dict(self.stats.errors)
         for path in fill_roots(tree, roots):
             errors.append((path, reasons.get(path, "changed or vanished while scanned")))
         seal(tree)
         self.tree = tree
         self.errors = errors
+        self.temporaries = walked.temporaries
+        with self.lock:
+            self.db.cache_hashes(
+                walked.fingerprint if not errors else None, (tree.content, tree.meta, tree.smeta)
+            )
         return tree
 
     def entry(self, path: str) -> Entry | None:

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import blake3
+
+from rdc.paths import is_temporary
 
 CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
 META_CONTEXT = "rdc 2026-11 directory meta v2"
@@ -126,11 +129,24 @@ Exclude = Callable[[str, bool], bool]
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_RECORD = struct.Struct("<cIqqQQ")
 
 
-def walk(
-    root: str, exclude: Exclude | None = None
-) -> tuple[Entry, dict[str, os.stat_result], list[tuple[str, str]]]:
+@dataclass
+class Walk:
+    """What one walk of a tree saw. ``fingerprint`` covers every entry's path, kind, mode,
+    mtime, size, inode and link target (and ``salt``, the exclude patterns): if it equals
+    that of an earlier walk whose tree was sealed, the sealed hashes still hold, as far as
+    stat can tell (the index's racy rule covers what it cannot)."""
+
+    tree: Entry
+    files: dict[str, os.stat_result]
+    errors: list[tuple[str, str]]
+    fingerprint: bytes
+    temporaries: list[str]  # rdc temporaries seen (left out of everything else)
+
+
+def walk(root: str, exclude: Exclude | None = None, salt: bytes = b"") -> Walk:
     """The tree under ``root`` without file roots (the index supplies those), the lstat of
     every regular file by relative path, and what could not be read: (path, reason).
 
@@ -143,6 +159,8 @@ def walk(
     tree = Entry("d", stat.S_IMODE(top.st_mode), top.st_mtime_ns)
     files: dict[str, os.stat_result] = {}
     errors: list[tuple[str, str]] = []
+    temporaries: list[str] = []
+    seen = blake3.blake3(salt)
     stack: list[tuple[str, Entry, int, Entry | None]] = [("", tree, top_fd, None)]
     while stack:
         rel_dir, node, fd, parent = stack.pop()
@@ -159,6 +177,9 @@ def walk(
             for item in items:
                 name = os.fsdecode(item.name)
                 rel = f"{rel_dir}/{name}" if rel_dir else name
+                if is_temporary(name):
+                    temporaries.append(rel)
+                    continue
                 try:
                     st = item.stat(follow_symlinks=False)
                 except OSError as exc:
@@ -175,6 +196,9 @@ def walk(
                         continue
                     stack.append((rel, Entry("d", stat.S_IMODE(mode), st.st_mtime_ns),
                                   child_fd, node))
+                    raw = os.fsencode(rel)
+                    seen.update(_RECORD.pack(b"d", mode, st.st_mtime_ns, 0, st.st_ino,
+                                             len(raw)) + raw)
                     continue
                 elif stat.S_ISREG(mode):
                     if exclude and exclude(rel, False):
@@ -193,9 +217,14 @@ def walk(
                 else:
                     continue
                 node.children[name] = child
+                raw = os.fsencode(rel)
+                seen.update(_RECORD.pack(child.kind.encode(), mode, st.st_mtime_ns,
+                                         st.st_size, st.st_ino, len(raw)) + raw)
+                if child.kind == "l":
+                    seen.update(os.fsencode(child.target) + b"\0")
         finally:
             os.close(fd)
-    return tree, files, errors
+    return Walk(tree, files, errors, seen.digest(), temporaries)
 
 
 def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:

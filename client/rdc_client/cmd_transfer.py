@@ -146,19 +146,24 @@ async def _transfer(
                 create=push_mode and not args.dry_run,
                 excludes=patterns,
             )
-            # The local scan runs while the server scans its side.
-            if not push_mode and not args.dry_run:
+            # The local walk runs while the server scans its side. Nothing changed on either
+            # side since their last scans (stat says so): that is all it takes.
+            cached, walked = await trio.to_thread.run_sync(replica.quick)
+            if walked.temporaries and not push_mode and not args.dry_run:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-            line = ProgressLine(enabled=args.progress)
-            try:
-                tree = await trio.to_thread.run_sync(replica.scan, None, line)
-            finally:
-                line.close()
             answer = await opened(opening)
-            if push_mode:
-                stats = await push(connection, replica, tree, answer, options)
+            if cached is not None and cached[:2] == (answer["content"], answer["meta"]):
+                stats = Stats(files_total=len(walked.files), in_step=True)
             else:
-                stats = await pull(connection, replica, tree, answer, options)
+                line = ProgressLine(enabled=args.progress)
+                try:
+                    tree = await trio.to_thread.run_sync(replica.scan, None, line, walked)
+                finally:
+                    line.close()
+                if push_mode:
+                    stats = await push(connection, replica, tree, answer, options)
+                else:
+                    stats = await pull(connection, replica, tree, answer, options)
             bar.close()
         stats.bytes_sent = counted.bytes_sent
         stats.bytes_received = counted.bytes_received

@@ -8,13 +8,15 @@ references: a broken build must fail loudly, not hide behind a 100x slower fallb
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from rdc._native import signature_ref
-from rdc._native.chunker_ref import ReferenceScanner
 
 PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
 
 if PURE_PYTHON:
+    from rdc._native.chunker_ref import ReferenceScanner
+
     Scanner = ReferenceScanner
     sketch = signature_ref.sketch
     copy_into = signature_ref.copy_into
@@ -32,6 +34,18 @@ else:
             "to run the slow pure-Python implementation."
         ) from exc
     IMPLEMENTATION = "c"
+
+
+
+def __getattr__(name: str) -> Any:
+    # The reference chunker builds its Rabin tables in Python when imported: only tests and
+    # the pure run need it, so a command's start-up does not pay for it.
+    if name == "ReferenceScanner":
+        from rdc._native.chunker_ref import ReferenceScanner
+
+        return ReferenceScanner
+    raise AttributeError(name)
+
 
 __all__ = [
     "IMPLEMENTATION",

@@ -182,6 +182,32 @@ class IndexDatabase:
         )
         return [(file_id, n) for file_id, n in rows]
 
+    def roots(self) -> dict[str, bytes]:
+        """Every file's root by path."""
+        return {os.fsdecode(path): root
+                for path, root in self.conn.execute("SELECT path, root FROM file")}
+
+    def cached_hashes(self, fingerprint: bytes) -> tuple[bytes, bytes, bytes] | None:
+        """The root hashes sealed for a walk with this fingerprint, if they are still the
+        last ones and no file was racy then."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'tree'").fetchone()
+        if row is None:
+            return None
+        stored, *hashes = row[0].split()
+        if stored != fingerprint.hex() or len(hashes) != 3:
+            return None
+        return tuple(bytes.fromhex(h) for h in hashes)  # type: ignore[return-value]
+
+    def cache_hashes(self, fingerprint: bytes | None, hashes: tuple[bytes, ...]) -> None:
+        """Remember the root hashes of a sealed walk; none (``fingerprint`` None, or a racy
+        file whose content stat cannot vouch for) forgets them."""
+        racy = self.conn.execute("SELECT 1 FROM file WHERE racy = 1 LIMIT 1").fetchone()
+        if fingerprint is None or racy:
+            self.conn.execute("DELETE FROM meta WHERE key = 'tree'")
+            return
+        value = " ".join([fingerprint.hex(), *(h.hex() for h in hashes)])
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('tree', ?)", (value,))
+
     def count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM file").fetchone()[0]
 

@@ -107,34 +107,49 @@ class ServerSession:
             message["share"], message["path"], message["write"], message["create"]
         )
         self.opened = opened
-        if opened.writable and message["write"]:
-            # Temporaries of killed transfers (this daemon's or another's) go now.
-            async with opened.lock:
-                await trio.to_thread.run_sync(opened.replica.fs.clean_temporaries)
-        tree = await self._scan()
+        replica = opened.replica
+        async with opened.lock:
+            seq = opened.sequence()
+            cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
+            if cached is None:  # something changed since the last scan: a full one
+                tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+                self._scanned(tree, seq)
+                cached = (tree.content, tree.meta, tree.smeta)
+            else:  # nothing changed: the tree is scanned only if someone asks for it
+                self.tree, self.unreadable = None, 0
         log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message["path"],
                  "read-write" if opened.writable and message["write"] else "read-only")
+        content, meta, smeta = cached
         conversation.send(
             "opened",
-            content=tree.content,
-            meta=tree.meta,
-            smeta=tree.smeta,
+            content=content,
+            meta=meta,
+            smeta=smeta,
             unreadable=self.unreadable,
             writable=opened.writable,
-            seq=opened.sequence(),
+            seq=seq,
         )
+        if walked.temporaries and opened.writable and message["write"]:
+            # Temporaries of killed transfers (this daemon's or another's) go now.
+            async with opened.lock:
+                await trio.to_thread.run_sync(replica.fs.clean_temporaries)
 
     async def _scan(self) -> Entry:
         assert self.opened is not None
         async with self.opened.lock:
             seq = self.opened.sequence()
-            self.tree = await trio.to_thread.run_sync(self.opened.replica.scan, self.excludes)
-            self.unreadable = len(self.opened.replica.errors)
-            for path, reason in self.opened.replica.errors[:20]:
-                log.warning("%s: cannot read %s: %s", self.peer, path, reason)
+            tree = await trio.to_thread.run_sync(self.opened.replica.scan, self.excludes)
+            self._scanned(tree, seq)
+        return tree
+
+    def _scanned(self, tree: Entry, seq: int) -> None:
+        assert self.opened is not None
+        self.tree = tree
+        self.unreadable = len(self.opened.replica.errors)
+        for path, reason in self.opened.replica.errors[:20]:
+            log.warning("%s: cannot read %s: %s", self.peer, path, reason)
         self.dirty = False
         self.scanned_seq = seq
-        return self.tree
 
     async def _fresh_tree(self) -> Entry:
         """The last scan, unless this connection wrote since, or the share changed (another
