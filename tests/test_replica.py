@@ -1,0 +1,80 @@
+"""The replica's quick path: root hashes reused only while stat vouches for every entry."""
+
+from __future__ import annotations
+
+import os
+
+from rdc.ignore import Excludes
+from rdc.replica import Replica
+
+OLD = 1_600_000_000 * 10**9
+
+
+def make(tmp_path, excludes=()) -> Replica:
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True, exist_ok=True)
+    for name, data in (("a.txt", b"alpha\n" * 100), ("d/b.txt", b"beta\n" * 100)):
+        path = root / name
+        if not path.exists():
+            path.write_bytes(data)
+            os.utime(path, ns=(OLD, OLD))
+    return Replica(str(root), tmp_path / "index.sqlite3", Excludes(excludes))
+
+
+def test_an_unchanged_tree_reuses_its_sealed_hashes(tmp_path) -> None:
+    replica = make(tmp_path)
+    tree = replica.scan()
+    cached, walked = replica.quick()
+    assert cached == (tree.content, tree.meta, tree.smeta)
+    assert len(walked.files) == 2
+    replica.close()
+
+
+def test_any_change_stat_can_see_drops_them(tmp_path) -> None:
+    replica = make(tmp_path)
+    replica.scan()
+    root = tmp_path / "root"
+    changes = [
+        lambda: os.utime(root / "a.txt", ns=(OLD + 1, OLD + 1)),
+        lambda: os.chmod(root / "d" / "b.txt", 0o600),
+        lambda: ((root / "d" / "new").write_bytes(b"x"),
+                 os.utime(root / "d" / "new", ns=(OLD, OLD))),  # (not racy)
+        lambda: os.remove(root / "d" / "new"),
+        lambda: os.symlink("a.txt", root / "link"),
+        lambda: os.rename(root / "link", root / "link2"),
+    ]
+    for change in changes:
+        change()
+        cached, walked = replica.quick()
+        assert cached is None
+        tree = replica.scan(walked=walked)
+        assert replica.quick()[0] == (tree.content, tree.meta, tree.smeta)
+    replica.close()
+
+
+def test_other_excludes_are_another_tree(tmp_path) -> None:
+    replica = make(tmp_path)
+    replica.scan()
+    other = Replica(replica.root, tmp_path / "index.sqlite3", Excludes(["d/"]))
+    assert other.quick()[0] is None
+    replica.close()
+    other.close()
+
+
+def test_a_racy_file_is_never_vouched_for(tmp_path) -> None:
+    """A file modified within the racy window could change again within its mtime tick:
+    its stat cannot vouch for its content, so nothing is cached."""
+    replica = make(tmp_path)
+    (tmp_path / "root" / "a.txt").write_bytes(b"just written\n")  # mtime: now
+    replica.scan()
+    assert replica.quick()[0] is None
+    replica.close()
+
+
+def test_temporaries_are_seen_but_not_part_of_the_tree(tmp_path) -> None:
+    replica = make(tmp_path)
+    (tmp_path / "root" / "d" / ".rdc-tmp-0123456789abcdef-x").write_bytes(b"in flight")
+    tree = replica.scan()
+    assert replica.temporaries == ["d/.rdc-tmp-0123456789abcdef-x"]
+    assert sorted(tree.children["d"].children) == ["b.txt"]
+    replica.close()
