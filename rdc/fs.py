@@ -247,7 +247,7 @@ def _rmtree_at(dfd: int, leaf: str) -> None:
 
 def _install(
     dfd: int, tmp: str, leaf: str, rel: str, tmp_st: os.stat_result,
-    expect: Expect | None, replace_dir: bool,
+    expect: Expect | None, replace_dir: bool, sync_dir: bool = True,
 ) -> None:
     """Put the finished temporary ``tmp`` in place of ``leaf``, both in directory ``dfd``."""
     # Whatever now sits at our temporary name is installed by the rename: make sure it is
@@ -276,7 +276,8 @@ def _install(
             with contextlib.suppress(OSError):
                 os.rename(aside, leaf, src_dir_fd=dfd, dst_dir_fd=dfd)
         raise
-    os.fsync(dfd)
+    if sync_dir:
+        os.fsync(dfd)
     if aside is not None:
         # The new entry is in place, so this is no failure of the install: anything left
         # (a mount point, no permission) stays under the temporary name.
@@ -516,6 +517,16 @@ class SafeRoot:
         finally:
             os.close(fd)
 
+    def sync_dir(self, rel: str | bytes) -> None:
+        """fsync the directory at ``rel`` ("" is the root): makes renames into it durable
+        (for commits made with ``sync_dir=False``)."""
+        rel = check_relpath(rel, allow_root=True)
+        fd = self._open_dir(rel, rel)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def rmdir(self, rel: str | bytes) -> bool:
         """Remove the directory at ``rel`` if it is empty (OSError ENOTEMPTY if not; a
         symlink or file there is NotADirectoryError); True if it was there."""
@@ -704,11 +715,13 @@ class TempFile:
 
     def commit(
         self, mode: int, mtime_ns: int, expect: Expect | None = None, *,
-        replace_dir: bool = False,
+        replace_dir: bool = False, sync_dir: bool = True,
     ) -> os.stat_result:
         """Give the file ``mode`` (see ALLOW_SETID) and mtime ``mtime_ns``, fsync it, check
         ``expect`` against what is at the destination (else ConflictError), rename it over
-        the destination and fsync the directory; return the file's final stat. A directory
+        the destination and fsync the directory (unless ``sync_dir`` is False: the caller
+        then syncs it later, and a crash before that leaves the old file); return the
+        file's final stat. A directory
         at the destination is IsADirectoryError unless ``replace_dir``. On any error the
         temporary is gone and the destination is as it was, except for an error after the
         rename (fsyncing the directory), which leaves the new file in place. The rename is
@@ -723,7 +736,7 @@ class TempFile:
             os.utime(self._fd, ns=(mtime_ns, mtime_ns))
             os.fsync(self._fd)
             _install(self._dfd, self.temp_name, leaf_name(self.path), self.path, self._st,
-                     expect, replace_dir)
+                     expect, replace_dir, sync_dir)
             final = os.fstat(self._fd)
         except BaseException as exc:
             self._fail(exc)

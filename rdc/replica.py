@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rdc.descent import SeedFile
-from rdc.fs import SafeRoot
+from rdc.fs import Expect, SafeRoot, TempFile
 from rdc.ignore import Excludes
 from rdc.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
 from rdc.signature import FileSignature, signature_of_file
@@ -41,6 +41,7 @@ class Replica:
         self.tree: Entry | None = None
         self.errors: list[tuple[str, str]] = []  # what the last scan could not read
         self.temporaries: list[str] = []  # rdc temporaries the last scan saw
+        self._unsynced: set[str] = set()  # directories renamed into, not yet fsynced
 
     def close(self) -> None:
         self.db.close()
@@ -200,6 +201,27 @@ class Replica:
             racy = st.st_mtime_ns >= time.time_ns() - RACY_NS
         with self.lock, self.db.transaction():
             self.db.put(path, st, signature, racy)
+
+    def commit(
+        self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None
+    ) -> os.stat_result:
+        """Commit a temporary over ``path``, leaving the fsync of its directory to
+        `sync_dirs` (once per directory, not once per file)."""
+        st = temp.commit(mode, mtime_ns, expect, sync_dir=False)
+        with self.lock:
+            self._unsynced.add(path.rpartition("/")[0])
+        return st
+
+    def sync_dirs(self) -> None:
+        """Make the renames of `commit` durable. Until then a crash may leave the old
+        version of a file, never a mix."""
+        with self.lock:
+            dirs, self._unsynced = self._unsynced, set()
+        for rel in sorted(dirs):
+            try:
+                self.fs.sync_dir(rel)
+            except OSError:
+                continue  # moved or removed since: nothing of ours to make durable there
 
     def set_times(self, path: str, mtime_ns: int) -> None:
         """Set the mtime of the entry at ``path``; a file whose index row was current stays

@@ -118,7 +118,10 @@ class Pair:
                 frames, lambda t: Rights() if t == TOKEN else None
             )
             session = ServerSession(self.registry.for_client(rights))
-            await Connection(frames, handler=session.handle).run()
+            try:
+                await Connection(frames, handler=session.handle).run()
+            finally:
+                session.close()
         except (AccessDenied, ProtocolError, RemoteError) as exc:
             self.server_errors.append(exc)
 

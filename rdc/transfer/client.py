@@ -293,8 +293,11 @@ async def pull(
         if options.dry_run:
             changes.meta = metadata.differences(*await metadata.walk(connection, tree))
             return stats
-        await _pull_changes(connection, replica, changes, options, stats,
-                            opened.get("unreadable", 0))
+        try:
+            await _pull_changes(connection, replica, changes, options, stats,
+                                opened.get("unreadable", 0))
+        finally:
+            await trio.to_thread.run_sync(replica.sync_dirs)
         tree = await trio.to_thread.run_sync(replica.scan)
         _count_ops(stats, "meta", await metadata.pull(connection, replica, tree))
         tree = await trio.to_thread.run_sync(replica.scan)

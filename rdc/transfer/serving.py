@@ -268,7 +268,10 @@ class ServerSession:
         self.unannounced = True
 
     def close(self) -> None:
-        """The connection ended: announce what it wrote, if ``finish`` did not."""
+        """The connection ended: make its renames durable, and announce what it wrote if
+        ``finish`` did not."""
+        if self.opened is not None and self.dirty:
+            self.opened.replica.sync_dirs()
         if self.unannounced and self.opened is not None:
             self.opened.changed()
             self.unannounced = False
@@ -277,6 +280,8 @@ class ServerSession:
         """The server's root hashes now; what this connection wrote is announced to the
         share's watchers (once per finish, not per file)."""
         assert self.opened is not None
+        if self.dirty:
+            await trio.to_thread.run_sync(self.opened.replica.sync_dirs)
         if self.unannounced:
             self.opened.changed()
             self.unannounced = False

@@ -22,6 +22,7 @@ from rdc.descent import (
     Offer,
     Plan,
     Reply,
+    SeedFile,
     SeedMap,
     SubLists,
     target_descent,
@@ -119,28 +120,12 @@ async def receive_file(
 async def _receive(
     conversation: Conversation, replica: Replica, path: str, offer: dict[str, Any], expect: Any
 ) -> Outcome:
-    root = offer["root"]
-    check = await trio.to_thread.run_sync(_expectation, replica, path, expect)
-    if await trio.to_thread.run_sync(replica.current_root, path) == root:
-        await trio.to_thread.run_sync(_touch, replica, path, offer)
-        return Outcome("have")
-    for holder in await trio.to_thread.run_sync(replica.holders, root):
-        if holder == path:
-            continue
-        signature = await trio.to_thread.run_sync(_copy_local, replica, holder, path, offer, check)
-        if signature is not None:
-            return Outcome("copy", matched=offer["size"])
-    if "data" in offer:
-        assembly = _Assembly(replica, path)
-        try:
-            assembly.write(offer["data"])
-            await _commit(replica, assembly, path, offer, check)
-        except BaseException:
-            assembly.abort()
-            raise
-        return Outcome("whole", literal=offer["size"])
-
-    seeds = SeedMap(await trio.to_thread.run_sync(replica.seeds, path, offer["sketch"]))
+    decided, check, seed_files = await trio.to_thread.run_sync(
+        _decide, replica, path, offer, expect
+    )
+    if decided is not None:
+        return decided
+    seeds = SeedMap(seed_files)
     plan = await _descend(conversation, offer, seeds)
     if not plan.whole:
         assembly = _Assembly(replica, path)
@@ -160,6 +145,31 @@ async def _receive(
     finally:
         assembly.abort()
     return Outcome("whole", literal=offer["size"])
+
+
+def _decide(
+    replica: Replica, path: str, offer: dict[str, Any], expect: Any
+) -> tuple[Outcome | None, Expect | None, list[SeedFile]]:
+    """What can be settled without the source, on one worker thread: the expectation, the
+    file already here, a copy of another local file with its content, a tiny file whose
+    content came in the offer. Otherwise the seeds to descend with."""
+    root = offer["root"]
+    check = _expectation(replica, path, expect)
+    if replica.current_root(path) == root:
+        _touch(replica, path, offer)
+        return Outcome("have"), check, []
+    for holder in replica.holders(root):
+        if holder != path and _copy_local(replica, holder, path, offer, check) is not None:
+            return Outcome("copy", matched=offer["size"]), check, []
+    if "data" in offer:
+        assembly = _Assembly(replica, path)
+        try:
+            assembly.write(offer["data"])
+            _finish_file(replica, assembly, path, offer, check, final=True)
+        finally:
+            assembly.abort()
+        return Outcome("whole", literal=offer["size"]), check, []
+    return None, check, replica.seeds(path, offer["sketch"])
 
 
 def _expectation(replica: Replica, path: str, expect: Any) -> Expect | None:
@@ -207,7 +217,7 @@ def _copy_local(
         signature = assembly.signer.finish()
         if signature.root != offer["root"]:
             return None
-        st = assembly.temp.commit(offer["mode"], offer["mtime"], check)
+        st = replica.commit(assembly.temp, path, offer["mode"], offer["mtime"], check)
         replica.record(path, st, signature)
         return signature
     finally:
@@ -389,16 +399,25 @@ async def _commit(
 ) -> bool:
     """Check the root and, if it matches, commit and index the file. A mismatch is an error
     if ``final``, else False (the caller asks for the whole file)."""
+    return await trio.to_thread.run_sync(
+        _finish_file, replica, assembly, path, offer, check, final
+    )
 
-    def run() -> bool:
-        signature = assembly.signer.finish()
-        if signature.root != offer["root"]:
-            if final:
-                raise Refusal("verify", message=f"{path}: the received file does not have the "
-                              "offered root (it changed at the source while being sent?)")
-            return False
-        st = assembly.temp.commit(offer["mode"], offer["mtime"], check)
-        replica.record(path, st, signature)
-        return True
 
-    return await trio.to_thread.run_sync(run)
+def _finish_file(
+    replica: Replica,
+    assembly: _Assembly,
+    path: str,
+    offer: dict[str, Any],
+    check: Expect | None,
+    final: bool,
+) -> bool:
+    signature = assembly.signer.finish()
+    if signature.root != offer["root"]:
+        if final:
+            raise Refusal("verify", message=f"{path}: the received file does not have the "
+                          "offered root (it changed at the source while being sent?)")
+        return False
+    st = replica.commit(assembly.temp, path, offer["mode"], offer["mtime"], check)
+    replica.record(path, st, signature)
+    return True

@@ -515,6 +515,8 @@ async def sync_round(
         stats = await execute(connection, replica, round_, options) if actions else Stats()
     finally:
         # Even when cut off: what was done is recorded, the rest keeps its old base.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(replica.sync_dirs)
         round_.revert_pending(replica)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(base_store.save, base_path, round_.new_base)

@@ -23,7 +23,7 @@ HEADER = struct.Struct(">I")
 COMPRESS_FROM = 256
 # Bodies this large are (de)compressed on a worker thread (zstd releases the GIL) so the
 # event loop keeps serving other conversations.
-THREAD_FROM = 256 * 1024
+THREAD_FROM = 16 * 1024
 # A compressed frame uses the last HISTORY bytes of the plaintext frame bodies sent before
 # it in the same direction (since the handshake) as a raw-content dictionary: most of what
 # a stream of small frames shares (names, paths, message keys) is in its recent past. The
@@ -31,9 +31,13 @@ THREAD_FROM = 256 * 1024
 HISTORY = 256 * 1024
 # Compression level by how much plaintext this side has sent: small syncs (a few MB of
 # signatures and literal data) are squeezed hard, where a tenth of a second of CPU saves
-# tens of KB; bulk transfers fall back to fast levels that keep up with the network.
+# tens of KB; bulk transfers fall back to fast levels that keep up with the network. Small
+# frames (wants, offers, listings) get a middle level: high levels spend tens of ms per
+# frame taking in the 256 KiB history, whatever the frame's size.
 LEVELS = ((2 << 20, 19), (32 << 20, 9))
 BULK_LEVEL = 3
+SMALL_FRAME = 32 * 1024
+SMALL_LEVEL = 9
 READ_SIZE = 65536
 
 
@@ -113,7 +117,7 @@ class FrameStream:
         if self.compress:
             if len(plain) >= COMPRESS_FROM:
                 compressor = zstandard.ZstdCompressor(
-                    level=self._level(), write_content_size=True,
+                    level=self._level(len(plain)), write_content_size=True,
                     dict_data=self._sent.dictionary(),
                 )
                 if len(plain) >= THREAD_FROM:
@@ -126,12 +130,12 @@ class FrameStream:
             self.plain_sent += len(plain)
         await self.stream.send_all(HEADER.pack(flag | len(body)) + body)
 
-    def _level(self) -> int:
+    def _level(self, size: int) -> int:
         if self.level is not None:
             return self.level
         for volume, level in LEVELS:
             if self.plain_sent < volume:
-                return level
+                return level if size >= SMALL_FRAME else min(level, SMALL_LEVEL)
         return BULK_LEVEL
 
     # ------------------------------------------------------------ receiving
@@ -209,7 +213,7 @@ async def _decompress(body: bytes, dictionary: zstandard.ZstdCompressionDict | N
         return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(body)
 
     try:
-        out = await trio.to_thread.run_sync(run) if len(body) >= THREAD_FROM // 4 else run()
+        out = await trio.to_thread.run_sync(run) if len(body) >= 4 * THREAD_FROM else run()
     except zstandard.ZstdError as exc:
         raise ProtocolError(message=f"bad zstd frame: {exc}") from None
     if len(out) != size:
