@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rdc.descent import SeedFile
-from rdc.fs import Expect, SafeRoot, TempFile
+from rdc.fs import ConflictError, Expect, SafeRoot, TempFile
 from rdc.ignore import Excludes
 from rdc.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
 from rdc.signature import FileSignature, signature_of_file
@@ -140,6 +140,19 @@ class Replica:
         except BaseException:
             f.close()
             raise
+
+    def expect_version(self, path: str, prefix: bytes) -> Expect:
+        """A check, for a later commit or removal, that the file at ``path`` is still the
+        version whose root starts with ``prefix`` (as a listing showed it): ConflictError
+        now if it is not, else an expectation of its current stat."""
+        try:
+            signature, st, f = self.sign(path)
+        except FileNotFoundError:
+            raise ConflictError(path=path, expected="a file", found="nothing") from None
+        f.close()
+        if not signature.root.startswith(prefix):
+            raise ConflictError(path=path, expected="the version listed", found="another")
+        return Expect.from_stat(st)
 
     # ------------------------------------------------------------ seeds (target side)
 

@@ -34,14 +34,7 @@ def expectation(replica: Replica, path: str, spec: Any) -> Expect | None:
     if kind == "l":
         return Expect.link(digest)
     if kind == "f":
-        try:
-            signature, st, f = replica.sign(path)
-        except FileNotFoundError:
-            raise ConflictError(path=path, expected="a file", found="nothing") from None
-        f.close()
-        if not signature.root.startswith(digest):
-            raise ConflictError(path=path, expected="the listed version", found="another")
-        return Expect.from_stat(st)
+        return replica.expect_version(path, digest)
     raise Refusal("protocol", message=f"bad expect kind {kind!r}")
 
 

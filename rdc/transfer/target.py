@@ -181,14 +181,7 @@ def _expectation(replica: Replica, path: str, expect: Any) -> Expect | None:
         if replica.fs.lstat(path) is not None:
             raise ConflictError(path=path, expected="nothing", found="an entry")
         return Expect.absent()
-    try:
-        signature, st, f = replica.sign(path)
-    except FileNotFoundError:
-        raise ConflictError(path=path, expected="a file", found="nothing") from None
-    f.close()
-    if not signature.root.startswith(expect):
-        raise ConflictError(path=path, expected="the version listed", found="another version")
-    return Expect.from_stat(st)
+    return replica.expect_version(path, expect)
 
 
 def _touch(replica: Replica, path: str, offer: dict[str, Any]) -> None:
