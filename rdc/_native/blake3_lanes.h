@@ -35,11 +35,25 @@ typedef struct {
 /* Runs jobs[0..count), count <= the kernel's lanes. */
 typedef void (*b3_kernel)(const b3_job *jobs, size_t count);
 
-extern const uint32_t b3_iv[8];
+/* In this header, not in one file, so that the kernels see the constants and unroll the
+ * rounds over them. */
+static const uint32_t b3_iv[8] = {
+    0x6A09E667u, 0xBB67AE85u, 0x3C6EF372u, 0xA54FF53Au,
+    0x510E527Fu, 0x9B05688Cu, 0x1F83D9ABu, 0x5BE0CD19u,
+};
+
 /* Message word order of each of the 7 rounds: the identity, then each row the previous
  * one permuted by the paper's permutation (2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14,
  * 15, 8). */
-extern const uint8_t b3_schedule[7][16];
+static const uint8_t b3_schedule[7][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8},
+    {3, 4, 10, 12, 13, 2, 7, 14, 6, 5, 9, 0, 11, 15, 8, 1},
+    {10, 7, 12, 9, 14, 3, 13, 15, 4, 0, 11, 2, 5, 8, 1, 6},
+    {12, 13, 9, 11, 15, 10, 14, 8, 7, 2, 5, 3, 0, 1, 6, 4},
+    {9, 14, 11, 5, 8, 12, 15, 1, 13, 3, 0, 10, 2, 6, 4, 7},
+    {11, 15, 5, 0, 1, 9, 8, 6, 14, 10, 2, 12, 3, 4, 7, 13},
+};
 
 /* Pointer to the job's block b, zero-padded into pad when it is a short last block. */
 static inline const uint8_t *b3_block(const b3_job *job, uint32_t b, uint8_t pad[B3_BLOCK]) {
