@@ -1,5 +1,5 @@
-"""The one place that picks the native implementations: the chunker, and the sketch, tree
-grouping and segment copies of signatures.
+"""The one place that picks the native implementations: the chunker, the chunk hashes, and
+the sketch, tree grouping and segment copies of signatures.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 
-from rdc._native import signature_ref
+from rdc._native import blake3_ref, signature_ref
 from rdc._native.chunker_ref import ReferenceScanner
 
 PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
 
 if PURE_PYTHON:
     Scanner = ReferenceScanner
+    hash_chunks = blake3_ref.hash_chunks
     sketch = signature_ref.sketch
     copy_into = signature_ref.copy_into
     group_cuts = signature_ref.group_cuts
@@ -23,6 +24,7 @@ if PURE_PYTHON:
     IMPLEMENTATION = "python"
 else:
     try:
+        from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
         from rdc._native._signature import copy_into, group_cuts, next_level_payloads, sketch
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
@@ -40,6 +42,7 @@ __all__ = [
     "Scanner",
     "copy_into",
     "group_cuts",
+    "hash_chunks",
     "next_level_payloads",
     "sketch",
 ]
