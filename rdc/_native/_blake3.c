@@ -61,7 +61,9 @@ static PyObject *py_hash_chunks(PyObject *module, PyObject *args, PyObject *kwds
     switch (rc) {
     case RDC_B3_OK: break;
     case RDC_B3_ENOMEM: PyErr_NoMemory(); goto done;
-    case RDC_B3_ETOOLONG: PyErr_SetString(PyExc_ValueError, "a chunk is longer than 1 MiB"); goto done;
+    case RDC_B3_ETOOLONG:
+        PyErr_SetString(PyExc_ValueError, "a chunk is longer than 1 MiB");
+        goto done;
     case RDC_B3_EPATH:
         PyErr_Format(PyExc_ValueError, "BLAKE3 code path %s is not available on this CPU",
                      rdc_b3_path_name(path));

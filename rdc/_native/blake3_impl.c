@@ -132,11 +132,22 @@ typedef struct {
 
 typedef struct {
     kernel_choice kernel;
-    b3_job jobs[BATCH_NODES];
-    b3_job sorted[BATCH_NODES];
-    member members[BATCH_NODES];
-    uint8_t cvs[BATCH_NODES][RDC_B3_OUT_BYTES];
+    b3_job *jobs, *sorted;
+    member *members;
+    uint8_t (*cvs)[RDC_B3_OUT_BYTES];
 } workspace;
+
+/* Room for batches of up to `nodes` BLAKE3 chunks, in one allocation (free ws->jobs). */
+static int workspace_init(workspace *ws, size_t nodes) {
+    size_t job_bytes = nodes * sizeof(b3_job), member_bytes = nodes * sizeof(member);
+    uint8_t *mem = malloc(2 * job_bytes + member_bytes + nodes * RDC_B3_OUT_BYTES);
+    if (!mem) return RDC_B3_ENOMEM;
+    ws->jobs = (b3_job *)mem;
+    ws->sorted = (b3_job *)(mem + job_bytes);
+    ws->members = (member *)(mem + 2 * job_bytes);
+    ws->cvs = (uint8_t(*)[RDC_B3_OUT_BYTES])(mem + 2 * job_bytes + member_bytes);
+    return RDC_B3_OK;
+}
 
 static void run_jobs(const workspace *ws, const b3_job *jobs, size_t n) {
     size_t lanes = ws->kernel.lanes;
@@ -218,32 +229,36 @@ int rdc_b3_hash_chunks(const uint8_t *data, const uint64_t *ends, size_t n, uint
     if (path < 0) path = rdc_b3_best_path();
     if (!rdc_b3_path_available(path)) return RDC_B3_EPATH;
     uint64_t s = start;
+    size_t total = 0; /* BLAKE3 chunks, up to a batch's worth */
     for (size_t i = 0; i < n; i++) {
         if (ends[i] < s) return RDC_B3_EORDER;
         if (ends[i] - s > RDC_B3_MAX_CHUNK) return RDC_B3_ETOOLONG;
+        if (total < BATCH_NODES)
+            total += ends[i] > s ? (size_t)((ends[i] - s + B3_CHUNK - 1) / B3_CHUNK) : 1;
         s = ends[i];
     }
     if (!n) return RDC_B3_OK;
-    workspace *ws = malloc(sizeof *ws);
-    if (!ws) return RDC_B3_ENOMEM;
-    ws->kernel = kernel_of(path);
+    workspace ws;
+    if (workspace_init(&ws, total < BATCH_NODES ? total : BATCH_NODES) != RDC_B3_OK)
+        return RDC_B3_ENOMEM;
+    ws.kernel = kernel_of(path);
     size_t njobs = 0, nmembers = 0;
     s = start;
     for (size_t i = 0; i < n; i++) {
         uint64_t len = ends[i] - s;
         size_t nodes = len ? (size_t)((len + B3_CHUNK - 1) / B3_CHUNK) : 1;
         if (njobs + nodes > BATCH_NODES) {
-            run_batch(ws, njobs, nmembers);
+            run_batch(&ws, njobs, nmembers);
             njobs = nmembers = 0;
         }
         uint32_t count = chunk_jobs(data, s, ends[i], out + (size_t)RDC_B3_OUT_BYTES * i,
-                                    ws->cvs + njobs, ws->jobs + njobs);
-        ws->members[nmembers++] = (member){out + (size_t)RDC_B3_OUT_BYTES * i,
+                                    ws.cvs + njobs, ws.jobs + njobs);
+        ws.members[nmembers++] = (member){out + (size_t)RDC_B3_OUT_BYTES * i,
                                            (uint32_t)njobs, count};
         njobs += count;
         s = ends[i];
     }
-    run_batch(ws, njobs, nmembers);
-    free(ws);
+    run_batch(&ws, njobs, nmembers);
+    free(ws.jobs);
     return RDC_B3_OK;
 }
