@@ -15,9 +15,10 @@ segment), the calling thread chunks the segment itself: the same leaves, at the 
 one core.
 
 Large regular files are read by the workers themselves (``preadv`` at each segment's
-offset); other streams are read in order on the calling thread. Memory stays bounded: a
-call holds at most ``IN_FLIGHT + 1`` segment buffers, and up to ``KEEP_BUFFERS`` are kept
-for reuse between files.
+offset); other streams are read in order on the calling thread; a buffer in memory is
+chunked and hashed where it is (a copy would cost more than it saves). Memory stays
+bounded: a call holds at most ``IN_FLIGHT + 1`` segment buffers, and up to
+``KEEP_BUFFERS`` are kept for reuse between files.
 """
 
 from __future__ import annotations
@@ -203,21 +204,12 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def segments_of_buffer(data: Buffer, segment_size: int) -> Iterator[Segment]:
-    """Segments of a buffer. A worker copies each into a pool buffer, then chunks and
-    hashes it there, in its cache: faster than reading it from memory twice."""
+    """Segments of a buffer, views of it: a worker chunks a segment from memory, then
+    hashes it from its cache."""
     view = memoryview(data).cast("B")
-    if len(view) <= segment_size:
-        yield Segment(0, view, True, None)
-        return
-
-    def copy(seg: Segment) -> None:
-        assert seg.owned is not None
-        n = _native.copy_into(seg.owned, seg.data)
-        seg.data = memoryview(seg.owned)[:n]
-
-    for start in range(0, len(view), segment_size):
+    for start in range(0, max(len(view), 1), segment_size):
         end = min(start + segment_size, len(view))
-        yield Segment(start, view[start:end], end == len(view), _buffer(segment_size), copy)
+        yield Segment(start, view[start:end], end == len(view), None)
 
 
 def segments_of_file(

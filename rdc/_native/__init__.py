@@ -1,5 +1,5 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, and
-the sketch, tree grouping and segment copies of signatures.
+the sketch and tree grouping of signatures.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -18,7 +18,6 @@ if PURE_PYTHON:
     Scanner = ReferenceScanner
     hash_chunks = blake3_ref.hash_chunks
     sketch = signature_ref.sketch
-    copy_into = signature_ref.copy_into
     group_cuts = signature_ref.group_cuts
     next_level_payloads = signature_ref.next_level_payloads
     IMPLEMENTATION = "python"
@@ -26,7 +25,7 @@ else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
-        from rdc._native._signature import copy_into, group_cuts, next_level_payloads, sketch
+        from rdc._native._signature import group_cuts, next_level_payloads, sketch
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -40,7 +39,6 @@ __all__ = [
     "PURE_PYTHON",
     "ReferenceScanner",
     "Scanner",
-    "copy_into",
     "group_cuts",
     "hash_chunks",
     "next_level_payloads",
