@@ -134,8 +134,8 @@ def test_a_file_growing_while_read_is_read_to_its_end(tmp_path) -> None:
 
 
 def test_concurrent_signatures_share_the_workers() -> None:
-    """Callers on several threads (as in an index refresh) share the workers and the hash
-    lane, and each gets its own exact result."""
+    """Callers on several threads (as in an index refresh) share the workers, and each gets
+    its own exact result."""
     from concurrent.futures import ThreadPoolExecutor
 
     rng = random.Random(13)
