@@ -23,8 +23,8 @@
         v[b] = V_ROR7(V_XOR(v[b], v[c]));        \
     } while (0)
 
-/* v = the compression state of h under message m; h = its first half (the new chaining
- * value) in the lanes of mask `live`. */
+/* Compresses message m into the chaining values h under these block lengths and flags;
+ * unless all_live, only the lanes set in live_v take the result. */
 #define COMPRESS(lens_v, flags_v, live_v, all_live)                                  \
     do {                                                                             \
         VEC v[16];                                                                   \
@@ -53,9 +53,7 @@
         }                                                                            \
     } while (0)
 
-#ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD (4 * B3_BLOCK)
-#endif
 
 TARGET void KERNEL(const b3_job *jobs, size_t count) {
     static const uint8_t idle_block[B3_BLOCK];
@@ -102,22 +100,23 @@ TARGET void KERNEL(const b3_job *jobs, size_t count) {
             if (job && b < job->nblocks) {
                 rows[l] = b3_block(job, b, pad[l]);
                 lens[l] = b3_block_len(job, b);
-                first[l] = b3_block_flags(job, b);
+                flags[l] = b3_block_flags(job, b);
                 live[l] = ~0u;
             } else {
                 rows[l] = idle_block;
-                lens[l] = first[l] = live[l] = 0;
+                lens[l] = flags[l] = live[l] = 0;
                 all_live = 0;
             }
         }
         LOAD_MSG(rows, m);
-        COMPRESS(V_LOAD(lens), V_LOAD(first), V_LOAD(live), all_live);
+        COMPRESS(V_LOAD(lens), V_LOAD(flags), V_LOAD(live), all_live);
     }
     STORE_CV(h, outs);
 }
 
 #undef VG
 #undef COMPRESS
+#undef PREFETCH_AHEAD
 #undef KERNEL
 #undef LANES
 #undef TARGET
