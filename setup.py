@@ -16,5 +16,19 @@ setup(
             depends=["rdc/_native/signature_impl.h"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
+        Extension(
+            "rdc._native._blake3",
+            sources=[
+                "rdc/_native/_blake3.c",
+                "rdc/_native/blake3_impl.c",
+                "rdc/_native/blake3_x86.c",
+            ],
+            depends=[
+                "rdc/_native/blake3_impl.h",
+                "rdc/_native/blake3_lanes.h",
+                "rdc/_native/blake3_kernel.h",
+            ],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        ),
     ]
 )

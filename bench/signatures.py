@@ -3,9 +3,10 @@
 
 Part 1, in memory: signature throughput (chunk + BLAKE3 + tree + sketch, all cores) of
 random data next to one BLAKE3 call over the same data on one thread, and the parts that
-bound it: the chunker alone, and BLAKE3 per chunk on one and on two threads (blake3 takes
-the GIL back after each chunk, so hashing chunks is one lane whatever the thread count).
-Then a tree of small files (Django) signed one by one and refreshed into an index.
+bound it: the chunker alone, and the chunk hashes: rdc's C BLAKE3 of all chunks in one call
+on each code path this CPU has (one thread), and blake3-py per chunk on one and on two
+threads (it takes the GIL back after each chunk, so two threads are no faster). Then a tree
+of small files (Django) signed one by one and refreshed into an index.
 
 Part 2, bytes on the wire for the corpora of ../shared/bench/ (make_corpus.sh,
 make_scattered.py): the ``rdc delta --json`` totals of each case beside rsync's bytes
@@ -42,6 +43,7 @@ from collections.abc import Callable
 import blake3
 
 from rdc import _native
+from rdc._native import _blake3
 from rdc.delta import delta_file_over_file, delta_tree
 from rdc.descent import DeltaReport
 from rdc.index import IndexDatabase, refresh
@@ -149,6 +151,11 @@ def speed(mib: int, runs: int, patience: float) -> dict:
         runs,
         patience,
     )
+    hash_chunks = _blake3.hash_chunks
+    for path in _blake3.paths():
+        rows[f"rdc hash_chunks {path}, 1 thread"] = best(
+            lambda path=path: hash_chunks(data, ends, path=path), runs, patience
+        )
     sig = best(lambda: signature_of_bytes(data), runs, patience)
     rows["signature_of_bytes"] = sig
     with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
@@ -181,6 +188,10 @@ def speed(mib: int, runs: int, patience: float) -> dict:
         "blake3_per_chunk_2threads_mbps": round(
             mbps(size, rows["blake3 per chunk, 2 threads"]), 1
         ),
+        "hash_chunks_mbps": {
+            path: round(mbps(size, rows[f"rdc hash_chunks {path}, 1 thread"]), 1)
+            for path in _blake3.paths()
+        },
         "sig_cpu_pct": round(sig.cpu),
         "others_cpu_pct_during_sig": round(sig.others),
         "mib": mib,

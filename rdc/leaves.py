@@ -4,22 +4,21 @@ spliced into exactly the sequential result.
 A cut depends only on the previous cut and the bytes after it. So a chunker started at an
 arbitrary offset ``q`` (not a cut) yields a chain of cuts that, once one of them coincides
 with a cut of the true chain (the one from offset 0), equals the true chain from there on.
-Each segment ``[q, q + segment_size)`` is chunked from ``q`` on a worker thread (the
-chunker releases the GIL), then its chunks are hashed. The calling thread carries the true
-chain from its last cut into the next segment until it lands on a cut of that segment's
-chain (on random data at its first or second cut), and takes the segment's leaves from
-there. Where the chains never meet (long runs of one byte, misaligned with the segment),
-the calling thread chunks the segment itself: the same leaves, at the speed of one core.
-
-Hashing is one lane: blake3 releases the GIL for each chunk and takes it back after, so
-two threads hashing 8 KiB chunks at once are no faster than one (bench/signatures.py
-measures it). A worker that has chunked a segment queues it for hashing; whichever worker
-holds the lane hashes everything queued, while the other goes on chunking.
+Each segment ``[q, q + segment_size)`` is chunked from ``q`` and its chunks hashed, both on
+one worker thread and without the GIL (the chunker and `rdc._native.hash_chunks`, which
+hashes all of a segment's chunks in one call, in SIMD lanes), so the workers run side by
+side on all cores and each segment stays in its worker's cache. The calling thread carries
+the true chain from its last cut into the next segment until it lands on a cut of that
+segment's chain (on random data at its first or second cut), and takes the segment's leaves
+from there. Where the chains never meet (long runs of one byte, misaligned with the
+segment), the calling thread chunks the segment itself: the same leaves, at the speed of
+one core.
 
 Large regular files are read by the workers themselves (``preadv`` at each segment's
-offset); other streams are read in order on the calling thread. Memory stays bounded: a
-call holds at most ``IN_FLIGHT + 1`` segment buffers, and up to ``KEEP_BUFFERS`` are kept
-for reuse between files.
+offset); other streams are read in order on the calling thread; a buffer in memory is
+chunked and hashed where it is (a copy would cost more than it saves). Memory stays
+bounded: a call holds at most ``IN_FLIGHT + 1`` segment buffers, and up to
+``KEEP_BUFFERS`` are kept for reuse between files.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
-
-import blake3
 
 from rdc import _native
 from rdc.params import ChunkParams
@@ -50,14 +47,8 @@ IN_FLIGHT = 2 * WORKERS + 2
 STEP_CHUNKS = 2
 
 
-def hash_chunks(data: Buffer, ends: list[int], start: int = 0) -> tuple[bytes, array]:
-    """Packed BLAKE3 hashes and lengths of the chunks of ``data`` ending at ``ends`` (buffer
-    offsets), the first starting at ``start``."""
-    view = memoryview(data)
-    starts = [start, *ends[:-1]] if ends else []
-    b3 = blake3.blake3
-    hashes = b"".join([b3(view[s:e]).digest() for s, e in zip(starts, ends, strict=True)])
-    return hashes, array("Q", [e - s for s, e in zip(starts, ends, strict=True)])
+# Packed hashes and lengths of the chunks of a buffer: (data, ends, start=0) -> (bytes, array).
+hash_chunks = _native.hash_chunks
 
 
 def _scanner(params: ChunkParams) -> _native.Scanner:
@@ -74,7 +65,7 @@ class Segment:
 
 
 class _Job:
-    """One segment's own chain: chunked on a worker, hashed in the hash lane."""
+    """One segment's own chain: read (if a worker reads it), chunked and hashed on a worker."""
 
     def __init__(self, seg: Segment, params: ChunkParams) -> None:
         self.seg = seg
@@ -92,33 +83,16 @@ class _Job:
         return self.ends, self.hashes, self.lengths
 
 
-_hash_lane = threading.Lock()
-_to_hash: deque[_Job] = deque()
-
-
-def _chunk(job: _Job) -> None:
-    """A worker's task: chunk the segment, then hash whatever is queued if the lane is free."""
+def _chunk_and_hash(job: _Job) -> None:
+    """A worker's task. Reading, chunking and hashing all release the GIL."""
     try:
         if job.seg.fill is not None:
             job.seg.fill(job.seg)
         job.ends = _scanner(job.params).scan(job.seg.data, 0, job.seg.final)
+        job.hashes, job.lengths = hash_chunks(job.seg.data, job.ends)
     except BaseException as exc:
         job.error = exc
-        job.done.set()
-        return
-    _to_hash.append(job)
-    # Re-checked after each release: a job queued while the lane was held is not left behind.
-    while _to_hash and _hash_lane.acquire(blocking=False):
-        try:
-            while _to_hash:
-                queued = _to_hash.popleft()
-                try:
-                    queued.hashes, queued.lengths = hash_chunks(queued.seg.data, queued.ends)
-                except BaseException as exc:
-                    queued.error = exc
-                queued.done.set()
-        finally:
-            _hash_lane.release()
+    job.done.set()
 
 
 class _Leaves:
@@ -211,11 +185,9 @@ def _give_back(buf: bytearray) -> None:
 
 def _forget_after_fork() -> None:
     """A forked child has none of its parent's threads: start afresh."""
-    global _executor, _pool_lock, _hash_lane
+    global _executor, _pool_lock
     _executor = None
     _pool_lock = threading.Lock()
-    _hash_lane = threading.Lock()
-    _to_hash.clear()
     _free.clear()
 
 
@@ -232,21 +204,12 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def segments_of_buffer(data: Buffer, segment_size: int) -> Iterator[Segment]:
-    """Segments of a buffer. A worker copies each into a pool buffer, then chunks and
-    hashes it there, in its cache: faster than reading it from memory twice."""
+    """Segments of a buffer, views of it: a worker chunks a segment from memory, then
+    hashes it from its cache."""
     view = memoryview(data).cast("B")
-    if len(view) <= segment_size:
-        yield Segment(0, view, True, None)
-        return
-
-    def copy(seg: Segment) -> None:
-        assert seg.owned is not None
-        n = _native.copy_into(seg.owned, seg.data)
-        seg.data = memoryview(seg.owned)[:n]
-
-    for start in range(0, len(view), segment_size):
+    for start in range(0, max(len(view), 1), segment_size):
         end = min(start + segment_size, len(view))
-        yield Segment(start, view[start:end], end == len(view), _buffer(segment_size), copy)
+        yield Segment(start, view[start:end], end == len(view), None)
 
 
 def segments_of_file(
@@ -361,7 +324,7 @@ def leaf_level(
             if len(head) > content_limit:
                 head = None
         job = _Job(seg, params)
-        executor.submit(_chunk, job)
+        executor.submit(_chunk_and_hash, job)
         in_flight.append(job)
 
     def splice_oldest() -> None:

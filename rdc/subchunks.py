@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rdc import _native
 from rdc.chunking import boundaries
 from rdc.entries import SUB_PREFIX, pack_varints, unpack_varints
 from rdc.params import ChunkParams
-from rdc.signature import SUB_PARAMS, chunk_hash
+from rdc.signature import SUB_PARAMS
+from rdc.tree import HASH_BYTES
 
 MID_PARAMS = ChunkParams(window=16, min_size=512, max_size=2048)
 FINE_PARAMS = SUB_PARAMS
@@ -33,13 +35,19 @@ def spans(data: bytes | memoryview, params: ChunkParams) -> list[tuple[int, int]
     return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
+def prefixes(data: bytes | memoryview, ends: list[int], start: int = 0) -> list[bytes]:
+    """The hash prefix of each piece of ``data`` ending at ``ends``, the first at ``start``."""
+    hashes = _native.hash_chunks(data, ends, start)[0]
+    return [hashes[i : i + SUB_PREFIX] for i in range(0, len(hashes), HASH_BYTES)]
+
+
 def encode(data: bytes | memoryview, params: ChunkParams) -> tuple[bytes, bytes]:
     """The list of ``data``'s pieces as it travels: (prefixes, lengths)."""
     view = memoryview(data)
-    cuts = spans(view, params)
-    keys = b"".join(chunk_hash(view[s:e])[:SUB_PREFIX] for s, e in cuts)
+    ends = boundaries(view, params)
+    keys = b"".join(prefixes(view, ends))
     base = params.min_size + 1
-    return keys, pack_varints([e - s - base for s, e in cuts[:-1]])
+    return keys, pack_varints([e - s - base for s, e in zip([0, *ends], ends[:-1], strict=False)])
 
 
 def decode(
@@ -74,8 +82,12 @@ def index_region(seed: int, start: int, data: bytes) -> RegionIndex:
     view = memoryview(data)
     mids: dict[bytes, int] = {}
     fines: dict[bytes, int] = {}
-    for s, e in spans(view, MID_PARAMS):
-        mids.setdefault(chunk_hash(view[s:e])[:SUB_PREFIX], start + s)
-        for fs, fe in spans(view[s:e], FINE_PARAMS):
-            fines.setdefault(chunk_hash(view[s + fs : s + fe])[:SUB_PREFIX], start + s + fs)
+    mid_ends = boundaries(view, MID_PARAMS)
+    fine_ends: list[int] = []  # of all mids: each mid's fine pieces end at its own end
+    for s, e in zip([0, *mid_ends], mid_ends, strict=False):
+        fine_ends += [s + end for end in boundaries(view[s:e], FINE_PARAMS)]
+    for key, s in zip(prefixes(view, mid_ends), [0, *mid_ends], strict=False):
+        mids.setdefault(key, start + s)
+    for key, s in zip(prefixes(view, fine_ends), [0, *fine_ends], strict=False):
+        fines.setdefault(key, start + s)
     return RegionIndex(seed, mids, fines)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from array import array
 
+from rdc import _native
 from rdc.chunking import Buffer, Chunker
 from rdc.signature import (
     DEFAULT_SIGNATURE,
     SKETCH_MIN_LEAVES,
     FileSignature,
     SignatureParams,
-    chunk_hash,
     sketch_for,
 )
 from rdc.tree import Level, build_tree
@@ -19,8 +19,8 @@ from rdc.tree import Level, build_tree
 
 class StreamSigner:
     """Feed a file's bytes in order, in pieces of any size; `finish` gives the same
-    signature as `rdc.signature.signature_of_bytes` of the whole. Holds at most one chunk
-    (plus the first few chunks, which a small file's sketch needs)."""
+    signature as `rdc.signature.signature_of_bytes` of the whole. Holds the chunks of at
+    most one piece (plus the first few chunks, which a small file's sketch needs)."""
 
     def __init__(self, params: SignatureParams = DEFAULT_SIGNATURE) -> None:
         self.params = params
@@ -36,25 +36,27 @@ class StreamSigner:
     def feed(self, data: Buffer) -> None:
         self._pending += data
         self.size += len(data)
-        for cut in self._chunker.feed(data):
-            self._take(cut)
+        self._take(self._chunker.feed(data))
 
-    def _take(self, cut: int) -> None:
-        n = cut - self._base
-        chunk = memoryview(self._pending)[:n]
-        self._hashes += chunk_hash(chunk)
-        self._lengths.append(n)
+    def _take(self, cuts: list[int]) -> None:
+        """Hash the chunks ending at ``cuts`` (stream offsets) in one call, and drop them."""
+        if not cuts:
+            return
+        n = cuts[-1] - self._base
+        chunks = memoryview(self._pending)[:n]
+        hashes, lengths = _native.hash_chunks(chunks, [c - self._base for c in cuts])
+        self._hashes += hashes
+        self._lengths.extend(lengths)
         if self._head is not None:
-            self._head += chunk
+            self._head += chunks
             if len(self._head) > self._small_limit:
                 self._head = None
-        chunk.release()
+        chunks.release()
         del self._pending[:n]
-        self._base = cut
+        self._base = cuts[-1]
 
     def finish(self) -> FileSignature:
-        for cut in self._chunker.finish():
-            self._take(cut)
+        self._take(self._chunker.finish())
         leaves = Level(bytes(self._hashes), self._lengths)
         tree = build_tree(leaves, self.params.groups)
         head = bytes(self._head) if self._head is not None else None

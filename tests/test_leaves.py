@@ -134,8 +134,8 @@ def test_a_file_growing_while_read_is_read_to_its_end(tmp_path) -> None:
 
 
 def test_concurrent_signatures_share_the_workers() -> None:
-    """Callers on several threads (as in an index refresh) share the workers and the hash
-    lane, and each gets its own exact result."""
+    """Callers on several threads (as in an index refresh) share the workers, and each gets
+    its own exact result."""
     from concurrent.futures import ThreadPoolExecutor
 
     rng = random.Random(13)
@@ -144,3 +144,45 @@ def test_concurrent_signatures_share_the_workers() -> None:
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda d: signature_of_bytes(d, segment_size=40_000), inputs))
     assert got == expected
+
+
+@given(kinds, st.integers(0, scaled(60_000, 10_000)), st.lists(st.integers(1, 9000), min_size=1))
+def test_stream_signer_hashes_each_piece_as_signature_of_bytes(
+    kind: str, size: int, pieces: list[int]
+) -> None:
+    from rdc.verify import StreamSigner
+
+    params = SignatureParams(chunks=SMALL)
+    data = data_of(kind, size, random.Random(size))
+    signer = StreamSigner(params)
+    at = 0
+    while at < len(data):
+        n = pieces[at % len(pieces)]
+        signer.feed(data[at : at + n])
+        at += n
+    assert signer.finish() == signature_of_bytes(data, params)
+
+
+@given(kinds, st.integers(1, scaled(20_000, 5_000)), st.integers(0, 2**32))
+def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed: int) -> None:
+    import blake3
+
+    from rdc import subchunks
+    from rdc.entries import SUB_PREFIX
+
+    data = data_of(kind, size, random.Random(seed))
+
+    def prefix(piece: bytes) -> bytes:
+        return blake3.blake3(piece).digest()[:SUB_PREFIX]
+
+    mids = subchunks.spans(data, subchunks.MID_PARAMS)
+    keys, _ = subchunks.encode(data, subchunks.MID_PARAMS)
+    assert keys == b"".join(prefix(data[s:e]) for s, e in mids)
+    region = subchunks.index_region(3, 1000, data)
+    want_mids: dict[bytes, int] = {}
+    want_fines: dict[bytes, int] = {}
+    for s, e in mids:
+        want_mids.setdefault(prefix(data[s:e]), 1000 + s)
+        for fs, fe in subchunks.spans(data[s:e], subchunks.FINE_PARAMS):
+            want_fines.setdefault(prefix(data[s + fs : s + fe]), 1000 + s + fs)
+    assert region.mids == want_mids and region.fines == want_fines

@@ -18,11 +18,13 @@ def test_compiled_extension_loaded() -> None:
         assert _native.IMPLEMENTATION == "python"
         assert _native.Scanner is chunker_ref.ReferenceScanner
     else:
-        from rdc._native import _chunker
+        from rdc._native import _blake3, _chunker
 
         assert _native.IMPLEMENTATION == "c"
         assert _native.Scanner is _chunker.Scanner
+        assert _native.hash_chunks is _blake3.hash_chunks
         assert _chunker.__file__.endswith((".so", ".pyd"))
+        assert _blake3.__file__.endswith((".so", ".pyd"))
 
 
 def test_c_constants_and_keys_match_the_reference() -> None:

@@ -102,16 +102,3 @@ def test_the_selected_implementation_is_the_compiled_one() -> None:
             _signature.group_cuts,
             _signature.next_level_payloads,
         )
-
-
-@pytest.mark.parametrize("impl", [_signature, signature_ref], ids=["c", "python"])
-def test_copy_into(impl) -> None:
-    dst = bytearray(10)
-    assert impl.copy_into(dst, b"abc") == 3
-    assert dst == b"abc" + bytes(7)
-    assert impl.copy_into(memoryview(dst)[5:], memoryview(b"12345")) == 5
-    assert dst == b"abc\0\x0012345"
-    with pytest.raises(ValueError):
-        impl.copy_into(bytearray(2), b"abc")
-    with pytest.raises(TypeError):
-        impl.copy_into(b"read-only", b"x")

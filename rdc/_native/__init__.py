@@ -1,5 +1,5 @@
-"""The one place that picks the native implementations: the chunker, and the sketch, tree
-grouping and segment copies of signatures.
+"""The one place that picks the native implementations: the chunker, the chunk hashes, and
+the sketch and tree grouping of signatures.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -15,18 +15,20 @@ from rdc._native import signature_ref
 PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
 
 if PURE_PYTHON:
+    from rdc._native import blake3_ref
     from rdc._native.chunker_ref import ReferenceScanner
 
     Scanner = ReferenceScanner
+    hash_chunks = blake3_ref.hash_chunks
     sketch = signature_ref.sketch
-    copy_into = signature_ref.copy_into
     group_cuts = signature_ref.group_cuts
     next_level_payloads = signature_ref.next_level_payloads
     IMPLEMENTATION = "python"
 else:
     try:
+        from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
-        from rdc._native._signature import copy_into, group_cuts, next_level_payloads, sketch
+        from rdc._native._signature import group_cuts, next_level_payloads, sketch
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -34,7 +36,6 @@ else:
             "to run the slow pure-Python implementation."
         ) from exc
     IMPLEMENTATION = "c"
-
 
 
 def __getattr__(name: str) -> Any:
@@ -52,8 +53,8 @@ __all__ = [
     "PURE_PYTHON",
     "ReferenceScanner",
     "Scanner",
-    "copy_into",
     "group_cuts",
+    "hash_chunks",
     "next_level_payloads",
     "sketch",
 ]

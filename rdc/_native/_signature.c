@@ -2,8 +2,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <string.h>
-
 #include "signature_impl.h"
 
 /* Inputs of at least this many entries are processed with the GIL released. */
@@ -154,25 +152,6 @@ done:
     return result;
 }
 
-static PyObject *py_copy_into(PyObject *module, PyObject *args) {
-    (void)module;
-    Py_buffer dst, src;
-    if (!PyArg_ParseTuple(args, "w*y*", &dst, &src)) return NULL;
-    if (src.len > dst.len) {
-        PyBuffer_Release(&dst);
-        PyBuffer_Release(&src);
-        PyErr_SetString(PyExc_ValueError, "source longer than destination");
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    memcpy(dst.buf, src.buf, (size_t)src.len);
-    Py_END_ALLOW_THREADS
-    Py_ssize_t n = src.len;
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
-    return PyLong_FromSsize_t(n);
-}
-
 static PyObject *py_salts(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
@@ -191,8 +170,6 @@ static PyMethodDef module_methods[] = {
     {"next_level_payloads", py_next_level_payloads, METH_VARARGS,
      "next_level_payloads(level, hashes, lengths, min_entries, max_entries) -> "
      "(payloads, end offsets, array('Q') of group lengths)"},
-    {"copy_into", py_copy_into, METH_VARARGS,
-     "copy_into(dst, src) -> len(src): copy src to the start of dst without the GIL"},
     {"salts", py_salts, METH_NOARGS, "salts() -> (SALT_H, SALT_G) as compiled in"},
     {NULL},
 };

@@ -16,8 +16,5 @@ def next_level_payloads(
 ) -> tuple[bytes, list[int], array]:
     """Node payloads of the groups of one level, their end offsets, their total lengths."""
 
-def copy_into(dst: Buffer, src: Buffer) -> int:
-    """Copy ``src`` to the start of ``dst`` with the GIL released; returns ``len(src)``."""
-
 def salts() -> tuple[list[int], list[int]]:
     """The compiled-in sketch salts (SALT_H, SALT_G)."""

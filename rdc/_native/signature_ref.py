@@ -134,13 +134,3 @@ def next_level_payloads(
         sums.append(sum(lengths[start:end]))
         start = end
     return bytes(payload), ends, sums
-
-
-def copy_into(dst: bytearray | memoryview, src: bytes | bytearray | memoryview) -> int:
-    """Copy ``src`` to the start of ``dst``; returns ``len(src)``. (Natively without the GIL,
-    so that a worker can copy a segment while another thread hashes.)"""
-    n = len(src)
-    if n > len(dst):
-        raise ValueError("source longer than destination")
-    dst[:n] = src
-    return n
