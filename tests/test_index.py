@@ -17,6 +17,8 @@ from rdc.index import IndexDatabase, refresh
 from rdc.signature import DEFAULT_SIGNATURE, SignatureParams, signature_of_path
 from rdc.tree import GroupParams
 
+from .conftest import scaled
+
 OLD_NS = 1_600_000_000 * 10**9  # long ago: not racy
 
 
@@ -170,7 +172,7 @@ def test_index_of_other_parameters_is_rebuilt(tmp_path) -> None:
 
 def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
     root = tmp_path / "data"
-    make_tree(root, count=120, size=400_000, seed=3)
+    make_tree(root, count=120, size=scaled(400_000, 40_000), seed=3)
     location = tmp_path / "index.sqlite3"
     script = textwrap.dedent(f"""
         import sys
