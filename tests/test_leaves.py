@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.chunking import boundaries
-from rdc.leaves import _Leaves, _scanner, hash_chunks, segments_of_buffer, segments_of_file
+from rdc.leaves import _Leaves, hash_chunks, own_chain, segments_of_buffer, segments_of_file
 from rdc.params import ChunkParams
 from rdc.signature import SignatureParams, signature_of_bytes, signature_of_file
 from rdc.tree import Level
@@ -23,11 +24,14 @@ def sequential_leaves(data: bytes, params: ChunkParams) -> Level:
     return Level(*hash_chunks(data, boundaries(data, params)))
 
 
-def spliced(data: bytes, params: ChunkParams, segment_size: int) -> _Leaves:
+def spliced(data: bytes, params: ChunkParams, segment_size: int, ahead: bool = True) -> _Leaves:
+    """The leaves as ``leaf_level`` splices them, here on one thread; without ``ahead``, no
+    segment sees the bytes after it (as when a pipe is read in order)."""
     leaves = _Leaves(params)
     for seg in segments_of_buffer(data, segment_size):
-        ends = _scanner(params).scan(seg.data, 0, seg.final)
-        leaves.splice(seg, ends, *hash_chunks(seg.data, ends))
+        if not ahead:
+            seg.ahead = b""
+        leaves.splice(seg, own_chain(seg, params))
     return leaves
 
 
@@ -55,12 +59,15 @@ kinds = st.sampled_from(["random", "zeros", "periodic", "runs", "random and zero
 segment_sizes = st.one_of(st.integers(1, 1200), st.sampled_from([299, 300, 301, 600, 4096]))
 
 
-@given(kinds, st.integers(0, scaled(40_000, 8_000)), segment_sizes, st.integers(0, 2**32))
+@given(
+    kinds, st.integers(0, scaled(40_000, 8_000)), segment_sizes, st.integers(0, 2**32),
+    st.booleans(),
+)
 def test_spliced_segments_equal_sequential_chunking(
-    kind: str, size: int, segment_size: int, seed: int
+    kind: str, size: int, segment_size: int, seed: int, ahead: bool
 ) -> None:
     data = data_of(kind, size, random.Random(seed))
-    assert spliced(data, SMALL, segment_size).level() == sequential_leaves(data, SMALL)
+    assert spliced(data, SMALL, segment_size, ahead).level() == sequential_leaves(data, SMALL)
 
 
 @given(kinds, st.integers(0, scaled(12_000, 6_000)), segment_sizes, st.integers(1, 5000))
@@ -78,12 +85,27 @@ def test_signatures_do_not_depend_on_segments_or_reads(
     assert streamed == whole
 
 
-def test_random_data_meets_each_segment_within_the_probe() -> None:
+@pytest.mark.parametrize("ahead", [True, False])
+def test_random_data_meets_each_segment_within_the_probe(ahead: bool) -> None:
     data = random.Random(4).randbytes(scaled(300_000, 60_000))
-    leaves = spliced(data, SMALL, 3000)
+    leaves = spliced(data, SMALL, 3000, ahead)
     assert leaves.level() == sequential_leaves(data, SMALL)
     assert leaves.rechunked == 0
     assert leaves.met == len(range(0, len(data), 3000)) - 1
+
+
+def test_the_bytes_ahead_spare_the_calling_thread_any_chunking(monkeypatch) -> None:
+    """With the bytes ahead of each segment, random data is spliced by comparing offsets:
+    the calling thread chunks only where the chains meet later than the probe reaches."""
+    data = random.Random(5).randbytes(scaled(300_000, 60_000))
+    carried = []
+    real = _Leaves._carry
+    monkeypatch.setattr(_Leaves, "_carry", lambda self, *a: (carried.append(1), real(self, *a)))
+    leaves = spliced(data, SMALL, 3000)
+    assert leaves.level() == sequential_leaves(data, SMALL)
+    segments = len(range(0, len(data), 3000))
+    assert leaves.met == segments - 1
+    assert len(carried) <= segments // 20
 
 
 def test_misaligned_zeros_are_rechunked_and_still_exact() -> None:
@@ -186,3 +208,18 @@ def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed:
         for fs, fe in subchunks.spans(data[s:e], subchunks.FINE_PARAMS):
             want_fines.setdefault(prefix(data[s + fs : s + fe]), 1000 + s + fs)
     assert region.mids == want_mids and region.fines == want_fines
+
+
+def test_the_buffer_pool_keeps_the_sizes_in_use(monkeypatch) -> None:
+    """After a large file fills the pool with large buffers, small files still reuse theirs
+    (a fresh buffer per file costs a map and unmap of its pages)."""
+    from rdc import leaves
+
+    monkeypatch.setattr(leaves, "_free", [])
+    for _ in range(3):
+        leaves._give_back(bytearray(leaves.KEEP_BYTES // 3))
+    small = leaves._buffer(leaves.SEGMENT_SIZE)
+    leaves._give_back(small)
+    assert leaves._buffer(leaves.SEGMENT_SIZE) is small
+    leaves._give_back(small)
+    assert sum(map(len, leaves._free)) <= leaves.KEEP_BYTES
