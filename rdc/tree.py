@@ -83,16 +83,11 @@ def node_hash(level: int, hashes: bytes, lengths: Sequence[int]) -> bytes:
 
 def next_level(level_number: int, below: Level, params: GroupParams) -> Level:
     """Group ``below`` (at ``level_number - 1``) into the nodes of ``level_number``: the
-    grouping and the payloads are native, one BLAKE3 call per node is left here."""
+    grouping, the payloads and the node hashes (all of a level's in one call) are native."""
     payload, ends, lengths = _native.next_level_payloads(
         level_number, below.hashes, below.lengths, params.min_entries, params.max_entries
     )
-    view = memoryview(payload)
-    node = blake3.blake3
-    hashes = b"".join(
-        node(view[start:end], derive_key_context=NODE_CONTEXT).digest()
-        for start, end in zip([0, *ends], ends, strict=False)
-    )
+    hashes, _ = _native.hash_chunks(payload, ends, context=NODE_CONTEXT)
     return Level(hashes, lengths)
 
 

@@ -75,6 +75,29 @@ def test_hashes_match_blake3(path: str, case: tuple[bytes, list[int], int]) -> N
     assert (hashes, lengths) == blake3_ref.hash_chunks(data, ends, start)
 
 
+CONTEXTS = ["rdc 2026-11 merkle tree node v1", "", "x" * 1500]  # one block, empty, 2 chunks
+
+
+@pytest.mark.parametrize("path", PATHS)
+@given(case=chunked(), context=st.sampled_from(CONTEXTS))
+def test_derive_key_mode_matches_blake3(
+    path: str, case: tuple[bytes, list[int], int], context: str
+) -> None:
+    """Tree nodes are hashed in BLAKE3's derive-key mode: a context key, then every
+    compression of the material under it with its own flag."""
+    data, ends, start = case
+    starts = [start, *ends][: len(ends)]
+    want = b"".join(
+        blake3.blake3(data[s:e], derive_key_context=context).digest()
+        for s, e in zip(starts, ends, strict=True)
+    )
+    hashes, _ = _blake3.hash_chunks(data, ends, start, path=path, context=context)
+    assert hashes == want
+    assert blake3_ref.hash_chunks(data, ends, start, context=context)[0] == want
+    if ends and ends[-1] > start:
+        assert hashes != _blake3.hash_chunks(data, ends, start, path=path)[0]
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_official_vector_lengths(path: str) -> None:
     data = bytes(i % 251 for i in range(max(VECTOR_LENGTHS)))

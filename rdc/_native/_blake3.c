@@ -18,13 +18,14 @@ static int path_by_name(const char *name) {
 
 static PyObject *py_hash_chunks(PyObject *module, PyObject *args, PyObject *kwds) {
     (void)module;
-    static char *kwlist[] = {"data", "ends", "start", "path", NULL};
+    static char *kwlist[] = {"data", "ends", "start", "path", "context", NULL};
     Py_buffer view;
     PyObject *ends_obj;
     unsigned long long start = 0;
-    const char *path_name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*O|Kz", kwlist, &view, &ends_obj, &start,
-                                     &path_name))
+    const char *path_name = NULL, *context = NULL;
+    Py_ssize_t context_len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*O|Kzz#", kwlist, &view, &ends_obj, &start,
+                                     &path_name, &context, &context_len))
         return NULL;
     PyObject *result = NULL, *hashes = NULL, *lengths = NULL, *seq = NULL;
     uint64_t *ends = NULL;
@@ -54,9 +55,16 @@ static PyObject *py_hash_chunks(PyObject *module, PyObject *args, PyObject *kwds
     }
     if (!(hashes = PyBytes_FromStringAndSize(NULL, n * RDC_B3_OUT_BYTES))) goto done;
     int rc;
+    uint32_t key[8];
     Py_BEGIN_ALLOW_THREADS
-    rc = rdc_b3_hash_chunks(view.buf, ends, (size_t)n, start,
-                            (uint8_t *)PyBytes_AS_STRING(hashes), path);
+    if (!context)
+        rc = rdc_b3_hash_chunks(view.buf, ends, (size_t)n, start,
+                                (uint8_t *)PyBytes_AS_STRING(hashes), path);
+    else if ((rc = rdc_b3_derive_context_key((const uint8_t *)context, (size_t)context_len,
+                                             key)) == RDC_B3_OK)
+        rc = rdc_b3_hash_chunks_keyed(view.buf, ends, (size_t)n, start,
+                                      (uint8_t *)PyBytes_AS_STRING(hashes), path, key,
+                                      64 /* DERIVE_KEY_MATERIAL */);
     Py_END_ALLOW_THREADS
     switch (rc) {
     case RDC_B3_OK: break;
@@ -104,7 +112,8 @@ static PyObject *py_default_path(PyObject *module, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"hash_chunks", (PyCFunction)(void (*)(void))py_hash_chunks, METH_VARARGS | METH_KEYWORDS,
-     "hash_chunks(data, ends, start=0, path=None) -> (packed hashes, array('Q') of lengths)"},
+     "hash_chunks(data, ends, start=0, path=None, context=None) -> (packed hashes, "
+     "array('Q') of lengths)"},
     {"paths", py_paths, METH_NOARGS, "paths() -> the code paths this CPU can run, slowest first"},
     {"default_path", py_default_path, METH_NOARGS,
      "default_path() -> the code path hash_chunks uses when given none"},

@@ -60,12 +60,12 @@ static void compress(uint32_t cv[8], const uint8_t block[B3_BLOCK], uint64_t cou
     for (int i = 0; i < 8; i++) cv[i] = v[i] ^ v[i + 8];
 }
 
-static void kernel_scalar(const b3_job *jobs, size_t count) {
+static void kernel_scalar(const b3_job *jobs, size_t count, const uint32_t key[8]) {
     uint8_t pad[B3_BLOCK];
     for (size_t j = 0; j < count; j++) {
         const b3_job *job = &jobs[j];
         uint32_t cv[8];
-        memcpy(cv, b3_iv, sizeof cv);
+        memcpy(cv, key, sizeof cv);
         for (uint32_t b = 0; b < job->nblocks; b++)
             compress(cv, b3_block(job, b, pad), job->counter, b3_block_len(job, b),
                      b3_block_flags(job, b));
@@ -132,6 +132,8 @@ typedef struct {
 
 typedef struct {
     kernel_choice kernel;
+    const uint32_t *key; /* the starting chaining value of every job */
+    uint32_t mode;       /* flags on every compression: 0, or a derive-key flag */
     b3_job *jobs, *sorted;
     member *members;
     uint8_t (*cvs)[RDC_B3_OUT_BYTES];
@@ -151,12 +153,13 @@ static int workspace_init(workspace *ws, size_t nodes) {
 
 static void run_jobs(const workspace *ws, const b3_job *jobs, size_t n) {
     size_t lanes = ws->kernel.lanes;
-    for (size_t i = 0; i < n; i += lanes) ws->kernel.run(jobs + i, n - i < lanes ? n - i : lanes);
+    for (size_t i = 0; i < n; i += lanes)
+        ws->kernel.run(jobs + i, n - i < lanes ? n - i : lanes, ws->key);
 }
 
 /* The BLAKE3-chunk jobs of chunk [s, e) of data; returns their number. */
 static uint32_t chunk_jobs(const uint8_t *data, uint64_t s, uint64_t e, uint8_t *out,
-                           uint8_t (*cvs)[RDC_B3_OUT_BYTES], b3_job *jobs) {
+                           uint8_t (*cvs)[RDC_B3_OUT_BYTES], b3_job *jobs, uint32_t mode) {
     uint64_t len = e - s;
     uint32_t count = len ? (uint32_t)((len + B3_CHUNK - 1) / B3_CHUNK) : 1;
     for (uint32_t j = 0; j < count; j++) {
@@ -169,7 +172,7 @@ static uint32_t chunk_jobs(const uint8_t *data, uint64_t s, uint64_t e, uint8_t 
             .counter = j,
             .nblocks = nblocks,
             .last_len = (uint32_t)(piece - (uint64_t)B3_BLOCK * (nblocks - 1)),
-            .flags = 0,
+            .flags = mode,
             .start_flags = B3_CHUNK_START,
             .end_flags = B3_CHUNK_END | (count == 1 ? B3_ROOT : 0),
         };
@@ -206,7 +209,7 @@ static void run_batch(workspace *ws, size_t njobs, size_t nmembers) {
                     .counter = 0,
                     .nblocks = 1,
                     .last_len = B3_BLOCK,
-                    .flags = B3_PARENT | (root ? B3_ROOT : 0),
+                    .flags = ws->mode | B3_PARENT | (root ? B3_ROOT : 0),
                 };
         }
         if (!n) return;
@@ -226,6 +229,22 @@ static void run_batch(workspace *ws, size_t njobs, size_t nmembers) {
 
 int rdc_b3_hash_chunks(const uint8_t *data, const uint64_t *ends, size_t n, uint64_t start,
                        uint8_t *out, int path) {
+    return rdc_b3_hash_chunks_keyed(data, ends, n, start, out, path, b3_iv, 0);
+}
+
+int rdc_b3_derive_context_key(const uint8_t *context, size_t len, uint32_t key[8]) {
+    uint64_t end = len;
+    uint8_t out[RDC_B3_OUT_BYTES];
+    int rc = rdc_b3_hash_chunks_keyed(context, &end, 1, 0, out, RDC_B3_SCALAR, b3_iv,
+                                      B3_DERIVE_KEY_CONTEXT);
+    if (rc == RDC_B3_OK)
+        for (int i = 0; i < 8; i++) key[i] = load_le32(out + 4 * i);
+    return rc;
+}
+
+int rdc_b3_hash_chunks_keyed(const uint8_t *data, const uint64_t *ends, size_t n,
+                             uint64_t start, uint8_t *out, int path, const uint32_t key[8],
+                             uint32_t mode) {
     if (path < 0) path = rdc_b3_best_path();
     if (!rdc_b3_path_available(path)) return RDC_B3_EPATH;
     uint64_t s = start;
@@ -242,6 +261,8 @@ int rdc_b3_hash_chunks(const uint8_t *data, const uint64_t *ends, size_t n, uint
     if (workspace_init(&ws, total < BATCH_NODES ? total : BATCH_NODES) != RDC_B3_OK)
         return RDC_B3_ENOMEM;
     ws.kernel = kernel_of(path);
+    ws.key = key;
+    ws.mode = mode;
     size_t njobs = 0, nmembers = 0;
     s = start;
     for (size_t i = 0; i < n; i++) {
@@ -252,7 +273,7 @@ int rdc_b3_hash_chunks(const uint8_t *data, const uint64_t *ends, size_t n, uint
             njobs = nmembers = 0;
         }
         uint32_t count = chunk_jobs(data, s, ends[i], out + (size_t)RDC_B3_OUT_BYTES * i,
-                                    ws.cvs + njobs, ws.jobs + njobs);
+                                    ws.cvs + njobs, ws.jobs + njobs, mode);
         ws.members[nmembers++] = (member){out + (size_t)RDC_B3_OUT_BYTES * i,
                                            (uint32_t)njobs, count};
         njobs += count;

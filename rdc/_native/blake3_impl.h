@@ -1,4 +1,4 @@
-/* BLAKE3 (plain hash mode, 32-byte output) of many chunks at once. Plain C: no Python API.
+/* BLAKE3 (plain hash and derive-key modes, 32-byte output) of many chunks at once. Plain C: no Python API.
  *
  * The specification is rdc/_native/blake3_ref.py (blake3-py, one call per chunk): every
  * function here must give the same hashes for every input. Written from the BLAKE3 paper:
@@ -61,5 +61,18 @@ int rdc_b3_best_path(void);
  * RDC_B3_ENOMEM (then out is partly written). Thread-safe; touches no global state. */
 int rdc_b3_hash_chunks(const uint8_t *data, const uint64_t *ends, size_t n, uint64_t start,
                        uint8_t *out, int path);
+
+/* The same in BLAKE3's keyed or derive-key modes: every job starts from chaining value
+ * `key` (little-endian words) and `mode` (0, or the paper's flag DERIVE_KEY_MATERIAL, 64,
+ * or DERIVE_KEY_CONTEXT, 32) is set on every compression. Plain hashing is key = IV, mode
+ * 0. Same return codes. */
+int rdc_b3_hash_chunks_keyed(const uint8_t *data, const uint64_t *ends, size_t n,
+                             uint64_t start, uint8_t *out, int path, const uint32_t key[8],
+                             uint32_t mode);
+
+/* The context key of BLAKE3's derive-key mode for a context string of len bytes (at most
+ * RDC_B3_MAX_CHUNK): hash the material with it and mode DERIVE_KEY_MATERIAL to get
+ * blake3(material, derive_key_context=context). Returns 0 or RDC_B3_ETOOLONG/ENOMEM. */
+int rdc_b3_derive_context_key(const uint8_t *context, size_t len, uint32_t key[8]);
 
 #endif

@@ -55,7 +55,7 @@
 
 #define PREFETCH_AHEAD (4 * B3_BLOCK)
 
-TARGET void KERNEL(const b3_job *jobs, size_t count) {
+TARGET void KERNEL(const b3_job *jobs, size_t count, const uint32_t key[8]) {
     static const uint8_t idle_block[B3_BLOCK];
     uint8_t pad[LANES][B3_BLOCK];
     uint8_t idle_out[RDC_B3_OUT_BYTES];
@@ -76,7 +76,7 @@ TARGET void KERNEL(const b3_job *jobs, size_t count) {
     }
     const VEC counter_lo = V_LOAD(lo), counter_hi = V_LOAD(hi);
     VEC h[8], m[16];
-    for (int i = 0; i < 8; i++) h[i] = V_SET1(b3_iv[i]);
+    for (int i = 0; i < 8; i++) h[i] = V_SET1(key[i]);
     /* Blocks that are full and not last in every lane: the same length everywhere, and the
      * same flags in each lane after the first block. */
     uint32_t b = 0;

@@ -1,6 +1,7 @@
 /* Internal to blake3_impl.c and blake3_x86.c: the unit of work of the compression kernels.
  *
- * A job is a run of 1 to 16 blocks compressed in order from the IV: a BLAKE3 chunk, or a
+ * A job is a run of 1 to 16 blocks compressed in order from the key (the IV in plain hash
+ * mode, the context key in derive-key mode): a BLAKE3 chunk, or a
  * parent node (one block: two child chaining values). A kernel runs up to its lane count of
  * jobs side by side, one job per lane, and writes each job's final chaining value (which,
  * with ROOT among the flags of its last block, is the hash) to its `out`.
@@ -20,6 +21,8 @@
 #define B3_CHUNK_END 2u
 #define B3_PARENT 4u
 #define B3_ROOT 8u
+#define B3_DERIVE_KEY_CONTEXT 32u
+#define B3_DERIVE_KEY_MATERIAL 64u
 
 typedef struct {
     const uint8_t *input; /* 64 * (nblocks - 1) + last_len readable bytes */
@@ -32,8 +35,8 @@ typedef struct {
     uint32_t end_flags;   /* added on the last block */
 } b3_job;
 
-/* Runs jobs[0..count), count <= the kernel's lanes. */
-typedef void (*b3_kernel)(const b3_job *jobs, size_t count);
+/* Runs jobs[0..count), count <= the kernel's lanes, each from chaining value `key`. */
+typedef void (*b3_kernel)(const b3_job *jobs, size_t count, const uint32_t key[8]);
 
 /* In this header, not in one file, so that the kernels see the constants and unroll the
  * rounds over them. */
@@ -79,10 +82,10 @@ static inline uint32_t b3_block_len(const b3_job *job, uint32_t b) {
 #if defined(__x86_64__) || defined(__i386__)
 #define RDC_B3_X86 1
 /* blake3_x86.c: 4, 4, 8 and 16 lanes. */
-void b3_kernel_sse2(const b3_job *jobs, size_t count);
-void b3_kernel_sse41(const b3_job *jobs, size_t count);
-void b3_kernel_avx2(const b3_job *jobs, size_t count);
-void b3_kernel_avx512(const b3_job *jobs, size_t count);
+void b3_kernel_sse2(const b3_job *jobs, size_t count, const uint32_t key[8]);
+void b3_kernel_sse41(const b3_job *jobs, size_t count, const uint32_t key[8]);
+void b3_kernel_avx2(const b3_job *jobs, size_t count, const uint32_t key[8]);
+void b3_kernel_avx512(const b3_job *jobs, size_t count, const uint32_t key[8]);
 #endif
 
 #endif

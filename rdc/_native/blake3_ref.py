@@ -18,14 +18,25 @@ MAX_CHUNK = 1 << 20  # rdc's chunks never exceed it (rdc.params.MAX_CHUNK_LIMIT)
 
 
 def hash_chunks(
-    data: Buffer, ends: Sequence[int], start: int = 0, path: str | None = None
+    data: Buffer,
+    ends: Sequence[int],
+    start: int = 0,
+    path: str | None = None,
+    context: str | None = None,
 ) -> tuple[bytes, array]:
     """Packed BLAKE3 hashes (32 bytes each) and lengths of the chunks of ``data`` that end
-    at ``ends`` (offsets into ``data``, non-decreasing), the first starting at ``start``.
-    ``path`` names a C code path and is ignored here."""
+    at ``ends`` (offsets into ``data``, non-decreasing), the first starting at ``start``;
+    with ``context``, in BLAKE3's derive-key mode under that context string. ``path`` names
+    a C code path and is ignored here."""
     del path
     view = memoryview(data).cast("B")
-    b3 = blake3.blake3
+    if context is None:
+        b3 = blake3.blake3
+    else:
+
+        def b3(piece: memoryview) -> blake3.blake3:
+            return blake3.blake3(piece, derive_key_context=context)
+
     out = []
     lengths = array("Q")
     s = start
