@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-import pathspec
-
 from rdc.errors import UsageError
 from rdc.paths import is_temporary
 
@@ -30,6 +28,10 @@ class Excludes:
         for p in self.patterns:
             if len(p.encode("utf-8", "surrogateescape")) > MAX_PATTERN_BYTES:
                 raise UsageError(message=f"exclude pattern over {MAX_PATTERN_BYTES} bytes: {p!r}")
+        if not self.patterns:  # the usual case: no need to load pathspec (10 ms)
+            return
+        import pathspec
+
         try:
             self._spec = pathspec.GitIgnoreSpec.from_lines(self.patterns)
         except (ValueError, TypeError) as exc:

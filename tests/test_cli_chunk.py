@@ -91,3 +91,21 @@ def test_list_into_a_closed_pipe_stops_quietly(tmp_path) -> None:
     )
     assert result.stdout.count("\n") == 1
     assert result.stderr == ""
+
+
+def test_version_is_the_installed_one(capsys) -> None:
+    """``rdc --version`` and the handshake's agent read rdc.__version__, which must agree
+    with the version pyproject.toml installed."""
+    from importlib import metadata
+
+    import pytest
+
+    import rdc
+    from rdc.transfer.handshake import agent
+
+    assert rdc.__version__ == metadata.version("rdc")
+    assert agent() == f"rdc/{rdc.__version__}"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"rdc {rdc.__version__}\n"

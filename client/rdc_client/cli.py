@@ -29,19 +29,16 @@ COMMANDS = {
 
 
 class _Version(argparse.Action):
-    """``--version``, looked up only when asked for."""
+    """``--version``."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
         super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from importlib import metadata
+        from rdc import __version__
 
-        try:
-            version = metadata.version("rdc")
-        except metadata.PackageNotFoundError:  # running from a source tree
-            version = "unknown"
-        parser.exit(message=f"rdc {version}\n")
+        print(f"rdc {__version__}")
+        parser.exit()
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

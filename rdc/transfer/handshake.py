@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 
+from rdc import __version__
 from rdc.errors import AccessDenied, ConnectionFailed, ProtocolError, RemoteError
 from rdc.wire import messages
 from rdc.wire.frames import ConnectionClosed, FrameStream
@@ -19,12 +20,7 @@ HANDSHAKE_SECONDS = 10
 
 
 def agent() -> str:
-    from importlib import metadata
-
-    try:
-        return f"rdc/{metadata.version('rdc')}"
-    except metadata.PackageNotFoundError:  # a source tree
-        return "rdc/unknown"
+    return f"rdc/{__version__}"
 
 
 async def _one(frames: FrameStream, expected: str) -> dict[str, Any]:
