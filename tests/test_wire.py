@@ -151,3 +151,28 @@ def test_the_codec_refuses_ext_types_and_trailing_bytes() -> None:
         unpack(msgpack.packb(msgpack.ExtType(1, b"x")))
     with pytest.raises(ProtocolError):
         unpack(msgpack.packb([1]) + b"\x00")
+
+
+async def test_answers_queued_in_one_wake_up_leave_in_one_frame() -> None:
+    """Conversations woken by the same event (one frame read) queue their answers, some a
+    few scheduler passes later than others; the writer lets them all run before it sends,
+    so one frame carries every answer (fewer, larger frames compress better)."""
+    a, b = trio.testing.memory_stream_pair()
+    connection, peer = Connection(FrameStream(a)), FrameStream(b)
+    wake = trio.Event()
+
+    async def answer(n: int) -> None:
+        await wake.wait()
+        for _ in range(n % 4):  # some take a few scheduler passes to get their answer out
+            await trio.lowlevel.checkpoint()
+        connection.post({"t": "ping", "n": n})
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(connection.run)
+        for n in range(20):
+            nursery.start_soon(answer, n)
+        await trio.testing.wait_all_tasks_blocked()
+        wake.set()
+        batch = await peer.receive()
+        assert sorted(m["n"] for m in batch) == list(range(20))
+        nursery.cancel_scope.cancel()
