@@ -31,12 +31,13 @@ THREAD_FROM = 16 * 1024
 HISTORY = 256 * 1024
 # Compression level by how much plaintext this side has sent: small syncs (a few MB of
 # signatures and literal data) are squeezed hard, where a tenth of a second of CPU saves
-# tens of KB; bulk transfers fall back to fast levels that keep up with the network. Small
-# frames (wants, offers, listings) get a middle level: high levels spend tens of ms per
-# frame taking in the 256 KiB history, whatever the frame's size.
+# tens of KB; bulk transfers fall back to fast levels that keep up with the network. Frames
+# under SMALL_FRAME (a few wants or offers) get a middle level: level 19 spends ~19 ms per
+# frame taking in the 256 KiB history, whatever the frame's size. Measured on the client's
+# frames of a Django upgrade: 32 KiB -> 8 KiB costs 0.14 s of CPU and saves 2.6% of bytes.
 LEVELS = ((2 << 20, 19), (32 << 20, 9))
 BULK_LEVEL = 3
-SMALL_FRAME = 32 * 1024
+SMALL_FRAME = 8 * 1024
 SMALL_LEVEL = 9
 READ_SIZE = 65536
 
