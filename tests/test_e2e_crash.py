@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from .e2e_support import (
     RUN_SECONDS,
     TEMP,
     RawClient,
+    Server,
     assert_same_tree,
     file_hash,
     random_file,
@@ -112,85 +114,72 @@ def finish(process: subprocess.Popen[bytes]) -> tuple[int, str]:
     return process.returncode, err.decode(errors="replace")
 
 
+@dataclass
+class Interrupted:
+    """A push (or pull) caught with its big files in flight: the server, the running
+    client, the source and target trees, and what each target file may then be."""
+
+    verb: str
+    server: Server
+    process: subprocess.Popen[bytes]
+    source: Path
+    target: Path
+    allowed: dict[bytes, set[bytes | None]]
+
+    def recovers(self, e2e: E2E, server: Server | None = None) -> None:
+        """Every target file is its old or its new version; a rerun (against ``server``,
+        by default the same one) completes the transfer and leaves no temporaries."""
+        check_old_or_new(self.target, self.allowed)
+        wait_until_stale(self.target)
+        url = (server or self.server).url("s")
+        if self.verb == "push":
+            e2e.push(self.source, url).ok()
+        else:
+            e2e.pull(url, self.target).ok()
+        assert_same_tree(self.source, self.target)
+        assert not temporaries(e2e.tmp)
+
+
+def interrupted(e2e: E2E, material: dict[str, Path], verb: str) -> Interrupted:
+    share, local = e2e.tmp / "share", e2e.tmp / "local"
+    source, target = (local, share) if verb == "push" else (share, local)
+    allowed = old_and_new(material, target, source)
+    server = e2e.serve({"s": share})
+    args = (str(local), server.url("s")) if verb == "push" else (server.url("s"), str(local))
+    process = e2e.start(verb, *args)
+    wait_for(lambda: in_flight(target, process), RUN_SECONDS, "the big files to be in flight",
+             interval=0.002)
+    return Interrupted(verb, server, process, source, target, allowed)
+
+
 @pytest.mark.slow
 def test_client_killed_mid_push(e2e: E2E, material: dict[str, Path]) -> None:
-    src, share = e2e.tmp / "src", e2e.tmp / "share"
-    allowed = old_and_new(material, share, src)
-    server = e2e.serve({"s": share})
-    push = e2e.start("push", str(src), server.url("s"))
-    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
-             interval=0.002)
-    push.kill()
-    assert finish(push)[0] == -signal.SIGKILL
-
-    check_old_or_new(share, allowed)
-    assert server.running
-    wait_until_stale(share)
-    e2e.push(src, server.url("s")).ok()
-    assert_same_tree(src, share)
-    assert not temporaries(e2e.tmp)
+    run = interrupted(e2e, material, "push")
+    run.process.kill()
+    assert finish(run.process)[0] == -signal.SIGKILL
+    assert run.server.running
+    run.recovers(e2e)
 
 
 @pytest.mark.slow
 def test_ctrl_c_interrupts_a_push(e2e: E2E, material: dict[str, Path]) -> None:
-    src, share = e2e.tmp / "src", e2e.tmp / "share"
-    allowed = old_and_new(material, share, src)
-    server = e2e.serve({"s": share})
-    push = e2e.start("push", str(src), server.url("s"))
-    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
-             interval=0.002)
-    push.send_signal(signal.SIGINT)
-    status, err = finish(push)
+    run = interrupted(e2e, material, "push")
+    run.process.send_signal(signal.SIGINT)
+    status, err = finish(run.process)
     assert status == 130, err
     assert err.strip() == "rdc: interrupted", err
-
-    check_old_or_new(share, allowed)
-    wait_until_stale(share)
-    e2e.push(src, server.url("s")).ok()
-    assert_same_tree(src, share)
-    assert not temporaries(e2e.tmp)
+    run.recovers(e2e)
 
 
 @pytest.mark.slow
-def test_server_killed_mid_push(e2e: E2E, material: dict[str, Path]) -> None:
-    src, share = e2e.tmp / "src", e2e.tmp / "share"
-    allowed = old_and_new(material, share, src)
-    server = e2e.serve({"s": share})
-    push = e2e.start("push", str(src), server.url("s"))
-    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
-             interval=0.002)
-    server.kill()
-    status, err = finish(push)
+@pytest.mark.parametrize("verb", ["push", "pull"])
+def test_server_killed_mid_transfer(e2e: E2E, material: dict[str, Path], verb: str) -> None:
+    run = interrupted(e2e, material, verb)
+    run.server.kill()
+    status, err = finish(run.process)
     assert status == 5, err
     assert "Traceback" not in err and "rdc:" in err, err
-
-    check_old_or_new(share, allowed)
-    again = e2e.serve({"s": share})  # same share, same state directory
-    wait_until_stale(share)
-    e2e.push(src, again.url("s")).ok()
-    assert_same_tree(src, share)
-    assert not temporaries(e2e.tmp)
-
-
-@pytest.mark.slow
-def test_server_killed_mid_pull(e2e: E2E, material: dict[str, Path]) -> None:
-    share, dst = e2e.tmp / "share", e2e.tmp / "dst"
-    allowed = old_and_new(material, dst, share)
-    server = e2e.serve({"s": share})
-    pull = e2e.start("pull", server.url("s"), str(dst))
-    wait_for(lambda: in_flight(dst, pull), RUN_SECONDS, "the big files to be in flight",
-             interval=0.002)
-    server.kill()
-    status, err = finish(pull)
-    assert status == 5, err
-    assert "Traceback" not in err and "rdc:" in err, err
-
-    check_old_or_new(dst, allowed)
-    again = e2e.serve({"s": share})
-    wait_until_stale(dst)
-    e2e.pull(again.url("s"), dst).ok()
-    assert_same_tree(share, dst)
-    assert not temporaries(e2e.tmp)
+    run.recovers(e2e, e2e.serve({"s": e2e.tmp / "share"}))  # same share and state directory
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -215,22 +204,11 @@ def test_a_signal_stops_the_daemon_cleanly(e2e: E2E, signum: int) -> None:
 @pytest.mark.slow
 def test_sigterm_stops_the_daemon_during_a_push(e2e: E2E, material: dict[str, Path]) -> None:
     """(SIGINT takes the same path; `test_a_signal_stops_the_daemon_cleanly` has both.)"""
-    src, share = e2e.tmp / "src", e2e.tmp / "share"
-    allowed = old_and_new(material, share, src)
-    server = e2e.serve({"s": share})
-    push = e2e.start("push", str(src), server.url("s"))
-    wait_for(lambda: in_flight(share, push), RUN_SECONDS, "the big files to be in flight",
-             interval=0.002)
+    run = interrupted(e2e, material, "push")
     started = time.monotonic()
-    assert server.stop(signal.SIGTERM, timeout=PROMPT) == 0
+    assert run.server.stop(signal.SIGTERM, timeout=PROMPT) == 0
     assert time.monotonic() - started < PROMPT
-    status, err = finish(push)
+    status, err = finish(run.process)
     assert status == 5, err
-    assert "Traceback" not in server.log()
-
-    check_old_or_new(share, allowed)
-    again = e2e.serve({"s": share})
-    wait_until_stale(share)
-    e2e.push(src, again.url("s")).ok()
-    assert_same_tree(src, share)
-    assert not temporaries(e2e.tmp)
+    assert "Traceback" not in run.server.log()
+    run.recovers(e2e, e2e.serve({"s": e2e.tmp / "share"}))
