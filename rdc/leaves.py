@@ -41,8 +41,8 @@ Buffer = bytes | bytearray | memoryview
 
 SEGMENT_SIZE = 2 << 20
 # Streams known to be this large are cut into segments of at least LARGE_SEGMENT_SIZE: each
-# segment costs the calling thread a splice (about 50 us) and two thread hand-offs, some 5%
-# of two cores at 2 MiB, and a large stream still gives each worker many segments.
+# segment costs a splice on the calling thread and two thread hand-offs (2-3% of two cores
+# at 2 MiB), and a large stream still gives each worker many segments.
 LARGE_STREAM = 64 << 20
 LARGE_SEGMENT_SIZE = 4 << 20
 READ_SIZE = 1 << 20
@@ -162,15 +162,18 @@ class _Leaves:
         """Extend the chain through ``seg``, whose own chain (from ``seg.start``) is
         ``chain``."""
         ahead, self.ahead = self.ahead, None
-        ends = chain.ends
         if not self.tail:
             # The chain is at the segment's start, so the segment's chain is the true one.
             self.take(chain.hashes, chain.lengths)
         elif not (ahead and self._meet_ahead(ahead, chain)):
             self._carry(seg, chain)
             return
-        if ends:
-            self.cut = seg.start + ends[-1]
+        self._adopt(seg, chain)
+
+    def _adopt(self, seg: Segment, chain: OwnChain) -> None:
+        """The true chain is the segment's own through its last cut: go on from there."""
+        if chain.ends:
+            self.cut = seg.start + chain.ends[-1]
             shift = len(seg.data)
             self.ahead = ([e - shift for e in chain.ahead_ends], chain.ahead_hashes,
                           chain.ahead_lengths)
@@ -217,11 +220,7 @@ class _Leaves:
                 if j < len(ends) and ends[j] + offset == end:
                     self.take(*hash_chunks(data, true_ends))
                     self.take(hashes[HASH_BYTES * (j + 1) :], lengths[j + 1 :])
-                    self.cut = seg.start + ends[-1]
-                    self.tail = bytes(memoryview(seg.data)[ends[-1] :])
-                    shift = len(seg.data)
-                    self.ahead = ([e - shift for e in chain.ahead_ends], chain.ahead_hashes,
-                                  chain.ahead_lengths)
+                    self._adopt(seg, chain)
                     self.met += 1
                     return
         self.rechunked += 1
