@@ -317,19 +317,6 @@ def test_the_target_never_writes_through_its_own_symlinks(e2e: E2E) -> None:
     assert_same_tree(share, dst)
 
 
-def test_push_without_delete_still_syncs_times(e2e: E2E) -> None:
-    outside = make_outside(e2e.tmp)
-    src = e2e.tmp / "src"
-    build_tree(src, outside)
-    share = e2e.tmp / "share"
-    share.mkdir()
-    server = e2e.serve({"s": share})
-    e2e.push(src, server.url("s")).ok()
-    changes = change_tree(src)
-    e2e.push(src, server.url("s")).ok()
-    check_extras_kept(src, share, changes["gone"], times=True)
-
-
 def test_pull_without_delete_still_syncs_times(e2e: E2E) -> None:
     share = e2e.tmp / "share"
     (share / "d").mkdir(parents=True)
