@@ -28,7 +28,7 @@ log = logging.getLogger("rdc.session")
 MAX_CONVERSATIONS = 256
 PENDING_MESSAGES = 1024
 PENDING_BYTES = 16 << 20
-# Scheduler passes the writer gives other tasks to add to a frame, while each pass adds.
+# Scheduler passes the writer gives other tasks to add to a frame, until two add nothing.
 SETTLE_PASSES = 8
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
@@ -162,8 +162,11 @@ class Connection:
             # Scheduler passes first, while they bring more: the conversations woken by the
             # same event (a frame just read) queue their answers, and one frame carries
             # them all (client frames of a Django upgrade: 3.5% fewer bytes on the wire).
+            # Trio shuffles each scheduler batch, so an answer queued in this pass may land
+            # just after the writer looked: only two empty passes in a row mean "settled".
             batch = [first]
             size = _size(batch[0])
+            empty = 0
             for _ in range(SETTLE_PASSES):
                 await trio.lowlevel.checkpoint()
                 before = len(batch)
@@ -174,7 +177,8 @@ class Connection:
                         break
                     batch.append(message)
                     size += _size(message)
-                if len(batch) == before or size >= BATCH_BYTES:
+                empty = empty + 1 if len(batch) == before else 0
+                if empty == 2 or size >= BATCH_BYTES:
                     break
             async with self._send_lock:
                 await self.frames.send(batch)
