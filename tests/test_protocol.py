@@ -266,3 +266,39 @@ async def test_a_leaf_with_wrongly_matched_sub_chunks_is_fetched_whole(
     assert refetched, "no sub-chunk matched the wrong bytes: the test proves nothing"
     assert stats.literal_bytes < len(edited) // 4  # leaves, not the whole file
     pair.close()
+
+
+class _Answer:
+    """Stands in for the ``open`` conversation: answers at once, or refuses at once."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse = refuse
+
+    async def receive(self, kind: str) -> dict:
+        if self.refuse:
+            raise RemoteError(code="share", message="no such share")
+        return {"t": kind, "content": b"c"}
+
+    def close(self) -> None:
+        pass
+
+
+async def test_the_local_scan_runs_while_the_server_opens_and_stops_if_refused(
+    tmp_path,
+) -> None:
+    from rdc.replica import Replica
+    from rdc.transfer.client import scan_while_opening
+
+    src = tmp_path / "src"
+    for i in range(600):
+        write(src / f"d{i % 7}" / f"f{i}", os.urandom(64))
+    replica = Replica(str(src), tmp_path / "index.sqlite3")
+    try:
+        with pytest.raises(RemoteError, match="no such share"):  # itself, not in a group
+            await scan_while_opening(replica, _Answer(refuse=True))  # type: ignore[arg-type]
+        assert replica.db.count() < 600  # the scan stopped at its first file
+        answer, tree = await scan_while_opening(replica, _Answer(refuse=False))  # type: ignore[arg-type]
+        assert answer["content"] == b"c"
+        assert replica.db.count() == 600 and tree.content == replica.scan().content
+    finally:
+        replica.close()

@@ -15,7 +15,15 @@ from rdc.errors import ConnectionFailed, FileAccessError, UsageError
 from rdc.ignore import Excludes, read_ignore_file
 from rdc.index import default_location
 from rdc.replica import Replica
-from rdc.transfer.client import Options, Stats, opened, pull, push, request_open
+from rdc.transfer.client import (
+    Options,
+    Stats,
+    opened,
+    pull,
+    push,
+    request_open,
+    scan_while_opening,
+)
 from rdc.wire.frames import ConnectionClosed
 from rdc_client.progress import ProgressLine, TransferBar, human_bytes
 from rdc_client.remote import Remote, open_connection, parse_url, read_token, tls_context
@@ -147,23 +155,27 @@ async def _transfer(
                 excludes=patterns,
             )
             # The local walk runs while the server scans its side. Nothing changed on either
-            # side since their last scans (stat says so): that is all it takes.
+            # side since their last scans (stat says so): that is all it takes. Something
+            # changed here: the local scan, too, runs while the server scans.
             cached, walked = await trio.to_thread.run_sync(replica.quick)
             if walked.temporaries and not push_mode and not args.dry_run:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-            answer = await opened(opening)
-            if cached is not None and cached[:2] == (answer["content"], answer["meta"]):
-                stats = Stats(files_total=len(walked.files), in_step=True)
-            else:
-                line = ProgressLine(enabled=args.progress)
-                try:
-                    tree = await trio.to_thread.run_sync(replica.scan, None, line, walked)
-                finally:
-                    line.close()
-                if push_mode:
-                    stats = await push(connection, replica, tree, answer, options)
+            line = ProgressLine(enabled=args.progress)
+            try:
+                if cached is None:
+                    answer, tree = await scan_while_opening(replica, opening, line, walked)
                 else:
-                    stats = await pull(connection, replica, tree, answer, options)
+                    answer, tree = await opened(opening), None
+                    if cached[:2] != (answer["content"], answer["meta"]):
+                        tree = await trio.to_thread.run_sync(replica.scan, None, line, walked)
+            finally:
+                line.close()
+            if tree is None:
+                stats = Stats(files_total=len(walked.files), in_step=True)
+            elif push_mode:
+                stats = await push(connection, replica, tree, answer, options)
+            else:
+                stats = await pull(connection, replica, tree, answer, options)
             bar.close()
         stats.bytes_sent = counted.bytes_sent
         stats.bytes_received = counted.bytes_received

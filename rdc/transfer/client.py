@@ -6,7 +6,9 @@ Both directions share the shape; what differs is who applies the changes (the se
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,10 +18,11 @@ import trio
 
 from rdc.descent import SourceFile
 from rdc.errors import Refusal, RemoteError
+from rdc.index import Progress
 from rdc.paths import to_wire
 from rdc.replica import Replica
-from rdc.session import Connection, Conversation
-from rdc.snapshot import Entry, iter_entries
+from rdc.session import Connection, Conversation, unwrap_group
+from rdc.snapshot import Entry, Walk, iter_entries
 from rdc.transfer import metadata
 from rdc.transfer.compare import Changes, Comparison
 from rdc.transfer.ops import apply_ops
@@ -108,6 +111,46 @@ async def opened(conversation: Conversation) -> dict[str, Any]:
         return await conversation.receive("opened")
     finally:
         conversation.close()
+
+
+class ScanAbandoned(Exception):
+    """Raised from a scan's progress callback to stop the scan at the next file."""
+
+
+async def scan_while_opening(
+    replica: Replica,
+    opening: Conversation,
+    progress: Callable[[Progress], None] | None = None,
+    walked: Walk | None = None,
+) -> tuple[dict[str, Any], Entry]:
+    """The server's answer to ``open`` and the local tree, scanned meanwhile: the two scans
+    are independent, and in series a cold push paid for both (Django, 6.8k files: 1 s of
+    4.9). A refused open stops the local scan at its next file."""
+    stop = threading.Event()
+
+    def report(event: Progress) -> None:
+        if stop.is_set():
+            raise ScanAbandoned
+        if progress is not None:
+            progress(event)
+
+    tree: Entry | None = None
+
+    async def scan() -> None:
+        nonlocal tree
+        with contextlib.suppress(ScanAbandoned):  # the open was refused
+            tree = await trio.to_thread.run_sync(replica.scan, None, report, walked)
+
+    with unwrap_group():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(scan)
+            try:
+                answer = await opened(opening)
+            except BaseException:
+                stop.set()
+                raise
+    assert tree is not None
+    return answer, tree
 
 
 async def open_remote(
