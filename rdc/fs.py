@@ -566,15 +566,19 @@ class SafeRoot:
             os.fsync(dfd)
             os.fsync(sfd)
 
-    def set_times(self, rel: str | bytes, mtime_ns: int) -> None:
-        """Set atime and mtime of ``rel`` itself (a link's own, not its target's)."""
+    def set_times(self, rel: str | bytes, mtime_ns: int) -> os.stat_result | None:
+        """Set atime and mtime of ``rel`` itself (a link's own, not its target's). Returns
+        its lstat from just before (the index compares it with its row)."""
         rel = check_relpath(rel, allow_root=True)
         ns = (mtime_ns, mtime_ns)
         if not rel:
+            before = os.fstat(self._fd)
             os.utime(self._fd, ns=ns)
-            return
+            return before
         with self._parent(rel) as (dfd, leaf):
+            before = _lstat_at(dfd, leaf)
             os.utime(leaf, ns=ns, dir_fd=dfd, follow_symlinks=False)
+            return before
 
     def chmod(self, rel: str | bytes, mode: int) -> None:
         """Set the mode of the regular file or directory at ``rel`` (see ALLOW_SETID).

@@ -25,6 +25,7 @@ from rdc.tree import Tree, TreeFormatError
 
 RACY_NS = 2_000_000_000
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
+Retimed = tuple[str, os.stat_result, int]  # path, lstat before, mtime set
 
 
 class Replica:
@@ -236,19 +237,28 @@ class Replica:
             except OSError:
                 continue  # moved or removed since: nothing of ours to make durable there
 
-    def set_times(self, path: str, mtime_ns: int) -> None:
+    def set_times(self, path: str, mtime_ns: int, retimed: list[Retimed] | None = None) -> None:
         """Set the mtime of the entry at ``path``; a file whose index row was current stays
-        current (its new mtime recorded), so the next scan does not read it again."""
-        before = self.fs.lstat(path)
-        self.fs.set_times(path, mtime_ns)
+        current (its new mtime recorded), so the next scan does not read it again. With
+        ``retimed`` that record is left to `record_times`: one transaction for a batch."""
+        before = self.fs.set_times(path, mtime_ns)
         if before is None or not stat.S_ISREG(before.st_mode):
             return
-        with self.lock:
-            row = self.db.get(path)
-            if row is not None and not row.racy and (row.size, row.mtime_ns, row.inode) == (
-                before.st_size, before.st_mtime_ns, before.st_ino
-            ):
-                with self.db.transaction():
+        if retimed is not None:
+            retimed.append((path, before, mtime_ns))
+        else:
+            self.record_times([(path, before, mtime_ns)])
+
+    def record_times(self, retimed: list[Retimed]) -> None:
+        """Record the mtimes `set_times` set, for rows that described the file before."""
+        if not retimed:
+            return
+        with self.lock, self.db.transaction():
+            for path, before, mtime_ns in retimed:
+                row = self.db.get(path)
+                if row is not None and not row.racy and (row.size, row.mtime_ns, row.inode) == (
+                    before.st_size, before.st_mtime_ns, before.st_ino
+                ):
                     self.db.retime(row.id, mtime_ns)
 
     def forget(self, path: str) -> None:

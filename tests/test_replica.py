@@ -78,3 +78,25 @@ def test_temporaries_are_seen_but_not_part_of_the_tree(tmp_path) -> None:
     assert replica.temporaries == ["d/.rdc-tmp-0123456789abcdef-x"]
     assert sorted(tree.children["d"].children) == ["b.txt"]
     replica.close()
+
+
+def test_times_rdc_sets_keep_index_rows_current_unless_the_file_changed(tmp_path) -> None:
+    replica = make(tmp_path)
+    replica.scan()
+    root = tmp_path / "root"
+    replica.set_times("a.txt", OLD + 5)  # one at a time: its own transaction
+    retimed: list = []
+    replica.set_times("d", OLD + 6, retimed)  # a directory: nothing to record
+    replica.set_times("d/b.txt", OLD + 7, retimed)
+    assert [path for path, _, _ in retimed] == ["d/b.txt"]
+    replica.record_times(retimed)
+    assert os.stat(root / "a.txt").st_mtime_ns == OLD + 5
+    assert os.stat(root / "d/b.txt").st_mtime_ns == OLD + 7
+    replica.scan()
+    assert replica.stats.signed == 0 and replica.stats.unchanged == 2
+
+    (root / "a.txt").write_bytes(b"changed behind the index's back\n")
+    replica.set_times("a.txt", OLD + 8)  # its row no longer describes it: not made current
+    replica.scan()
+    assert replica.stats.signed == 1
+    replica.close()

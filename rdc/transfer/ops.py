@@ -202,18 +202,22 @@ def apply_meta(
     if not len(new_times) == len(new_modes) == len(entries):
         return 0, 1
     changed = 0
-    # Deepest first, so that a directory's own time is set after its children changed.
-    for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
-                                                        strict=True))):
-        full = join(path, rel)
-        if entry.kind != "l" and entry.mode != mode:
-            if not 0 <= mode <= 0o7777:
-                raise Refusal("protocol", message=f"bad mode {mode:o}")
-            replica.fs.chmod(full, mode)
-            entry.mode = mode
-            changed += 1
-        if entry.mtime_ns != mtime:
-            replica.set_times(full, mtime)
-            entry.mtime_ns = mtime
-            changed += 1
+    retimed: list = []  # recorded in the index in one transaction
+    try:
+        # Deepest first, so that a directory's own time is set after its children changed.
+        for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
+                                                            strict=True))):
+            full = join(path, rel)
+            if entry.kind != "l" and entry.mode != mode:
+                if not 0 <= mode <= 0o7777:
+                    raise Refusal("protocol", message=f"bad mode {mode:o}")
+                replica.fs.chmod(full, mode)
+                entry.mode = mode
+                changed += 1
+            if entry.mtime_ns != mtime:
+                replica.set_times(full, mtime, retimed)
+                entry.mtime_ns = mtime
+                changed += 1
+    finally:
+        replica.record_times(retimed)
     return changed, 0
