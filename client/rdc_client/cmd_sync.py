@@ -18,8 +18,9 @@ from rdc.ignore import Excludes, read_ignore_file
 from rdc.index import default_location
 from rdc.replica import Replica
 from rdc.session import unwrap_group
+from rdc.snapshot import Entry
 from rdc.transfer import base as base_store
-from rdc.transfer.client import Options, Stats, _finish, open_remote
+from rdc.transfer.client import Options, Stats, _finish, request_open, scan_while_opening
 from rdc.transfer.twoway import Actions, sync_round
 from rdc.wire.frames import ConnectionClosed
 from rdc_client.cmd_transfer import report
@@ -82,18 +83,32 @@ class Session:
         self.excludes = Excludes(self.patterns)
         self.base_path = base_store.location(args.local, str(self.remote))
         self.hosts = (socket.gethostname(), self.remote.host)
+        self.opened: dict[str, Any] = {}  # the server's answer to the last open
 
     def options(self) -> Options:
         return Options(delete=True, dry_run=self.args.dry_run,
                        progress=TransferBar(enabled=self.args.progress))
 
-    async def round(
-        self, connection: Any, counted: Any, replica: Replica, hashes: dict
-    ) -> Stats:
+    async def first_round(self, connection: Any, counted: Any, replica: Replica) -> Stats:
+        """Open the remote directory and sync once; the local scan runs while the server
+        scans its side."""
         started = time.monotonic()
+        opening = request_open(connection, self.remote.share, self.remote.path,
+                               write=not self.args.dry_run, create=not self.args.dry_run,
+                               excludes=self.patterns)
+        self.opened, tree = await scan_while_opening(replica, opening)
+        return await self.round(connection, counted, replica, self.opened, tree, started)
+
+    async def round(
+        self, connection: Any, counted: Any, replica: Replica, hashes: dict,
+        tree: Entry | None = None, started: float | None = None,
+    ) -> Stats:
+        """One sync round against the server's root ``hashes``; ``tree``: the local tree
+        if it was scanned just now."""
+        started = time.monotonic() if started is None else started
         sent, received = counted.bytes_sent, counted.bytes_received
         stats, actions, _ = await sync_round(
-            connection, replica, hashes, self.base_path, self.hosts, self.options()
+            connection, replica, hashes, self.base_path, self.hosts, self.options(), tree
         )
         stats.seconds = time.monotonic() - started
         stats.bytes_sent = counted.bytes_sent - sent
@@ -135,10 +150,7 @@ async def _sync_once(session: Session) -> Stats:
             await trio.to_thread.run_sync(replica.fs.clean_temporaries)
         async with open_connection(session.remote, session.token, session.tls,
                                    compress=not args.no_compress) as (connection, counted):
-            opened = await open_remote(connection, session.remote.share, session.remote.path,
-                                       write=not args.dry_run, create=not args.dry_run,
-                                       excludes=session.patterns)
-            return await session.round(connection, counted, replica, opened)
+            return await session.first_round(connection, counted, replica)
     finally:
         replica.close()
 
@@ -182,11 +194,9 @@ async def _watch_connected(session: Session, replica: Replica, changes: Any) -> 
     async with open_connection(session.remote, session.token, session.tls,
                                compress=not session.args.no_compress,
                                idle_timeout=WATCH_IDLE_TIMEOUT) as (connection, counted):
-        opened = await open_remote(connection, session.remote.share, session.remote.path,
-                                   write=True, create=True, excludes=session.patterns)
+        stats = await session.first_round(connection, counted, replica)
         print(f"rdc watch: connected to {session.remote}", file=sys.stderr)
-        stats = await session.round(connection, counted, replica, opened)
-        state = {"seq": max(stats.seq, opened["seq"]), "remote": not stats.in_step}
+        state = {"seq": max(stats.seq, session.opened["seq"]), "remote": not stats.in_step}
         synced = _in_step(stats, replica)
         wake = trio.Event()
         watcher = connection.start("watch", seq=state["seq"])

@@ -499,12 +499,14 @@ async def sync_round(
     base_path: Path,
     hosts: tuple[str, str],
     options: Options,
+    tree: Entry | None = None,
 ) -> tuple[Stats, Actions, Entry]:
     """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
     dry run), store the new base, and check the result. ``remote_hashes`` are the server's
     current root hashes (from ``opened`` or ``finished``). Returns the stats, the actions
-    and the local tree at the end."""
-    tree = await trio.to_thread.run_sync(replica.scan)
+    and the local tree at the end. ``tree``: the local tree if it was scanned just now."""
+    if tree is None:
+        tree = await trio.to_thread.run_sync(replica.scan)
     round_ = TwoWay(tree, base_store.load(base_path), *hosts,
                     unreadable_here=[p for p, _ in replica.errors],
                     unreadable_there=remote_hashes.get("unreadable", 0))
