@@ -223,3 +223,29 @@ def test_files_changing_while_read_are_marked_racy(tree, monkeypatch) -> None:
     stats = refresh(db, str(root))
     assert stats.signed == 20
     assert contents(db) == expected(root)
+
+
+def test_small_files_signed_here_and_large_ones_on_the_pool_agree(tmp_path, monkeypatch) -> None:
+    import rdc.index.update as module
+
+    monkeypatch.setattr(module, "INLINE_BYTES", 30_000)
+    root = tmp_path / "data"
+    make_tree(root, count=40, size=40_000, seed=5)
+    sizes = {rel: os.path.getsize(root / rel) for rel in expected(root)}
+    assert 10 < sum(size < 30_000 for size in sizes.values()) < 30  # both ways, many each
+    refused = {min(sizes, key=sizes.get), max(sizes, key=sizes.get)}  # one on each path
+
+    def opener(rel: str):
+        if rel in refused:
+            raise PermissionError(13, "Permission denied", rel)
+        return open(root / rel, "rb")
+
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    events = []
+    stats = refresh(db, str(root), progress=events.append, opener=opener)
+    assert sorted(path for path, _ in stats.errors) == sorted(refused)
+    assert stats.signed == 38 and set(contents(db)) == set(sizes) - refused
+    assert [e.files_done for e in events] == list(range(1, 39))
+    assert events[-1].bytes_done == sum(sizes[path] for path in contents(db))
+    assert contents(db).items() <= expected(root).items()
+    db.close()
