@@ -7,13 +7,13 @@ setup(
         Extension(
             "rdc._native._chunker",
             sources=["rdc/_native/_chunker.c", "rdc/_native/chunker_impl.c"],
-            depends=["rdc/_native/chunker_impl.h"],
+            depends=["rdc/_native/chunker_impl.h", "rdc/_native/le_bytes.h"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(
             "rdc._native._signature",
             sources=["rdc/_native/_signature.c", "rdc/_native/signature_impl.c"],
-            depends=["rdc/_native/signature_impl.h"],
+            depends=["rdc/_native/signature_impl.h", "rdc/_native/le_bytes.h"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(

@@ -20,6 +20,7 @@
  * rightmost-minimum pass per window; the benchmark's reference point.
  */
 #include "chunker_impl.h"
+#include "le_bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,15 +77,6 @@ void rdc_init_tables(void) {
     have_clmul = __builtin_cpu_supports("pclmul");
 #endif
     done = 1;
-}
-
-static inline uint64_t load64le(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
 }
 
 uint8_t rdc_lead(const uint8_t *window, size_t n, unsigned shift) {

@@ -1,5 +1,6 @@
 /* Sketch traits and tree grouping over packed hashes; contract in signature_impl.h. */
 #include "signature_impl.h"
+#include "le_bytes.h"
 
 #include <string.h>
 
@@ -15,22 +16,6 @@ const uint64_t rdc_salt_g[RDC_TRAITS] = {
     0x62D6BD961359E49AULL, 0xA9C04E82E289CB43ULL, 0x8A2916ACB45134CCULL,
     0x815DC03D220D272BULL, 0x2A0D6C64E9F475EAULL, 0x59D0FCB8D3B7318FULL,
 };
-
-static inline uint64_t load64le(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static inline void store64le(uint8_t *p, uint64_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
 
 static inline uint64_t mix64(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -1,0 +1,26 @@
+/* Little-endian 64-bit loads and stores at any alignment: the byte order of rdc's hashes
+ * and packed formats, whatever the machine's. Shared by the chunker and the signature
+ * code. */
+#ifndef RDC_LE_BYTES_H
+#define RDC_LE_BYTES_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t load64le(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void store64le(uint8_t *p, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+#endif
