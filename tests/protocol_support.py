@@ -17,7 +17,14 @@ from rdc.errors import AccessDenied, ProtocolError, RemoteError
 from rdc.ignore import Excludes
 from rdc.replica import Replica
 from rdc.session import Connection, unwrap_group
-from rdc.transfer.client import Options, Stats, open_remote, pull, push
+from rdc.transfer.client import (
+    Options,
+    Stats,
+    pull,
+    push,
+    request_open,
+    scan_while_opening,
+)
 from rdc.transfer.handshake import client_handshake, server_handshake
 from rdc.transfer.serving import ServerSession
 from rdc.transfer.twoway import sync_round
@@ -88,17 +95,18 @@ class Pair:
                 connection = Connection(frames)
                 await nursery.start(connection.run)
                 writes = direction in ("push", "sync")
-                opened = await open_remote(connection, "s", path, writes, writes, patterns)
                 replica = Replica(str(local), self.tmp / f"client-{local.name}.sqlite3",
                                   Excludes(patterns))
                 try:
-                    tree = await trio.to_thread.run_sync(replica.scan)
+                    opening = request_open(connection, "s", path, writes, writes, patterns)
+                    opened, tree = await scan_while_opening(replica, opening)
                     if between is not None:
                         await between(connection)
                     if direction == "sync":
                         stats, self.actions, _ = await sync_round(
                             connection, replica, opened, self.tmp / f"base-{local.name}",
                             ("here", "there"), options or Options(),
+                            None if between is not None else tree,
                         )
                     else:
                         run = push if direction == "push" else pull

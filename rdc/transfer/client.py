@@ -153,12 +153,6 @@ async def scan_while_opening(
     return answer, tree
 
 
-async def open_remote(
-    connection: Connection, share: str, path: str, write: bool, create: bool, excludes: list[str]
-) -> dict[str, Any]:
-    return await opened(request_open(connection, share, path, write, create, excludes))
-
-
 def count_files(tree: Entry) -> int:
     return sum(1 for _, e in iter_entries(tree) if e.kind == "f")
 
