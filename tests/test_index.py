@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
 from rdc.index import IndexDatabase, refresh
+from rdc.index.db import SCHEMA_VERSION
 from rdc.signature import DEFAULT_SIGNATURE, SignatureParams, signature_of_path
 from rdc.tree import GroupParams
 
@@ -248,4 +251,70 @@ def test_small_files_signed_here_and_large_ones_on_the_pool_agree(tmp_path, monk
     assert [e.files_done for e in events] == list(range(1, 39))
     assert events[-1].bytes_done == sum(sizes[path] for path in contents(db))
     assert contents(db).items() <= expected(root).items()
+    db.close()
+
+
+def open_at_once(location, count: int) -> tuple[list[IndexDatabase], list[BaseException]]:
+    """``count`` threads open the index at ``location`` at the same moment."""
+    start = threading.Barrier(count)
+    opened: list[IndexDatabase] = []
+    failures: list[BaseException] = []
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(IndexDatabase(location))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return opened, failures
+
+
+def test_indexes_opened_at_once_are_made_once(tmp_path) -> None:
+    """Connections that open a new index at the same moment (the daemon's clients, two
+    commands on one directory) all get the same schema and parameters, none an error."""
+    for attempt in range(scaled(30, 10)):
+        opened, failures = open_at_once(tmp_path / f"index{attempt}.sqlite3", 6)
+        assert failures == []
+        assert len(opened) == 6
+        for db in opened:
+            assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert db.count() == 0
+            db.close()
+
+
+def test_a_locked_index_is_an_error_not_a_rebuild(tmp_path) -> None:
+    """Another process writing the index for too long is no reason to delete it."""
+    root = tmp_path / "data"
+    make_tree(root, count=4)
+    location = tmp_path / "index.sqlite3"
+    db = IndexDatabase(location)
+    refresh(db, str(root))
+    db.close()
+    holder = sqlite3.connect(location, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            IndexDatabase(location, busy_timeout=0.05)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    db = IndexDatabase(location, busy_timeout=0.05)
+    (root / "d0" / "new.bin").write_bytes(b"new" * 1000)
+    holder = sqlite3.connect(location, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            refresh(db, str(root))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert len(contents(db)) == 4  # what was indexed before is still there
+    refresh(db, str(root))
+    assert contents(db) == expected(root)
     db.close()

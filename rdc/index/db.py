@@ -1,7 +1,9 @@
 """The signature index: one SQLite database (WAL) per synced root, kept outside the data.
 
-It is a cache. A database that fails to open, has another schema or other signature
-parameters, or raises a database error is deleted and rebuilt by the next refresh.
+It is a cache. A database that is corrupt, has another schema or other signature
+parameters is deleted and rebuilt (by the next open or refresh). Errors that are not the
+database's fault (locked by another process for too long, disk full) are raised instead:
+deleting the index would not cure them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +28,8 @@ SCHEMA_VERSION = 1
 # chance matches rare among 10,000 files while finding near-duplicates (J >= 0.5).
 CANDIDATE_THRESHOLD = 4
 CANDIDATE_LIMIT = 5
+# Seconds to wait for another connection's write lock before giving up with an error.
+BUSY_TIMEOUT = 30.0
 
 
 def params_tag(params: SignatureParams) -> str:
@@ -57,6 +62,43 @@ class IndexedFile:
     racy: bool
 
 
+class UnusableIndex(sqlite3.DatabaseError):
+    """The index was made by another rdc or with other parameters: rebuild it."""
+
+
+# Error codes that say nothing about the database itself: another process holds the lock,
+# the disk is full, a file cannot be opened or read. Deleting the index would not help, and
+# would pull it from under whoever else is using it.
+_TRANSIENT = {
+    sqlite3.SQLITE_PERM, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM,
+    sqlite3.SQLITE_READONLY, sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL,
+    sqlite3.SQLITE_AUTH,
+}
+
+
+def unusable(exc: sqlite3.DatabaseError) -> bool:
+    """Whether ``exc`` means the index itself is bad (corrupt, foreign, another schema), so
+    that deleting and rebuilding it is the cure."""
+    if isinstance(exc, UnusableIndex):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is None or code & 0xFF not in _TRANSIENT
+
+
+def _statements(sql: str) -> Iterator[str]:
+    """The statements of a schema file, one at a time (``executescript`` would commit the
+    transaction they must run in)."""
+    pending = ""
+    for line in sql.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+    if pending.strip() and not pending.lstrip().startswith("--"):
+        yield pending
+
+
 def _migrations() -> list[tuple[int, str]]:
     sql_dir = resources.files("rdc.index") / "sql"
     out = []
@@ -71,39 +113,76 @@ class IndexDatabase:
     like ``os.fsdecode``), stored as the bytes on disk."""
 
     def __init__(
-        self, location: str | os.PathLike[str], params: SignatureParams = DEFAULT_SIGNATURE
+        self,
+        location: str | os.PathLike[str],
+        params: SignatureParams = DEFAULT_SIGNATURE,
+        busy_timeout: float = BUSY_TIMEOUT,
     ) -> None:
         self.location = Path(location)
         self.params = params
+        self.busy_timeout = busy_timeout
         self.location.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.conn = self._open()
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as exc:
+            if not unusable(exc):
+                raise
             self._discard()
             self.conn = self._open()
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.location, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            self.location, timeout=self.busy_timeout, isolation_level=None,
+            check_same_thread=False,
+        )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._use_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(f"index schema {version} is newer than this rdc")
-            for number, sql in _migrations():
-                if number > version:
-                    conn.executescript(f"BEGIN; {sql}; PRAGMA user_version={number}; COMMIT;")
-            tag = params_tag(self.params)
-            stored = conn.execute("SELECT value FROM meta WHERE key='params'").fetchone()
-            if stored is None:
-                conn.execute("INSERT INTO meta VALUES ('params', ?)", (tag,))
-            elif stored[0] != tag:
-                raise sqlite3.DatabaseError("index built with other signature parameters")
+            # Another process (or thread) may be creating this index right now: the version
+            # is read, and the schema made, inside one write transaction.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._prepare(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new database to WAL. Two connections switching at once would deadlock on
+        their read locks, so SQLite fails one at once instead of waiting: that one retries."""
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UnusableIndex(f"index schema {version} is newer than this rdc")
+        for number, sql in _migrations():
+            if number > version:
+                for statement in _statements(sql):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version={number}")
+        tag = params_tag(self.params)
+        stored = conn.execute("SELECT value FROM meta WHERE key='params'").fetchone()
+        if stored is None:
+            conn.execute("INSERT INTO meta VALUES ('params', ?)", (tag,))
+        elif stored[0] != tag:
+            raise UnusableIndex("index built with other signature parameters")
 
     def _discard(self) -> None:
         for suffix in ("", "-wal", "-shm"):

@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from rdc.index.db import IndexDatabase
+from rdc.index.db import IndexDatabase, unusable
 from rdc.paths import is_temporary
 from rdc.signature import FileSignature, signature_of_file
 
@@ -113,7 +113,9 @@ def refresh(
     opener = opener or by_path
     try:
         return _refresh(db, root, workers, exclude, progress, files, opener)
-    except sqlite3.DatabaseError:
+    except sqlite3.DatabaseError as exc:
+        if not unusable(exc):
+            raise
         db.rebuild()
         return _refresh(db, root, workers, exclude, progress, files, opener)
 
