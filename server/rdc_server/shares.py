@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,7 @@ class Registry:
         self.shares = shares
         self.state_dir = Path(state_dir)
         self._open: dict[tuple[str, str], _Open] = {}
+        self._opening = threading.Lock()  # `_replica` runs on worker threads
         self._sequence = {name: itertools.count(1) for name in shares}
         self._current = dict.fromkeys(shares, 0)
         self.changed = {name: trio.Event() for name in shares}
@@ -95,11 +97,14 @@ class Registry:
         self._open.clear()
 
     def _replica(self, share: Share, path: str) -> _Open:
+        """The one `Replica` of ``path`` in ``share``. Connections that open it at the same
+        time must get the same one: its lock is what keeps their writes apart."""
         key = (share.name, path)
-        if key not in self._open:
-            root = os.path.join(share.path, path) if path else share.path
-            self._open[key] = _Open(Replica(root, self.index_location(share.name, path)))
-        return self._open[key]
+        with self._opening:
+            if key not in self._open:
+                root = os.path.join(share.path, path) if path else share.path
+                self._open[key] = _Open(Replica(root, self.index_location(share.name, path)))
+            return self._open[key]
 
 
 class ClientShares:
