@@ -4,6 +4,7 @@ loaded, and with RDC_PUREPYTHON=1, where `scaled` shrinks the larger inputs."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import settings
@@ -32,6 +33,11 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not PURE and _native.IMPLEMENTATION != "c":  # pragma: no cover
         raise pytest.UsageError("the C extension did not load; refusing to test the fallback")
+    # A shell starts a background job (`pytest &`, a CI script's `&`) with SIGINT ignored,
+    # and children inherit that: the tests that press Ctrl-C on `rdc` would see it ignored,
+    # as it should be in such a job. A handler here is reset to the default in children.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
