@@ -434,3 +434,23 @@ def test_a_server_that_dies_mid_transfer_is_a_lost_connection(e2e: E2E, cut: str
     thread.join(RUN_SECONDS)
     assert result.returncode == 5, result
     assert "Traceback" not in result.stderr, result
+
+
+def test_a_client_cannot_set_the_mode_or_time_of_a_share_itself(w: World) -> None:
+    """The top directory of a share is the administrator's: `meta` on the empty path is
+    refused there, and only there (inside the share it sets the opened directory's)."""
+    before = os.lstat(w.share)
+    client = opened(w)
+    try:
+        conversation = client.request("ops", ops=[["meta", b"", [0o777, 0], None],
+                                                  ["mkdir", b"dir/ok", 0o755, None]])
+        last = client.answer(conversation)[-1]
+        assert last["t"] == "oks", last
+        bad, good = last["results"]
+        assert bad is not None and bad[0] == "path" and good is None, last
+    finally:
+        client.close()
+    after = os.lstat(w.share)
+    assert after.st_mode == before.st_mode
+    assert after.st_mtime_ns != 0
+    os.rmdir(w.share / "dir" / "ok")

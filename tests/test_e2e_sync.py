@@ -424,3 +424,64 @@ def test_unreadable_source_entries_are_reported(e2e: E2E) -> None:
     assert result.returncode == 3, result
     assert "unreadable.txt" in result.stderr and "closed" in result.stderr, result
     assert result.stats is not None and len(result.stats["errors"]) == 2, result.stats
+
+
+def top_of(path: Path) -> tuple[int, int]:
+    st = os.lstat(path)
+    return st.st_mode & 0o7777, st.st_mtime_ns
+
+
+def test_the_opened_directory_gets_its_own_mode_and_time(e2e: E2E) -> None:
+    """As with ``rsync -a SRC/ DST/``: the directory a push or pull opened ends with the
+    mode and mtime of the source's, so a 0700 directory stays private, but a share's own
+    top directory is left as whoever set up the share made it."""
+    src = e2e.tmp / "src"
+    (src / "d").mkdir(parents=True)
+    write(src / "d" / "f.txt", b"private\n", 0o600)
+    stamp_times(src, seed=5)
+    src.chmod(0o700)
+    os.utime(src, ns=(1_500_000_000_123_456_789, 1_500_000_000_123_456_789))
+    share, other = e2e.tmp / "share", e2e.tmp / "other"
+    share.mkdir()
+    other.mkdir()
+    other.chmod(0o755)
+    other_top = top_of(other)
+    server = e2e.serve({"s": share, "t": other})
+
+    # Into a directory inside the share: created, then given the source's mode and time.
+    pushed = e2e.push(src, server.url("s", "backup")).ok()
+    assert pushed.stats["in_step"] is True
+    assert top_of(share / "backup") == top_of(src)
+    assert_same_tree(src, share / "backup")
+
+    # Only the top directory's time changed: that alone travels, and nothing else.
+    os.utime(src, ns=(1_600_000_000_000_000_007, 1_600_000_000_000_000_007))
+    src.chmod(0o750)
+    dry = e2e.push(src, server.url("s", "backup"), "--dry-run").ok()
+    assert dry.stdout.split() == ["would", "chmod", ".", "would", "touch", "."]
+    assert top_of(share / "backup") != top_of(src)
+    again = e2e.push(src, server.url("s", "backup")).ok()
+    assert again.stats["in_step"] is True and again.stats["bytes_sent"] < QUIET
+    assert top_of(share / "backup") == top_of(src)
+    quiet = e2e.push(src, server.url("s", "backup")).ok()
+    assert quiet.stats["in_step"] is True and quiet.stdout == ""
+
+    # Into a share itself: the content arrives, the share's own directory is not set.
+    pushed = e2e.push(src, server.url("t")).ok()
+    assert pushed.stats["in_step"] is True
+    assert (other / "d" / "f.txt").read_bytes() == b"private\n"
+    # (its time moved, as the entries were made in it, but rdc did not set it)
+    assert top_of(other)[0] == other_top[0] and top_of(other)[1] != top_of(src)[1]
+    assert e2e.push(src, server.url("t"), "--dry-run").ok().stdout == ""
+
+    # A pull gives the local directory the remote one's mode and time, a new one included.
+    (share / "backup").chmod(0o711)
+    os.utime(share / "backup", ns=(1_400_000_000_000_000_001, 1_400_000_000_000_000_001))
+    dst = e2e.tmp / "dst"
+    pulled = e2e.pull(server.url("s", "backup"), dst).ok()
+    assert pulled.stats["in_step"] is True
+    assert top_of(dst) == top_of(share / "backup")
+    os.utime(dst, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    pulled = e2e.pull(server.url("s", "backup"), dst).ok()
+    assert pulled.stats["in_step"] is True and pulled.stats["bytes_received"] < QUIET
+    assert top_of(dst) == top_of(share / "backup")

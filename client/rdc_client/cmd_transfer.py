@@ -18,11 +18,13 @@ from rdc.replica import Replica
 from rdc.transfer.client import (
     Options,
     Stats,
+    local_top,
     opened,
     pull,
     push,
     request_open,
     scan_while_opening,
+    top_differs,
 )
 from rdc.wire.frames import ConnectionClosed
 from rdc_client.progress import ProgressLine, TransferBar, human_bytes
@@ -166,7 +168,9 @@ async def _transfer(
                     answer, tree = await scan_while_opening(replica, opening, line, walked)
                 else:
                     answer, tree = await opened(opening), None
-                    if cached[:2] != (answer["content"], answer["meta"]):
+                    if cached[:2] != (answer["content"], answer["meta"]) or top_differs(
+                        answer, local_top(walked.tree), push_mode
+                    ):
                         tree = await trio.to_thread.run_sync(replica.scan, None, line, walked)
             finally:
                 line.close()
@@ -198,9 +202,9 @@ def report(args: argparse.Namespace, stats: Stats) -> None:
             print(f"{verb}link {path} -> {os.fsdecode(target)}")
         for path, what in changes.meta:
             if "mode" in what:
-                print(f"{verb}chmod {path}")
+                print(f"{verb}chmod {path or '.'}")
             if "time" in what:
-                print(f"{verb}touch {path}")
+                print(f"{verb}touch {path or '.'}")
         for path, _ in changes.removals:
             if args.delete:
                 print(f"{verb}delete {path}")

@@ -153,6 +153,31 @@ async def scan_while_opening(
     return answer, tree
 
 
+def local_top(tree: Entry) -> tuple[int, int]:
+    """The mode and mtime of the directory ``tree`` was scanned from."""
+    return tree.mode, tree.mtime_ns
+
+
+def top_differs(opened: dict[str, Any], mine: tuple[int, int], push: bool) -> bool:
+    """Whether the opened directory's own mode or time differs from ``mine`` where the
+    sync would change it (a push leaves a share's top directory alone)."""
+    theirs = opened.get("top")
+    if theirs is None or (push and opened.get("fixed")):
+        return False
+    return tuple(theirs) != mine
+
+
+def top_differences(tree: Entry, theirs: Any) -> list[tuple[str, str]]:
+    """A dry run's line for the opened directory itself ("" is its path)."""
+    mode, mtime = theirs
+    what = metadata.what(tree.mode != mode, tree.mtime_ns != mtime)
+    return [("", what)] if what else []
+
+
+def _top_op(top: tuple[int, int]) -> list:
+    return ["meta", b"", list(top), None]
+
+
 def count_files(tree: Entry) -> int:
     return sum(1 for _, e in iter_entries(tree) if e.kind == "f")
 
@@ -184,19 +209,32 @@ async def push(
     started = time.monotonic()
     stats = Stats(files_total=count_files(tree))
     stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
+    # The opened directory's own mode and time, unless it is a share's top directory.
+    top = None if opened.get("fixed") or opened.get("top") is None else local_top(tree)
     if tree.content == opened["content"] and tree.meta == opened["meta"]:
-        stats.in_step = not replica.errors
+        if top is None or top == tuple(opened["top"]):
+            stats.in_step = not replica.errors
+            return stats
+        if options.dry_run:
+            stats.changes = Changes(meta=top_differences(tree, opened["top"]))
+            return stats
+        stats.in_step = all(await _ops(connection, [_top_op(top)], stats)) and not replica.errors
         return stats
     for hb in (8, 32):
         changes = await Comparison(tree, push=True, hb=hb).run(connection, opened["content"])
         stats.changes = changes
         if options.dry_run:
             changes.meta = metadata.differences(*await metadata.walk(connection, tree))
+            if top is not None:
+                changes.meta += top_differences(tree, opened["top"])
             return stats
         await _push_changes(connection, replica, changes, options, stats)
-        _count_ops(stats, "meta", await metadata.push(connection, tree))
+        extra = [_top_op(top)] if top is not None else []
+        _count_ops(stats, "meta", await metadata.push(connection, tree, extra))
         finished = await _finish(connection)
         stats.in_step = finished["content"] == tree.content and finished["meta"] == tree.meta
+        if top is not None and tuple(finished.get("top") or ()) != top:
+            stats.in_step = False
         if stats.in_step or stats.failed or finished["content"] == tree.content:
             break
         opened = finished  # a hash prefix matched by accident: compare in full
@@ -320,15 +358,23 @@ async def pull(
     opened remote directory."""
     started = time.monotonic()
     stats = Stats()
+    top = tuple(opened["top"]) if opened.get("top") is not None else None
     if tree.content == opened["content"] and tree.meta == opened["meta"]:
-        stats.in_step = True
         stats.files_total = count_files(tree)
+        if top is None or top == local_top(tree):
+            stats.in_step = True
+        elif options.dry_run:
+            stats.changes = Changes(meta=top_differences(tree, top))
+        else:
+            stats.in_step = all(await _local_ops(replica, [_top_op(top)], stats))
         return stats
     for hb in (8, 32):
         changes = await Comparison(tree, push=False, hb=hb).run(connection, opened["content"])
         stats.changes = changes
         if options.dry_run:
             changes.meta = metadata.differences(*await metadata.walk(connection, tree))
+            if top is not None:
+                changes.meta += top_differences(tree, top)
             return stats
         try:
             await _pull_changes(connection, replica, changes, options, stats,
@@ -337,8 +383,12 @@ async def pull(
             await trio.to_thread.run_sync(replica.sync_dirs)
         tree = await trio.to_thread.run_sync(replica.scan)
         _count_ops(stats, "meta", await metadata.pull(connection, replica, tree))
+        if top is not None:
+            await _local_ops(replica, [_top_op(top)], stats)  # last: the writes above move it
         tree = await trio.to_thread.run_sync(replica.scan)
         stats.in_step = tree.content == opened["content"] and tree.meta == opened["meta"]
+        if top is not None and local_top(tree) != top:
+            stats.in_step = False
         if stats.in_step or stats.failed or tree.content == opened["content"]:
             break
     stats.files_total = count_files(tree)
@@ -347,7 +397,7 @@ async def pull(
 
 
 async def _local_ops(replica: Replica, ops: list, stats: Stats) -> list[bool]:
-    results = await trio.to_thread.run_sync(apply_ops, replica, ops, replica.excludes)
+    results = await trio.to_thread.run_sync(apply_ops, replica, ops, replica.excludes, True)
     for op, result in zip(ops, results, strict=True):
         if result is not None:
             stats.failed.append((op[1], f"{result[0]}: {result[1]}"))

@@ -98,19 +98,22 @@ def differences(vectors: list[tuple[list, Entry]], singles: list[Single]) -> lis
         if len(entries) != len(theirs):
             continue
         for (rel, entry), (mtime, mode) in zip(entries, theirs, strict=True):
-            out.append((join(path, rel), _what(entry.mode != mode, entry.mtime_ns != mtime)))
+            out.append((join(path, rel), what(entry.mode != mode, entry.mtime_ns != mtime)))
     for single in singles:
-        out.append((single.path, _what(single.local.mode != single.remote.mode,
+        out.append((single.path, what(single.local.mode != single.remote.mode,
                                         single.local.mtime_ns != single.remote.mtime_ns)))
     return [(path, what) for path, what in out if what]
 
 
-def _what(mode: bool, time: bool) -> str:
+def what(mode: bool, time: bool) -> str:
     return "mode and time" if mode and time else "mode" if mode else "time" if time else ""
 
 
-async def push(connection: Connection, tree: Entry) -> list[list[str] | None]:
-    """Bring the server's modes and times to those of ``tree``. Returns the results of the
+async def push(
+    connection: Connection, tree: Entry, extra: list[list] | None = None
+) -> list[list[str] | None]:
+    """Bring the server's modes and times to those of ``tree``; ``extra`` ops go last (the
+    opened directory's own, which the others may have moved). Returns the results of the
     per-entry ops (None for each success)."""
     vectors, singles = await walk(connection, tree)
     updates = []
@@ -130,6 +133,7 @@ async def push(connection: Connection, tree: Entry) -> list[list[str] | None]:
         conversation.close()
     results: list[list[str] | None] = []
     ops = [["meta", to_wire(s.path), [s.local.mode, s.local.mtime_ns], None] for s in singles]
+    ops += extra or []
     for start in range(0, len(ops), 4096):
         conversation = connection.start("ops", ops=ops[start : start + 4096])
         results += (await conversation.receive("oks"))["results"]

@@ -39,11 +39,18 @@ def expectation(replica: Replica, path: str, spec: Any) -> Expect | None:
 
 
 def apply_op(
-    replica: Replica, op: str, path: str, arg: Any, expect: Any, excludes: Excludes | None = None
+    replica: Replica,
+    op: str,
+    path: str,
+    arg: Any,
+    expect: Any,
+    excludes: Excludes | None = None,
+    top: bool = False,
 ) -> None:
     """One of ``mkdir``, ``link``, ``rm``, ``rmdir`` (only if empty), ``mode``, ``mv``,
-    ``meta`` (blocking; raises Refusal, ConflictError, PathError or OSError)."""
-    if not path:
+    ``meta`` (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
+    opened directory's own mode and time may be set (``meta`` with the empty path)."""
+    if not path and not (op == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
     check = expectation(replica, path, expect)
     fs = replica.fs
@@ -124,14 +131,17 @@ def _remove_except(replica: Replica, path: str, excludes: Excludes) -> bool:
 
 
 def apply_ops(
-    replica: Replica, ops: list[tuple[str, str, Any, Any]], excludes: Excludes | None = None
+    replica: Replica,
+    ops: list[tuple[str, str, Any, Any]],
+    excludes: Excludes | None = None,
+    top: bool = False,
 ) -> list[list[str] | None]:
     """Apply ``ops`` in order; one result per op (None, or [code, message]). ``excludes``:
-    the connection's, which a recursive removal spares."""
+    the connection's, which a recursive removal spares; ``top`` as for `apply_op`."""
     results: list[list[str] | None] = []
     for op, path, arg, expect in ops:
         try:
-            apply_op(replica, op, path, arg, expect, excludes)
+            apply_op(replica, op, path, arg, expect, excludes, top)
             results.append(None)
         except ConflictError as exc:
             results.append(["conflict", str(exc)])

@@ -67,6 +67,7 @@ class ServerSession:
     scanned_seq: int = -1  # the share's sequence number at the last scan
     unannounced: bool = False  # wrote something watchers were not told of yet
     unreadable: int = 0  # entries the last scan could not read (left out of the tree)
+    top_fixed: bool = True  # the opened directory is a share's own: its mode and time stay
     _opening: bool = False
 
     async def handle(self, conversation: Conversation, message: dict[str, Any]) -> None:
@@ -120,6 +121,9 @@ class ServerSession:
         log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message["path"],
                  "read-write" if opened.writable and message["write"] else "read-only")
         content, meta, smeta = cached
+        # A share's own top directory belongs to whoever set up the share: clients change
+        # the mode and time of a directory they opened inside it, not of the share itself.
+        self.top_fixed = not message["path"]
         conversation.send(
             "opened",
             content=content,
@@ -128,6 +132,8 @@ class ServerSession:
             unreadable=self.unreadable,
             writable=opened.writable,
             seq=seq,
+            top=[walked.tree.mode, walked.tree.mtime_ns],
+            fixed=self.top_fixed,
         )
         if walked.temporaries and opened.writable and message["write"]:
             # Temporaries of killed transfers (this daemon's or another's) go now.
@@ -220,7 +226,7 @@ class ServerSession:
         opened = self._writable()
         self._wrote()
         results = await trio.to_thread.run_sync(
-            apply_ops, opened.replica, message["ops"], self.excludes
+            apply_ops, opened.replica, message["ops"], self.excludes, not self.top_fixed
         )
         conversation.send("oks", results=results)
 
@@ -289,6 +295,7 @@ class ServerSession:
         conversation.send(
             "finished", content=tree.content, meta=tree.meta, smeta=tree.smeta,
             unreadable=self.unreadable, seq=self.opened.sequence(),
+            top=[tree.mode, tree.mtime_ns],
         )
 
 

@@ -138,6 +138,7 @@ def HB(v: Any, where: str) -> int:
 
 
 MODE = uint(0o7777)
+TOP = record(MODE, sint)  # the opened directory's own mode and mtime
 VECTOR = record(array(sint, MAX_TIMES), binary(2 * MAX_TIMES))
 ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096))
 OP = one_of("mkdir", "link", "rm", "rmdir", "mode", "mv", "meta")
@@ -189,6 +190,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "unreadable": (uint(), 0),
         "writable": (boolean, False),
         "seq": (uint(), 0),
+        "top": (optional(TOP), None),
+        "fixed": (boolean, False),
     },
     "list": {
         "id": (ID, ABSENT),
@@ -274,6 +277,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "smeta": (optional(HASH), None),
         "unreadable": (uint(), 0),
         "seq": (uint(), 0),
+        "top": (optional(TOP), None),
     },
 }
 
