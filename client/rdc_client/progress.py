@@ -21,9 +21,9 @@ class ProgressLine:
     """One status line, redrawn at most every ``interval`` seconds; cleared on close."""
 
     def __init__(
-        self, stream: TextIO = sys.stderr, interval: float = 0.2, enabled: bool | None = None
+        self, stream: TextIO | None = None, interval: float = 0.2, enabled: bool | None = None
     ) -> None:
-        self.stream = stream
+        self.stream = stream = stream or sys.stderr  # at the call: tests swap sys.stderr
         self.interval = interval
         self.enabled = stream.isatty() if enabled is None else enabled
         self.started = time.monotonic()
@@ -60,9 +60,9 @@ class TransferBar:
     WIDTH = 24
 
     def __init__(
-        self, stream: TextIO = sys.stderr, interval: float = 0.2, enabled: bool = False
+        self, stream: TextIO | None = None, interval: float = 0.2, enabled: bool = False
     ) -> None:
-        self.stream = stream
+        self.stream = stream or sys.stderr
         self.interval = interval
         self.enabled = enabled
         self.counter = None  # a CountingStream, set once connected
