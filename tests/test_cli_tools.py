@@ -79,3 +79,28 @@ def test_delta_needs_two_directories_or_a_file_new(tmp_path, capsys) -> None:
     (tmp_path / "f").write_bytes(b"x")
     assert main(["delta", str(tmp_path / "f"), str(tmp_path / "a")]) == 2
     assert main(["delta", str(tmp_path / "missing"), str(tmp_path / "f")]) == 3
+
+
+def test_an_index_another_rdc_keeps_locked_is_a_clear_error(tmp_path, capsys,
+                                                             monkeypatch) -> None:
+    import sqlite3
+
+    import rdc.index.db
+    from rdc.index import default_location
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a").write_bytes(random.Random(2).randbytes(50_000))
+    assert main(["similar", str(data)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(rdc.index.db, "BUSY_TIMEOUT", 0.05)
+    holder = sqlite3.connect(default_location(str(data)), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        assert main(["similar", str(data)]) == 1
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    err = capsys.readouterr().err
+    assert err.startswith("rdc: the signature index: ") and "locked" in err, err
+    assert main(["similar", str(data)]) == 0  # nothing was lost: the index is still there

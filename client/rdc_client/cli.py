@@ -6,6 +6,7 @@ import argparse
 import importlib
 import io
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 
@@ -75,6 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rdc: interrupted", file=sys.stderr)
         return 130
+    except sqlite3.OperationalError as exc:
+        # The signature index is a cache, rebuilt when it is bad; these errors are not its
+        # fault (another rdc held it for long, the disk is full), and would be again.
+        print(f"rdc: the signature index: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (rdc chunk --list | head): stop quietly, and keep Python from
         # failing again when it flushes stdout at exit.

@@ -116,11 +116,11 @@ class IndexDatabase:
         self,
         location: str | os.PathLike[str],
         params: SignatureParams = DEFAULT_SIGNATURE,
-        busy_timeout: float = BUSY_TIMEOUT,
+        busy_timeout: float | None = None,
     ) -> None:
         self.location = Path(location)
         self.params = params
-        self.busy_timeout = busy_timeout
+        self.busy_timeout = BUSY_TIMEOUT if busy_timeout is None else busy_timeout
         self.location.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.conn = self._open()
