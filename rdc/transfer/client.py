@@ -158,13 +158,18 @@ def local_top(tree: Entry) -> tuple[int, int]:
     return tree.mode, tree.mtime_ns
 
 
-def top_differs(opened: dict[str, Any], mine: tuple[int, int], push: bool) -> bool:
-    """Whether the opened directory's own mode or time differs from ``mine`` where the
-    sync would change it (a push leaves a share's top directory alone)."""
+def remote_top(opened: dict[str, Any], push: bool) -> tuple[int, int] | None:
+    """The opened directory's own mode and time on the server (``opened`` or ``finished``),
+    if this sync keeps them in step: a push leaves a share's top directory alone."""
     theirs = opened.get("top")
     if theirs is None or (push and opened.get("fixed")):
-        return False
-    return tuple(theirs) != mine
+        return None
+    return tuple(theirs)
+
+
+def top_differs(opened: dict[str, Any], mine: tuple[int, int], push: bool) -> bool:
+    theirs = remote_top(opened, push)
+    return theirs is not None and theirs != mine
 
 
 def top_differences(tree: Entry, theirs: Any) -> list[tuple[str, str]]:
@@ -174,8 +179,10 @@ def top_differences(tree: Entry, theirs: Any) -> list[tuple[str, str]]:
     return [("", what)] if what else []
 
 
-def _top_op(top: tuple[int, int]) -> list:
-    return ["meta", b"", list(top), None]
+def _top_op(top: tuple[int, int], path: str | bytes = b"") -> list:
+    """The op that sets the opened directory's mode and time (a wire path by default; ""
+    for the local side)."""
+    return ["meta", path, list(top), None]
 
 
 def count_files(tree: Entry) -> int:
@@ -209,10 +216,9 @@ async def push(
     started = time.monotonic()
     stats = Stats(files_total=count_files(tree))
     stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
-    # The opened directory's own mode and time, unless it is a share's top directory.
-    top = None if opened.get("fixed") or opened.get("top") is None else local_top(tree)
+    top = local_top(tree) if remote_top(opened, push=True) is not None else None
     if tree.content == opened["content"] and tree.meta == opened["meta"]:
-        if top is None or top == tuple(opened["top"]):
+        if top is None or top == remote_top(opened, push=True):
             stats.in_step = not replica.errors
             return stats
         if options.dry_run:
@@ -233,7 +239,7 @@ async def push(
         _count_ops(stats, "meta", await metadata.push(connection, tree, extra))
         finished = await _finish(connection)
         stats.in_step = finished["content"] == tree.content and finished["meta"] == tree.meta
-        if top is not None and tuple(finished.get("top") or ()) != top:
+        if top is not None and remote_top(finished, push=True) != top:
             stats.in_step = False
         if stats.in_step or stats.failed or finished["content"] == tree.content:
             break
@@ -358,7 +364,7 @@ async def pull(
     opened remote directory."""
     started = time.monotonic()
     stats = Stats()
-    top = tuple(opened["top"]) if opened.get("top") is not None else None
+    top = remote_top(opened, push=False)
     if tree.content == opened["content"] and tree.meta == opened["meta"]:
         stats.files_total = count_files(tree)
         if top is None or top == local_top(tree):
@@ -366,7 +372,7 @@ async def pull(
         elif options.dry_run:
             stats.changes = Changes(meta=top_differences(tree, top))
         else:
-            stats.in_step = all(await _local_ops(replica, [_top_op(top)], stats))
+            stats.in_step = all(await _local_ops(replica, [_top_op(top, "")], stats))
         return stats
     for hb in (8, 32):
         changes = await Comparison(tree, push=False, hb=hb).run(connection, opened["content"])
@@ -384,7 +390,7 @@ async def pull(
         tree = await trio.to_thread.run_sync(replica.scan)
         _count_ops(stats, "meta", await metadata.pull(connection, replica, tree))
         if top is not None:
-            await _local_ops(replica, [_top_op(top)], stats)  # last: the writes above move it
+            await _local_ops(replica, [_top_op(top, "")], stats)  # last: writes above move it
         tree = await trio.to_thread.run_sync(replica.scan)
         stats.in_step = tree.content == opened["content"] and tree.meta == opened["meta"]
         if top is not None and local_top(tree) != top:
