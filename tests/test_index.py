@@ -3,6 +3,7 @@ corruption are handled."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -143,13 +145,19 @@ def test_unreadable_files_are_reported_not_fatal(tree, monkeypatch) -> None:
     assert stats.signed == 19 and "d0/file0.bin" not in contents(db)
 
 
-def test_corrupt_index_is_rebuilt(tmp_path) -> None:
+def built_index(tmp_path, count: int):
+    """A tree of ``count`` files and the location of its index, refreshed and closed."""
     root = tmp_path / "data"
-    make_tree(root, count=5)
+    make_tree(root, count=count)
     location = tmp_path / "index.sqlite3"
     db = IndexDatabase(location)
     refresh(db, str(root))
     db.close()
+    return root, location
+
+
+def test_corrupt_index_is_rebuilt(tmp_path) -> None:
+    root, location = built_index(tmp_path, 5)
     with open(location, "r+b") as f:
         f.seek(0)
         f.write(b"this is not a database" * 50)
@@ -159,12 +167,7 @@ def test_corrupt_index_is_rebuilt(tmp_path) -> None:
 
 
 def test_index_of_other_parameters_is_rebuilt(tmp_path) -> None:
-    root = tmp_path / "data"
-    make_tree(root, count=3)
-    location = tmp_path / "index.sqlite3"
-    db = IndexDatabase(location)
-    refresh(db, str(root))
-    db.close()
+    _, location = built_index(tmp_path, 3)
     other = SignatureParams(groups=GroupParams(3, 9))
     db = IndexDatabase(location, other)
     assert db.count() == 0
@@ -288,32 +291,27 @@ def test_indexes_opened_at_once_are_made_once(tmp_path) -> None:
             db.close()
 
 
+@contextlib.contextmanager
+def locked(location, how: str) -> Iterator[None]:
+    """Another connection holds the index at ``location`` (``BEGIN <how>``)."""
+    holder = sqlite3.connect(location, isolation_level=None)
+    holder.execute(f"BEGIN {how}")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 def test_a_locked_index_is_an_error_not_a_rebuild(tmp_path) -> None:
     """Another process writing the index for too long is no reason to delete it."""
-    root = tmp_path / "data"
-    make_tree(root, count=4)
-    location = tmp_path / "index.sqlite3"
-    db = IndexDatabase(location)
-    refresh(db, str(root))
-    db.close()
-    holder = sqlite3.connect(location, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    try:
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
-            IndexDatabase(location, busy_timeout=0.05)
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
+    root, location = built_index(tmp_path, 4)
+    with locked(location, "EXCLUSIVE"), pytest.raises(sqlite3.OperationalError, match="locked"):
+        IndexDatabase(location, busy_timeout=0.05)
     db = IndexDatabase(location, busy_timeout=0.05)
     (root / "d0" / "new.bin").write_bytes(b"new" * 1000)
-    holder = sqlite3.connect(location, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    try:
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
-            refresh(db, str(root))
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
+    with locked(location, "IMMEDIATE"), pytest.raises(sqlite3.OperationalError, match="locked"):
+        refresh(db, str(root))
     assert len(contents(db)) == 4  # what was indexed before is still there
     refresh(db, str(root))
     assert contents(db) == expected(root)
