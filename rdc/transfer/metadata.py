@@ -101,11 +101,12 @@ def differences(vectors: list[tuple[list, Entry]], singles: list[Single]) -> lis
             out.append((join(path, rel), what(entry.mode != mode, entry.mtime_ns != mtime)))
     for single in singles:
         out.append((single.path, what(single.local.mode != single.remote.mode,
-                                        single.local.mtime_ns != single.remote.mtime_ns)))
-    return [(path, what) for path, what in out if what]
+                                      single.local.mtime_ns != single.remote.mtime_ns)))
+    return [(path, change) for path, change in out if change]
 
 
 def what(mode: bool, time: bool) -> str:
+    """How an entry's metadata differs, in a dry run's words ("" if it does not)."""
     return "mode and time" if mode and time else "mode" if mode else "time" if time else ""
 
 
