@@ -45,7 +45,7 @@ def delta_file_over_tree(
     old_db: IndexDatabase, old: str, new: str, signature: FileSignature | None = None, **kwargs
 ) -> DeltaReport:
     signature = signature or signature_of_path(new)
-    have = bool(old_db.with_root(signature.root))
+    have = bool(old_db.with_root(signature.root, 1))
     seeds = [] if have else choose_seeds(old_db, old, None, signature.sketch)
     return delta_one(new, signature.tree, signature.sketch, seeds, have, **kwargs)
 
@@ -64,7 +64,7 @@ def delta_tree(
         if same_path is not None and same_path.root == f.root:
             continue
         offered += 1
-        have = bool(old_db.with_root(f.root))
+        have = bool(old_db.with_root(f.root, 1))
         seeds = [] if have else choose_seeds(old_db, old, f.path, f.sketch)
         total.add(
             delta_one(os.path.join(new, f.path), new_db.tree(f.id), f.sketch, seeds, have, **kwargs)

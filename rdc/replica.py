@@ -24,6 +24,7 @@ from rdc.snapshot import Entry, Walk, fill_roots, lookup, seal, walk
 from rdc.tree import Tree, TreeFormatError
 
 RACY_NS = 2_000_000_000
+HOLDERS = 4  # local copies of a content tried before it is asked of the source
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
 Retimed = tuple[str, os.stat_result, int]  # path, lstat before, mtime set
 
@@ -157,10 +158,11 @@ class Replica:
 
     # ------------------------------------------------------------ seeds (target side)
 
-    def holders(self, root: bytes) -> list[str]:
-        """Paths whose indexed content has this root."""
+    def holders(self, root: bytes, limit: int = HOLDERS) -> list[str]:
+        """Paths whose indexed content has this root (a few: the first that still has it
+        is copied, and one nearly always does)."""
         with self.lock:
-            return [f.path for f in self.db.with_root(root)]
+            return [f.path for f in self.db.with_root(root, limit)]
 
     def seeds(self, path: str, sketch: bytes | None) -> list[SeedFile]:
         """The file at ``path`` plus the files whose sketches resemble ``sketch``. A stored

@@ -316,3 +316,18 @@ def test_a_locked_index_is_an_error_not_a_rebuild(tmp_path) -> None:
     refresh(db, str(root))
     assert contents(db) == expected(root)
     db.close()
+
+
+def test_files_with_one_content_are_found_by_path_and_as_few_as_asked(tmp_path) -> None:
+    root = tmp_path / "data"
+    root.mkdir()
+    for n in range(10):
+        (root / f"copy{n}").write_bytes(b"same content\n")
+    (root / "other").write_bytes(b"other content\n")
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    refresh(db, str(root))
+    content = signature_of_path(str(root / "copy0")).root
+    assert [f.path for f in db.with_root(content)] == [f"copy{n}" for n in range(10)]
+    assert [f.path for f in db.with_root(content, 3)] == ["copy0", "copy1", "copy2"]
+    assert db.with_root(b"\0" * 32) == []
+    db.close()

@@ -232,9 +232,12 @@ class IndexDatabase:
         ).fetchone()
         return self._row(row) if row else None
 
-    def with_root(self, root: bytes) -> list[IndexedFile]:
+    def with_root(self, root: bytes, limit: int = -1) -> list[IndexedFile]:
+        """Files with this content root, by path; at most ``limit`` (-1: all). Asked once
+        per received file, and the empty file's root alone can have hundreds."""
         rows = self.conn.execute(
-            f"SELECT {self._COLUMNS} FROM file WHERE root = ? ORDER BY path", (root,)
+            f"SELECT {self._COLUMNS} FROM file WHERE root = ? ORDER BY path LIMIT ?",
+            (root, limit),
         )
         return [self._row(r) for r in rows]
 
