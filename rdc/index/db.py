@@ -86,6 +86,18 @@ def unusable(exc: sqlite3.DatabaseError) -> bool:
     return code is None or code & 0xFF not in _TRANSIENT
 
 
+@contextlib.contextmanager
+def _write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE``: the write lock from the start, so what is read inside holds."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def _statements(sql: str) -> Iterator[str]:
     """The statements of a schema file, one at a time (``executescript`` would commit the
     transaction they must run in)."""
@@ -141,13 +153,8 @@ class IndexDatabase:
             conn.execute("PRAGMA foreign_keys=ON")
             # Another process (or thread) may be creating this index right now: the version
             # is read, and the schema made, inside one write transaction.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _write_transaction(conn):
                 self._prepare(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
         except BaseException:
             conn.close()
             raise
@@ -198,15 +205,8 @@ class IndexDatabase:
     def close(self) -> None:
         self.conn.close()
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return _write_transaction(self.conn)
 
     # ------------------------------------------------------------ reads
 
