@@ -216,13 +216,14 @@ async def push(
     started = time.monotonic()
     stats = Stats(files_total=count_files(tree))
     stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
-    top = local_top(tree) if remote_top(opened, push=True) is not None else None
+    theirs = remote_top(opened, push=True)
+    top = local_top(tree) if theirs is not None else None
     if tree.content == opened["content"] and tree.meta == opened["meta"]:
-        if top is None or top == remote_top(opened, push=True):
+        if top is None or top == theirs:
             stats.in_step = not replica.errors
             return stats
         if options.dry_run:
-            stats.changes = Changes(meta=top_differences(tree, opened["top"]))
+            stats.changes = Changes(meta=top_differences(tree, theirs))
             return stats
         stats.in_step = all(await _ops(connection, [_top_op(top)], stats)) and not replica.errors
         return stats
@@ -232,7 +233,7 @@ async def push(
         if options.dry_run:
             changes.meta = metadata.differences(*await metadata.walk(connection, tree))
             if top is not None:
-                changes.meta += top_differences(tree, opened["top"])
+                changes.meta += top_differences(tree, theirs)
             return stats
         await _push_changes(connection, replica, changes, options, stats)
         extra = [_top_op(top)] if top is not None else []
