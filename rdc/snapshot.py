@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import blake3
 
+from rdc.filestat import mtime_ns
 from rdc.paths import is_temporary
 
 CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
@@ -146,85 +147,127 @@ class Walk:
     temporaries: list[str]  # rdc temporaries seen (left out of everything else)
 
 
-def walk(root: str, exclude: Exclude | None = None, salt: bytes = b"") -> Walk:
-    """The tree under ``root`` without file roots (the index supplies those), the lstat of
-    every regular file by relative path, and what could not be read: (path, reason).
+def walk(root: str | int, exclude: Exclude | None = None, salt: bytes = b"") -> Walk:
+    """The tree under ``root`` (a path, or a descriptor of the directory, which stays the
+    caller's) without file roots (the index supplies those), the lstat of every regular
+    file by relative path, and what could not be read: (path, reason).
 
-    Directories are opened one component at a time (no path length limit, no symlink
-    followed); a directory that cannot be opened or listed is left out of the tree, like
-    an excluded one, so that nothing below it is deleted elsewhere on its account. Kinds
-    that are not synced (sockets, devices, FIFOs) are skipped."""
-    top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    top = os.fstat(top_fd)
-    tree = Entry("d", stat.S_IMODE(top.st_mode), top.st_mtime_ns)
-    files: dict[str, os.stat_result] = {}
-    errors: list[tuple[str, str]] = []
-    temporaries: list[str] = []
-    seen = blake3.blake3(salt)
-    stack: list[tuple[str, Entry, int, Entry | None]] = [("", tree, top_fd, None)]
-    while stack:
-        rel_dir, node, fd, parent = stack.pop()
+    Directories are opened one component at a time from the one above (no path length
+    limit, no symlink followed, no path string resolved again), depth first, holding one
+    descriptor per level; every descriptor is closed whatever happens. A directory that
+    cannot be opened or listed, or that was replaced by something else meanwhile, is left
+    out of the tree, like an excluded one, so that nothing below it is deleted elsewhere
+    on its account. Kinds that are not synced (sockets, devices, FIFOs) are skipped."""
+    if isinstance(root, int):
+        top_fd = os.dup(root)
+    else:
+        top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    scan = _Scan(exclude, salt)
+    stack: list[tuple[int, str, Entry, list]] = []  # one open directory per level
+    try:
+        top = os.fstat(top_fd)
+        tree = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top))
+        stack.append((top_fd, "", tree, scan.list(top_fd, "", tree) or []))
+        while stack:
+            fd, rel_dir, node, pending = stack[-1]
+            if not pending:
+                stack.pop()
+                if fd != top_fd:
+                    os.close(fd)
+                continue
+            name, raw, child = pending.pop()
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                child_fd = os.open(raw, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:  # gone, unreadable, or swapped for a link meanwhile
+                scan.errors.append((rel, exc.strerror or str(exc)))
+                continue
+            try:
+                grandchildren = scan.list(child_fd, rel, child)
+            except BaseException:
+                os.close(child_fd)
+                raise
+            if grandchildren is None:
+                os.close(child_fd)
+                continue
+            node.children[name] = child  # listed: now it is part of the tree
+            stack.append((child_fd, rel, child, grandchildren))
+    finally:
+        for fd, *_ in stack:
+            if fd != top_fd:
+                os.close(fd)
+        os.close(top_fd)
+    return Walk(tree, scan.files, scan.errors, scan.seen.digest(), scan.temporaries)
+
+
+class _Scan:
+    """What a walk collects, and the listing of one directory."""
+
+    def __init__(self, exclude: Exclude | None, salt: bytes) -> None:
+        self.exclude = exclude
+        self.files: dict[str, os.stat_result] = {}
+        self.errors: list[tuple[str, str]] = []
+        self.temporaries: list[str] = []
+        self.seen = blake3.blake3(salt)
+
+    def _record(self, kind: bytes, st: os.stat_result, size: int, rel: str) -> None:
+        raw = os.fsencode(rel)
+        self.seen.update(_RECORD.pack(kind, st.st_mode, mtime_ns(st), size, st.st_ino,
+                                      len(raw)) + raw)
+
+    def list(self, fd: int, rel_dir: str, node: Entry) -> list[tuple[str, bytes, Entry]] | None:
+        """Put the files and links of directory ``fd`` into ``node``; return its
+        subdirectories to enter as (name, name on disk, entry), or None (and an error) if
+        it cannot be listed."""
         try:
             with os.scandir(fd) as scanner:
                 items = list(scanner)
         except OSError as exc:
-            errors.append((rel_dir, exc.strerror or str(exc)))
-            os.close(fd)
-            continue
-        if parent is not None:  # listed: now it is part of the tree
-            parent.children[rel_dir.rpartition("/")[2]] = node
-        try:
-            for item in items:
-                name = os.fsdecode(item.name)
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if is_temporary(name):
-                    temporaries.append(rel)
+            self.errors.append((rel_dir, exc.strerror or str(exc)))
+            return None
+        subdirs: list[tuple[str, bytes, Entry]] = []
+        exclude = self.exclude
+        for item in items:
+            name = os.fsdecode(item.name)
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if is_temporary(name):
+                self.temporaries.append(rel)
+                continue
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError as exc:
+                self.errors.append((rel, exc.strerror or str(exc)))
+                continue
+            mode = st.st_mode
+            if stat.S_ISDIR(mode):
+                if exclude and exclude(rel, True):
+                    continue
+                subdirs.append((name, os.fsencode(item.name),
+                                Entry("d", stat.S_IMODE(mode), mtime_ns(st))))
+                self._record(b"d", st, 0, rel)
+                continue
+            if stat.S_ISREG(mode):
+                if exclude and exclude(rel, False):
+                    continue
+                child = Entry("f", stat.S_IMODE(mode), mtime_ns(st), st.st_size)
+                self.files[rel] = st
+            elif stat.S_ISLNK(mode):
+                if exclude and exclude(rel, False):
                     continue
                 try:
-                    st = item.stat(follow_symlinks=False)
+                    target = os.fsdecode(os.readlink(item.name, dir_fd=fd))
                 except OSError as exc:
-                    errors.append((rel, exc.strerror or str(exc)))
+                    self.errors.append((rel, exc.strerror or str(exc)))
                     continue
-                mode = st.st_mode
-                if stat.S_ISDIR(mode):
-                    if exclude and exclude(rel, True):
-                        continue
-                    try:
-                        child_fd = os.open(item.name, _DIR_FLAGS, dir_fd=fd)
-                    except OSError as exc:
-                        errors.append((rel, exc.strerror or str(exc)))
-                        continue
-                    stack.append((rel, Entry("d", stat.S_IMODE(mode), st.st_mtime_ns),
-                                  child_fd, node))
-                    raw = os.fsencode(rel)
-                    seen.update(_RECORD.pack(b"d", mode, st.st_mtime_ns, 0, st.st_ino,
-                                             len(raw)) + raw)
-                    continue
-                elif stat.S_ISREG(mode):
-                    if exclude and exclude(rel, False):
-                        continue
-                    child = Entry("f", stat.S_IMODE(mode), st.st_mtime_ns, st.st_size)
-                    files[rel] = st
-                elif stat.S_ISLNK(mode):
-                    if exclude and exclude(rel, False):
-                        continue
-                    try:
-                        target = os.fsdecode(os.readlink(item.name, dir_fd=fd))
-                    except OSError as exc:
-                        errors.append((rel, exc.strerror or str(exc)))
-                        continue
-                    child = Entry("l", 0, st.st_mtime_ns, target=target)
-                else:
-                    continue
-                node.children[name] = child
-                raw = os.fsencode(rel)
-                seen.update(_RECORD.pack(child.kind.encode(), mode, st.st_mtime_ns,
-                                         st.st_size, st.st_ino, len(raw)) + raw)
-                if child.kind == "l":
-                    seen.update(os.fsencode(child.target) + b"\0")
-        finally:
-            os.close(fd)
-    return Walk(tree, files, errors, seen.digest(), temporaries)
+                child = Entry("l", 0, mtime_ns(st), target=target)
+            else:
+                continue
+            node.children[name] = child
+            self._record(child.kind.encode(), st, st.st_size, rel)
+            if child.kind == "l":
+                self.seen.update(os.fsencode(child.target) + b"\0")
+        subdirs.reverse()  # popped from the end: entered in listing order
+        return subdirs
 
 
 def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:

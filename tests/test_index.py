@@ -331,3 +331,29 @@ def test_files_with_one_content_are_found_by_path_and_as_few_as_asked(tmp_path) 
     assert [f.path for f in db.with_root(content, 3)] == ["copy0", "copy1", "copy2"]
     assert db.with_root(b"\0" * 32) == []
     db.close()
+
+
+def test_a_directory_turned_symlink_before_its_files_are_read_is_an_error_not_a_crash(
+    tmp_path,
+) -> None:
+    """The walk saw ``d/f``; by the time the refresh reads it, ``d`` is a symlink to the
+    outside. The file is reported as unreadable, nothing outside is read, and the rest of
+    the refresh completes."""
+    from rdc.fs import SafeRoot
+    from rdc.snapshot import walk
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_bytes(b"inside" * 100)
+    (root / "g").write_bytes(b"other" * 100)
+    outside.mkdir()
+    (outside / "f").write_bytes(b"secret" * 100)
+    walked = walk(str(root))
+    os.rename(root / "d", tmp_path / "moved")
+    os.symlink(outside, root / "d")
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    with SafeRoot(root) as fs:
+        stats = refresh(db, str(root), files=walked.files, opener=fs.open_read)
+    assert [path for path, _ in stats.errors] == ["d/f"]
+    assert set(contents(db)) == {"g"}
+    db.close()

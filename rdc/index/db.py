@@ -19,6 +19,7 @@ from pathlib import Path
 
 import blake3
 
+from rdc.filestat import Stamp, mtime_ns, stamp
 from rdc.signature import DEFAULT_SIGNATURE, FileSignature, SignatureParams
 from rdc.sketch import buckets
 from rdc.tree import Tree, pack_tree, unpack_tree
@@ -60,6 +61,15 @@ class IndexedFile:
     root: bytes
     sketch: bytes | None
     racy: bool
+
+    @property
+    def stamp(self) -> Stamp:
+        return Stamp(self.size, self.mtime_ns, self.inode)
+
+    def describes(self, st: os.stat_result) -> bool:
+        """Whether this row still describes the file ``st`` was read from: same stamp, and
+        not written so recently that a later write could have kept the stamp."""
+        return not self.racy and self.stamp == stamp(st)
 
 
 class UnusableIndex(sqlite3.DatabaseError):
@@ -304,7 +314,7 @@ class IndexDatabase:
             (
                 encoded,
                 st.st_size,
-                st.st_mtime_ns,
+                mtime_ns(st),
                 st.st_ino,
                 st.st_mode,
                 signature.root,
@@ -326,7 +336,7 @@ class IndexDatabase:
         )
         self.conn.execute(
             "UPDATE file SET path = ?, mtime_ns = ?, mode = ?, racy = ? WHERE id = ?",
-            (os.fsencode(path), st.st_mtime_ns, st.st_mode, int(racy), file_id),
+            (os.fsencode(path), mtime_ns(st), st.st_mode, int(racy), file_id),
         )
 
     def touch(self, file_id: int, st: os.stat_result, racy: bool) -> None:
@@ -334,9 +344,13 @@ class IndexDatabase:
             "UPDATE file SET mode = ?, racy = ? WHERE id = ?", (st.st_mode, int(racy), file_id)
         )
 
-    def retime(self, file_id: int, mtime_ns: int) -> None:
-        """rdc itself set this file's mtime; its content is what the row says."""
-        self.conn.execute("UPDATE file SET mtime_ns = ? WHERE id = ?", (mtime_ns, file_id))
+    def restamp(self, file_id: int, st: os.stat_result) -> None:
+        """rdc itself changed this file's metadata (or replaced it by a copy of itself);
+        its content is what the row says."""
+        self.conn.execute(
+            "UPDATE file SET mtime_ns = ?, inode = ?, mode = ? WHERE id = ?",
+            (mtime_ns(st), st.st_ino, st.st_mode, file_id),
+        )
 
     def delete(self, file_id: int) -> None:
         self.conn.execute("DELETE FROM file WHERE id = ?", (file_id,))

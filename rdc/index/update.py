@@ -20,8 +20,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from rdc.filestat import mtime_ns, stamp
 from rdc.index.db import IndexDatabase, unusable
-from rdc.paths import is_temporary
+from rdc.paths import PathError, is_temporary
 from rdc.signature import FileSignature, signature_of_file
 
 RACY_NS = 2_000_000_000
@@ -91,7 +92,7 @@ def _sign(opener: Opener, rel: str) -> tuple[os.stat_result, FileSignature, os.s
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_size, a.st_mtime_ns, a.st_ino) == (b.st_size, b.st_mtime_ns, b.st_ino)
+    return stamp(a) == stamp(b)
 
 
 def refresh(
@@ -133,17 +134,13 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
     stats.files = len(on_disk)
 
     def racy(st: os.stat_result) -> bool:
-        return st.st_mtime_ns >= started - RACY_NS
+        return mtime_ns(st) >= started - RACY_NS
 
     changed: list[str] = []
     with db.transaction():
         for rel, st in on_disk.items():
             row = rows.get(rel)
-            if (
-                row
-                and not row.racy
-                and (row.size, row.mtime_ns, row.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
-            ):
+            if row and row.describes(st):
                 stats.unchanged += 1
                 if row.mode != st.st_mode:
                     db.touch(row.id, st, False)
@@ -155,7 +152,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
         for rel in changed:
             st = on_disk[rel]
             old = by_inode.pop(st.st_ino, None)
-            if old and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            if old and (old.size, old.mtime_ns) == stamp(st)[:2]:
                 db.move(old.id, rel, st, racy(st))
                 del vanished[old.id]
                 stats.renamed += 1
@@ -195,6 +192,9 @@ def _sign_all(db, opener, paths, on_disk, workers, racy, stats, progress) -> Non
             before, signature, after = outcome()
         except OSError as exc:
             stats.errors.append((rel, exc.strerror or str(exc)))
+            return
+        except PathError as exc:  # a directory on the way became a symlink meanwhile
+            stats.errors.append((rel, exc.fields["reason"]))
             return
         batch.append((rel, before, signature, racy(before) or not _same(before, after)))
         stats.signed += 1
