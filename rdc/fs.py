@@ -313,9 +313,36 @@ class SafeRoot:
     """One synced directory tree, held open; every operation takes a relative path (str or
     bytes, checked by ``check_relpath``) and stays inside the tree."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fd: int | None = None) -> None:
+        """Open the directory at ``path`` (following a symlink there: the user chose it),
+        or, with ``fd``, take ownership of that directory descriptor (``path`` then only
+        names it in messages)."""
         self.path = os.fspath(path)
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if fd is None:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._fd = fd
+
+    def subroot(self, rel: str | bytes, *, create: bool = False, mode: int = 0o755) -> SafeRoot:
+        """The directory ``rel`` as a root of its own, reached component by component
+        from this one without following a symlink (made, with missing parents, if
+        ``create``). Only its descriptor is kept: whatever is later renamed or swapped in
+        at ``rel``, the new root stays the directory it was when it was reached."""
+        rel = check_relpath(rel, allow_root=True)
+        if not rel:
+            return SafeRoot(self.path, fd=os.dup(self._fd))
+        if create:
+            self.makedirs(rel, mode)
+        try:
+            fd = self._open_dir(rel, rel)
+        except OSError as exc:
+            exc.filename, exc.filename2 = rel, None
+            raise
+        return SafeRoot(os.path.join(self.path, rel), fd=fd)
+
+    def identity(self) -> tuple[int, int]:
+        """(device, inode) of the root directory."""
+        st = os.fstat(self._fd)
+        return st.st_dev, st.st_ino
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -566,43 +593,102 @@ class SafeRoot:
             os.fsync(dfd)
             os.fsync(sfd)
 
-    def set_times(self, rel: str | bytes, mtime_ns: int) -> os.stat_result | None:
-        """Set atime and mtime of ``rel`` itself (a link's own, not its target's). Returns
-        its lstat from just before (the index compares it with its row)."""
+    def set_meta(
+        self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None
+    ) -> tuple[os.stat_result | None, os.stat_result | None]:
+        """Set the permission bits (see ALLOW_SETID; a link has none) and the access and
+        modification times of the entry at ``rel`` itself, each only if given and
+        different. Returns its lstat before and after ((None, None) if nothing is there).
+
+        An inode with other hard links is never changed: such a file (or link) is
+        replaced by a copy of itself that has the new mode and time, so a change made
+        through a share never reaches a file outside it, nor a snapshot hard-linked to
+        it. The inode is pinned (O_PATH) before it is looked at, so what is checked is
+        what is changed. A special file there is a PathError."""
         rel = check_relpath(rel, allow_root=True)
-        ns = (mtime_ns, mtime_ns)
         if not rel:
             before = os.fstat(self._fd)
-            os.utime(self._fd, ns=ns)
-            return before
+            if mode is not None and stat.S_IMODE(before.st_mode) != stat.S_IMODE(mode):
+                os.fchmod(self._fd, stat.S_IMODE(mode))
+            if mtime_ns is not None and before.st_mtime_ns != mtime_ns:
+                os.utime(self._fd, ns=(mtime_ns, mtime_ns))
+            return before, os.fstat(self._fd)
         with self._parent(rel) as (dfd, leaf):
-            before = _lstat_at(dfd, leaf)
-            os.utime(leaf, ns=ns, dir_fd=dfd, follow_symlinks=False)
-            return before
-
-    def chmod(self, rel: str | bytes, mode: int) -> None:
-        """Set the mode of the regular file or directory at ``rel`` (see ALLOW_SETID).
-        Links have no mode on Linux: a link there, or a special file, is a PathError."""
-        rel = check_relpath(rel, allow_root=True)
-        if not rel:
-            os.fchmod(self._fd, stat.S_IMODE(mode))
-            return
-        with self._parent(rel) as (dfd, leaf):
-            # O_PATH pins the inode without opening it for reading (no side effects on
-            # special files, no read permission needed).
-            fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            try:
+                fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except FileNotFoundError:
+                return None, None
             try:
                 st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode):
-                    bits = _file_mode(mode)
-                elif stat.S_ISDIR(st.st_mode):
-                    bits = stat.S_IMODE(mode)
-                else:
+                kind = stat.S_IFMT(st.st_mode)
+                if kind not in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK):
                     raise PathError(path=rel, reason=f"is {_describe(st, dfd, leaf)}, "
-                                    "not a regular file or directory")
-                _chmod_pinned(fd, st, dfd, leaf, bits)
+                                    "not a regular file, directory or link")
+                bits = None
+                if mode is not None and kind != stat.S_IFLNK:
+                    bits = _file_mode(mode) if kind == stat.S_IFREG else stat.S_IMODE(mode)
+                    if bits == stat.S_IMODE(st.st_mode):
+                        bits = None
+                if mtime_ns is not None and st.st_mtime_ns == mtime_ns:
+                    mtime_ns = None
+                if bits is None and mtime_ns is None:
+                    return st, st
+                if kind != stat.S_IFDIR and st.st_nlink > 1:
+                    return st, self._replace_linked(rel, dfd, leaf, st, bits, mtime_ns)
+                if bits is not None:
+                    _chmod_pinned(fd, st, dfd, leaf, bits)
+                if mtime_ns is not None:
+                    ns = (mtime_ns, mtime_ns)
+                    if kind == stat.S_IFLNK:
+                        os.utime(leaf, ns=ns, dir_fd=dfd, follow_symlinks=False)
+                    else:
+                        _utime_pinned(fd, st, dfd, leaf, ns)
+                return st, os.fstat(fd)
             finally:
                 os.close(fd)
+
+    def _replace_linked(
+        self, rel: str, dfd: int, leaf: str, st: os.stat_result, bits: int | None,
+        mtime_ns: int | None,
+    ) -> os.stat_result:
+        """Put a copy of the multiply-linked file or link ``leaf`` (lstat ``st``) in its
+        place, with mode ``bits`` and time ``mtime_ns`` where given."""
+        mtime_ns = st.st_mtime_ns if mtime_ns is None else mtime_ns
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(leaf, dir_fd=dfd)
+            return self.symlink(rel, target, Expect.link(target), mtime_ns=mtime_ns)
+        expect = Expect.file(st.st_size, st.st_mtime_ns, st.st_ino)
+        src = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                      dir_fd=dfd)
+        try:
+            if not os.path.samestat(os.fstat(src), st):
+                raise ConflictError(path=repr(rel), expected=str(expect), found="another file")
+            with self.create_temp(rel) as temp:
+                while True:
+                    data = os.read(src, 1 << 20)
+                    if not data:
+                        break
+                    temp.write(data)
+                mode = stat.S_IMODE(st.st_mode) if bits is None else bits
+                return temp.commit(mode, mtime_ns, expect)
+        finally:
+            os.close(src)
+
+    def set_times(self, rel: str | bytes, mtime_ns: int) -> os.stat_result | None:
+        """Set atime and mtime of ``rel`` itself (see `set_meta`). Returns its lstat from
+        just before."""
+        return self.set_meta(rel, mtime_ns=mtime_ns)[0]
+
+    def chmod(self, rel: str | bytes, mode: int) -> None:
+        """Set the mode of the regular file or directory at ``rel`` (see `set_meta`).
+        Links have no mode on Linux: a link there, or a special file, is a PathError;
+        nothing there is FileNotFoundError."""
+        st = self.lstat(rel)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise PathError(path=rel, reason="is a symlink, which has no mode")
+        before, _ = self.set_meta(rel, mode=mode)
+        if before is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), rel)
 
     def clean_temporaries(self) -> int:
         """Remove rdc temporaries that no live writer owns, anywhere in the tree (links not
@@ -633,18 +719,42 @@ class SafeRoot:
         return removed
 
 
+def _via_proc(fd: int) -> str:
+    """A path that reaches the inode behind descriptor ``fd`` itself (what glibc's fchmodat
+    and futimens on an O_PATH descriptor do)."""
+    return f"/proc/self/fd/{fd}"
+
+
 def _chmod_pinned(fd: int, st: os.stat_result, dfd: int, leaf: str, bits: int) -> None:
-    """chmod the inode behind O_PATH descriptor ``fd`` (what glibc's fchmodat does)."""
+    """chmod the inode behind O_PATH descriptor ``fd``."""
     try:
-        os.chmod(f"/proc/self/fd/{fd}", bits)
+        os.chmod(_via_proc(fd), bits)
         return
     except FileNotFoundError:
         pass  # no /proc: open it after all
+    with _reopened(fd, st, dfd, leaf) as rfd:
+        os.fchmod(rfd, bits)
+
+
+def _utime_pinned(fd: int, st: os.stat_result, dfd: int, leaf: str, ns: tuple[int, int]) -> None:
+    """Set the times of the inode behind O_PATH descriptor ``fd`` (a file or directory)."""
+    try:
+        os.utime(_via_proc(fd), ns=ns)
+        return
+    except FileNotFoundError:
+        pass
+    with _reopened(fd, st, dfd, leaf) as rfd:
+        os.utime(rfd, ns=ns)
+
+
+@contextlib.contextmanager
+def _reopened(fd: int, st: os.stat_result, dfd: int, leaf: str) -> Iterator[int]:
+    """``leaf`` opened for real, if it is still the inode ``st`` describes."""
     rfd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     try:
         if not os.path.samestat(os.fstat(rfd), st):
             raise FileNotFoundError(errno.ENOENT, "replaced meanwhile", leaf)
-        os.fchmod(rfd, bits)
+        yield rfd
     finally:
         os.close(rfd)
 

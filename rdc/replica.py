@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rdc.descent import SeedFile
+from rdc.filestat import mtime_ns, stamp
 from rdc.fs import ConflictError, Expect, SafeRoot, TempFile
 from rdc.ignore import Excludes
 from rdc.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
+from rdc.paths import PathError
 from rdc.signature import FileSignature, signature_of_file
 from rdc.snapshot import Entry, Walk, fill_roots, lookup, seal, walk
 from rdc.tree import Tree, TreeFormatError
@@ -26,18 +28,28 @@ from rdc.tree import Tree, TreeFormatError
 RACY_NS = 2_000_000_000
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
-Retimed = tuple[str, os.stat_result, int]  # path, lstat before, mtime set
+Retimed = tuple[str, os.stat_result, os.stat_result]  # path, lstat before and after
 
 
 class Replica:
     """A directory tree with its index. ``tree`` is the last `scan`."""
 
     def __init__(
-        self, root: str, index_location: str | os.PathLike[str], excludes: Excludes | None = None
+        self,
+        root: str | SafeRoot,
+        index_location: str | os.PathLike[str],
+        excludes: Excludes | None = None,
     ) -> None:
-        self.root = os.path.realpath(root)
-        self.fs = SafeRoot(self.root)
-        self.db = IndexDatabase(Path(index_location))
+        """``root``: a directory path (the user's choice, symlinks there followed), or a
+        `SafeRoot` already reached safely, which the replica then owns. Either way the
+        directory is held by its descriptor: no path string is resolved again."""
+        self.fs = root if isinstance(root, SafeRoot) else SafeRoot(os.path.realpath(root))
+        self.root = self.fs.path  # for messages and the index's own location check
+        try:
+            self.db = IndexDatabase(Path(index_location))
+        except BaseException:
+            self.fs.close()
+            raise
         self.excludes = excludes or Excludes()
         self.lock = threading.Lock()
         self.tree: Entry | None = None
@@ -54,7 +66,7 @@ class Replica:
     def walk(self, excludes: Excludes | None = None) -> Walk:
         excludes = excludes or self.excludes
         salt = "\n".join(excludes.patterns).encode("utf-8", "surrogateescape")
-        return walk(self.root, excludes, salt)
+        return walk(self.fs.fileno(), excludes, salt)
 
     def quick(self, excludes: Excludes | None = None) -> tuple[RootHashes | None, Walk]:
         """One walk, and the root hashes it implies if the tree is exactly as stat saw it
@@ -108,11 +120,7 @@ class Replica:
             return None
         with self.lock:
             row = self.db.get(path)
-        if row is None or row.racy or (row.size, row.mtime_ns, row.inode) != (
-            st.st_size, st.st_mtime_ns, st.st_ino
-        ):
-            return None
-        return row.root
+        return row.root if row is not None and row.describes(st) else None
 
     # ------------------------------------------------------------ reading (source side)
 
@@ -125,9 +133,7 @@ class Replica:
             with self.lock:
                 row = self.db.get(path)
                 tree = None
-                if row is not None and not row.racy and (row.size, row.mtime_ns, row.inode) == (
-                    st.st_size, st.st_mtime_ns, st.st_ino
-                ):
+                if row is not None and row.describes(st):
                     try:
                         tree = self.db.tree(row.id)
                     except TreeFormatError:
@@ -198,7 +204,7 @@ class Replica:
         cannot be opened. The descriptor closes when the reader is garbage."""
         try:
             f = self.fs.open_read(path)
-        except OSError:
+        except (OSError, PathError):
             return None
         fd = f.fileno()
 
@@ -214,7 +220,7 @@ class Replica:
     ) -> None:
         """Store the signature of a file just written or read."""
         if racy is None:
-            racy = st.st_mtime_ns >= time.time_ns() - RACY_NS
+            racy = mtime_ns(st) >= time.time_ns() - RACY_NS
         with self.lock, self.db.transaction():
             self.db.put(path, st, signature, racy)
 
@@ -236,32 +242,36 @@ class Replica:
         for rel in sorted(dirs):
             try:
                 self.fs.sync_dir(rel)
-            except OSError:
-                continue  # moved or removed since: nothing of ours to make durable there
+            except (OSError, PathError):
+                continue  # moved, removed or replaced since: nothing of ours to sync there
 
-    def set_times(self, path: str, mtime_ns: int, retimed: list[Retimed] | None = None) -> None:
-        """Set the mtime of the entry at ``path``; a file whose index row was current stays
-        current (its new mtime recorded), so the next scan does not read it again. With
+    def set_meta(
+        self, path: str, mode: int | None = None, mtime_ns: int | None = None,
+        retimed: list[Retimed] | None = None,
+    ) -> None:
+        """Set the mode and mtime of the entry at ``path`` (`SafeRoot.set_meta`: a file with
+        other hard links is replaced by a copy). A file whose index row was current stays
+        current (its new stamp recorded), so the next scan does not read it again. With
         ``retimed`` that record is left to `record_times`: one transaction for a batch."""
-        before = self.fs.set_times(path, mtime_ns)
-        if before is None or not stat.S_ISREG(before.st_mode):
+        before, after = self.fs.set_meta(path, mode, mtime_ns)
+        if before is None or after is None or not stat.S_ISREG(before.st_mode) or (
+            stamp(before) == stamp(after)
+        ):
             return
         if retimed is not None:
-            retimed.append((path, before, mtime_ns))
+            retimed.append((path, before, after))
         else:
-            self.record_times([(path, before, mtime_ns)])
+            self.record_times([(path, before, after)])
 
     def record_times(self, retimed: list[Retimed]) -> None:
-        """Record the mtimes `set_times` set, for rows that described the file before."""
+        """Record the stamps `set_meta` made, for rows that described the file before."""
         if not retimed:
             return
         with self.lock, self.db.transaction():
-            for path, before, mtime_ns in retimed:
+            for path, before, after in retimed:
                 row = self.db.get(path)
-                if row is not None and not row.racy and (row.size, row.mtime_ns, row.inode) == (
-                    before.st_size, before.st_mtime_ns, before.st_ino
-                ):
-                    self.db.retime(row.id, mtime_ns)
+                if row is not None and row.describes(before):
+                    self.db.restamp(row.id, after)
 
     def forget(self, path: str) -> None:
         """Drop ``path`` and everything below it from the index."""
@@ -270,4 +280,4 @@ class Replica:
 
 
 def _changed(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_size, a.st_mtime_ns, a.st_ino) != (b.st_size, b.st_mtime_ns, b.st_ino)
+    return stamp(a) != stamp(b)

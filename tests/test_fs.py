@@ -597,7 +597,7 @@ def test_chmod_and_set_times(tree: Tree) -> None:
         r.set_times(rel, T2)
         assert r.lstat(rel).st_mtime_ns == T2
     os.mkfifo(tree.root_path / "p")
-    with pytest.raises(PathError, match="is a FIFO, not a regular file or directory"):
+    with pytest.raises(PathError, match="is a FIFO, not a regular file, directory or link"):
         r.chmod("p", 0o600)
     with pytest.raises(FileNotFoundError):
         r.chmod("missing", 0o600)
@@ -753,3 +753,127 @@ def test_errors_are_oserrors_or_rdc_errors(tree: Tree) -> None:
             with contextlib.suppress(OSError, PathError):
                 op()
     assert tree.outside_untouched()
+
+
+# --- sub-roots and hard links ------------------------------------------------------------
+
+
+def test_a_subroot_is_the_directory_it_was_reached_as(tree: Tree) -> None:
+    """A sub-root keeps its directory by descriptor: replaced by a symlink to the outside
+    afterwards, the path is refused to a new sub-root, and the old one still works on the
+    directory it had (now unlinked), never the outside."""
+    tree.root.mkdir("d", 0o755)
+    tree.put("d/x", b"x")
+    sub = tree.root.subroot("d")
+    assert sub.listdir("") == ["x"]
+    os.rename(tree.root_path / "d", tree.root_path / "gone")
+    os.symlink(tree.outside, tree.root_path / "d")
+    with pytest.raises(PathError):
+        tree.root.subroot("d")
+    assert sub.listdir("") == ["x"]
+    assert sub.identity() == tree.root.subroot("gone").identity()
+    with sub.create_temp("new") as temp:
+        temp.write(b"inside")
+        temp.commit(0o644, T1)
+    assert (tree.root_path / "gone" / "new").read_bytes() == b"inside"
+    made = tree.root.subroot("a/b", create=True)
+    assert made.listdir("") == [] and (tree.root_path / "a" / "b").is_dir()
+    for r in (sub, made):
+        r.close()
+    assert tree.outside_untouched()
+
+
+@pytest.mark.parametrize("change", ["mode", "time", "both"])
+def test_metadata_never_changes_an_inode_with_other_links(tree: Tree, change: str) -> None:
+    """A file linked from outside the root is replaced by a copy of itself with the new
+    mode or time; the outside link keeps its inode, mode, time and content."""
+    tree.put("f", b"shared content", 0o600, T1)
+    os.link(tree.root_path / "f", tree.outside / "linked")
+    tree.before = tree.snapshot(tree.outside)
+    mode = 0o644 if change in ("mode", "both") else None
+    mtime = T2 if change in ("time", "both") else None
+    before, after = tree.root.set_meta("f", mode, mtime)
+    assert before is not None and after is not None
+    assert after.st_ino != before.st_ino and after.st_nlink == 1
+    inside = os.lstat(tree.root_path / "f")
+    assert stat.S_IMODE(inside.st_mode) == (mode or 0o600)
+    assert inside.st_mtime_ns == (mtime or T1)
+    assert (tree.root_path / "f").read_bytes() == b"shared content"
+    assert tree.outside_untouched()
+    assert os.lstat(tree.outside / "linked").st_nlink == 1
+
+
+def test_a_link_linked_twice_gets_its_own_time(tree: Tree) -> None:
+    tree.root.symlink("l", "target")
+    os.link(tree.root_path / "l", tree.outside / "l2", follow_symlinks=False)
+    tree.before = tree.snapshot(tree.outside)
+    tree.root.set_meta("l", mtime_ns=T2)
+    assert os.lstat(tree.root_path / "l").st_mtime_ns == T2
+    assert os.readlink(tree.root_path / "l") == "target"
+    assert tree.outside_untouched()
+
+
+def test_an_unchanged_multiply_linked_file_is_left_alone(tree: Tree) -> None:
+    st = tree.put("f", b"x", 0o644, T1)
+    os.link(tree.root_path / "f", tree.root_path / "g")
+    before, after = tree.root.set_meta("f", 0o644, T1)
+    assert before is not None and after is not None
+    assert after.st_ino == st.st_ino == os.lstat(tree.root_path / "g").st_ino
+
+
+# --- the walk -----------------------------------------------------------------------------
+
+
+def test_a_walk_that_fails_midway_closes_every_descriptor(tmp_path: Path) -> None:
+    from rdc.snapshot import walk
+
+    for n in range(30):
+        (tmp_path / "t" / f"d{n}" / "e" / "f").mkdir(parents=True)
+    calls = 0
+
+    def exclude(rel: str, is_dir: bool) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 40:
+            raise RuntimeError("a failure in the middle of the walk")
+        return False
+
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(RuntimeError):
+        walk(str(tmp_path / "t"), exclude)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_wide_directory_is_walked_with_few_descriptors(tmp_path: Path) -> None:
+    """One descriptor per level, not one per directory seen: a directory with more
+    subdirectories than the process may open files is walked whole."""
+    import resource
+
+    from rdc.snapshot import walk
+
+    for n in range(300):
+        (tmp_path / "t" / f"d{n:03}").mkdir(parents=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    used = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (used + 40, hard))
+    try:
+        walked = walk(str(tmp_path / "t"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(walked.tree.children) == 300 and not walked.errors
+
+
+def test_times_beyond_64_bits_of_nanoseconds_are_clamped(tmp_path: Path) -> None:
+    from rdc.filestat import NS_MAX
+    from rdc.snapshot import seal, walk
+
+    (tmp_path / "t" / "d").mkdir(parents=True)
+    (tmp_path / "t" / "d" / "f").write_bytes(b"x")
+    future = 10_413_792_000_000_000_000  # 2300-01-01
+    os.utime(tmp_path / "t" / "d" / "f", ns=(future, future))
+    os.utime(tmp_path / "t" / "d", ns=(future, future))
+    walked = walk(str(tmp_path / "t"))
+    d = walked.tree.children["d"]
+    assert d.mtime_ns == d.children["f"].mtime_ns == NS_MAX
+    d.children["f"].root = b"\0" * 32
+    seal(walked.tree)  # hashes of the clamped times

@@ -84,10 +84,10 @@ def test_times_rdc_sets_keep_index_rows_current_unless_the_file_changed(tmp_path
     replica = make(tmp_path)
     replica.scan()
     root = tmp_path / "root"
-    replica.set_times("a.txt", OLD + 5)  # one at a time: its own transaction
+    replica.set_meta("a.txt", mtime_ns=OLD + 5)  # one at a time: its own transaction
     retimed: list = []
-    replica.set_times("d", OLD + 6, retimed)  # a directory: nothing to record
-    replica.set_times("d/b.txt", OLD + 7, retimed)
+    replica.set_meta("d", mtime_ns=OLD + 6, retimed=retimed)  # a directory: nothing to record
+    replica.set_meta("d/b.txt", mtime_ns=OLD + 7, retimed=retimed)
     assert [path for path, _, _ in retimed] == ["d/b.txt"]
     replica.record_times(retimed)
     assert os.stat(root / "a.txt").st_mtime_ns == OLD + 5
@@ -96,7 +96,7 @@ def test_times_rdc_sets_keep_index_rows_current_unless_the_file_changed(tmp_path
     assert replica.stats.signed == 0 and replica.stats.unchanged == 2
 
     (root / "a.txt").write_bytes(b"changed behind the index's back\n")
-    replica.set_times("a.txt", OLD + 8)  # its row no longer describes it: not made current
+    replica.set_meta("a.txt", mtime_ns=OLD + 8)  # its row no longer describes it: not made current
     replica.scan()
     assert replica.stats.signed == 1
     replica.close()

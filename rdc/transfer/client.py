@@ -19,7 +19,7 @@ import trio
 from rdc.descent import SourceFile
 from rdc.errors import Refusal, RemoteError
 from rdc.index import Progress
-from rdc.paths import to_wire
+from rdc.paths import PathError, to_wire
 from rdc.replica import Replica
 from rdc.session import Connection, Conversation, unwrap_group
 from rdc.snapshot import Entry, Walk, iter_entries
@@ -298,6 +298,9 @@ async def _push_file(
         signature, st, f = await trio.to_thread.run_sync(replica.sign, path)
     except OSError as exc:
         stats.failed.append((path, exc.strerror or str(exc)))
+        return
+    except PathError as exc:  # a directory on the way became a symlink since the scan
+        stats.failed.append((path, str(exc)))
         return
     with f:
         fd = f.fileno()

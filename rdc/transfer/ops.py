@@ -9,6 +9,7 @@ import stat
 from typing import Any
 
 from rdc.errors import Refusal
+from rdc.filestat import clamp_ns
 from rdc.fs import ConflictError, Expect
 from rdc.ignore import Excludes
 from rdc.paths import PathError, check_relpath, join, to_wire
@@ -98,13 +99,11 @@ def apply_op(
         if not (isinstance(arg, list) and len(arg) == 2 and all(type(x) is int for x in arg)
                 and 0 <= arg[0] <= 0o7777):
             raise Refusal("protocol", message="meta needs [mode, mtime]")
-        st = fs.lstat(path)
-        if st is None:
+        if arg[1] != clamp_ns(arg[1]):
+            raise Refusal("protocol", message="meta: mtime out of range")
+        if fs.lstat(path) is None:
             raise FileNotFoundError(errno.ENOENT, "no such entry", path)
-        if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) != arg[0]:
-            fs.chmod(path, arg[0])
-        if st.st_mtime_ns != arg[1]:
-            replica.set_times(path, arg[1])
+        replica.set_meta(path, arg[0], arg[1])
     else:  # pragma: no cover - the schema allows no other op
         raise Refusal("protocol", message=f"unknown op {op!r}")
 
@@ -218,16 +217,15 @@ def apply_meta(
         for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
                                                             strict=True))):
             full = join(path, rel)
-            if entry.kind != "l" and entry.mode != mode:
-                if not 0 <= mode <= 0o7777:
-                    raise Refusal("protocol", message=f"bad mode {mode:o}")
-                replica.fs.chmod(full, mode)
-                entry.mode = mode
-                changed += 1
-            if entry.mtime_ns != mtime:
-                replica.set_times(full, mtime, retimed)
-                entry.mtime_ns = mtime
-                changed += 1
+            new_mode = entry.kind != "l" and entry.mode != mode
+            if new_mode and not 0 <= mode <= 0o7777:
+                raise Refusal("protocol", message=f"bad mode {mode:o}")
+            new_time = entry.mtime_ns != mtime
+            if new_mode or new_time:
+                replica.set_meta(full, mode if new_mode else None,
+                                 mtime if new_time else None, retimed)
+                entry.mode, entry.mtime_ns = (mode if new_mode else entry.mode), mtime
+                changed += new_mode + new_time
     finally:
         replica.record_times(retimed)
     return changed, 0

@@ -10,6 +10,7 @@ import trio
 
 from rdc.descent import SUBS_FROM, WHOLE_BELOW, SourceChanged, SourceFile
 from rdc.errors import ProtocolError, Refusal
+from rdc.filestat import mtime_ns
 from rdc.session import Conversation
 from rdc.signature import FileSignature
 from rdc.wire.codec import MAX_PIECE
@@ -37,7 +38,7 @@ def offer_fields(
         "depth": len(tree.levels),
         "sketch": signature.sketch,
         "mode": st.st_mode & 0o7777,
-        "mtime": st.st_mtime_ns,
+        "mtime": mtime_ns(st),
     }
     if tree.size < WHOLE_BELOW:
         data = read(0, tree.size)

@@ -185,13 +185,7 @@ def _expectation(replica: Replica, path: str, expect: Any) -> Expect | None:
 
 
 def _touch(replica: Replica, path: str, offer: dict[str, Any]) -> None:
-    st = replica.fs.lstat(path)
-    if st is None:
-        return
-    if st.st_mode & 0o7777 != offer["mode"]:
-        replica.fs.chmod(path, offer["mode"])
-    if st.st_mtime_ns != offer["mtime"]:
-        replica.set_times(path, offer["mtime"])
+    replica.set_meta(path, offer["mode"], offer["mtime"])
 
 
 def _copy_local(
