@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 
 from rdc.errors import UsageError
-from rdc.paths import is_temporary
+from rdc.paths import displayable, is_temporary
 
 IGNORE_FILE = ".rdcignore"
 MAX_PATTERNS = 1000
@@ -28,6 +28,12 @@ class Excludes:
         for p in self.patterns:
             if len(p.encode("utf-8", "surrogateescape")) > MAX_PATTERN_BYTES:
                 raise UsageError(message=f"exclude pattern over {MAX_PATTERN_BYTES} bytes: {p!r}")
+            try:
+                p.encode("utf-8")
+            except UnicodeEncodeError:  # patterns travel to the peer as UTF-8 text
+                raise UsageError(
+                    message=f"exclude pattern is not valid UTF-8: {displayable(p)!r}"
+                ) from None
         if not self.patterns:  # the usual case: no need to load pathspec (10 ms)
             return
         import pathspec

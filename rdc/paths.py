@@ -131,3 +131,13 @@ def temporary_name(name: str) -> str:
     head = f"{TEMP_PREFIX}{secrets.token_hex(8)}-"
     room = MAX_NAME - len(head)
     return head + os.fsdecode(os.fsencode(name)[:room])
+
+
+def displayable(text: str) -> str:
+    """``text`` as valid UTF-8 for people: the bytes a surrogate escape stands for are
+    shown as ``\\xNN``."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")

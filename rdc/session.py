@@ -4,9 +4,15 @@ A `Connection` runs two tasks: a writer that batches every queued message into a
 frames as possible, and a reader that checks each incoming message against its schema and
 hands it to its conversation. Sending never blocks on the peer, except `send_data`, which
 waits while too much is queued: so a reader is never stuck behind a slow consumer and the
-two sides cannot deadlock each other. Memory stays bounded because each conversation may
-hold only so much unread input (a peer that sends more than was asked for commits a
-protocol error) and each side asks for bounded amounts.
+two sides cannot deadlock each other.
+
+Memory stays bounded by the work in flight: each side asks for bounded amounts, a
+conversation may hold only so much unread input (more than was asked for is a protocol
+error, and so is any input to a conversation that takes none), and the reader stops
+reading the socket while the unread input of all conversations together is over
+PAUSE_BYTES, until their handlers have taken some (every handler takes its input without
+waiting for the reader, so this never deadlocks; the peer just sees TCP back-pressure),
+and while its queued output is over OUTPUT_PAUSE, until the peer has read some.
 """
 
 from __future__ import annotations
@@ -27,30 +33,49 @@ log = logging.getLogger("rdc.session")
 
 MAX_CONVERSATIONS = 256
 PENDING_MESSAGES = 1024
-PENDING_BYTES = 16 << 20
+# Unread input one conversation may hold: the most a side asks for at once is 4 MiB of data
+# (one fetch, or the source's credit for a whole file), plus framing.
+PENDING_BYTES = 8 << 20
+# Unread input of all conversations of a connection above which the reader stops reading.
+PAUSE_BYTES = 8 << 20
 # Scheduler passes the writer gives other tasks to add to a frame, until two add nothing.
 SETTLE_PASSES = 8
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
+OUTPUT_PAUSE = 2 * HIGH_WATER  # ... and above which the reader stops taking requests
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
 REQUESTS = frozenset(
     {"open", "list", "mlist", "offer", "get", "ops", "mset", "finish", "watch"}
 )
+# Requests whose conversations carry more input from the requester after the request
+# itself (a file's answers to wants, or its wants); input to any other is a protocol error.
+WITH_FOLLOW_UPS = frozenset({"offer", "get"})
 
 Handler = Callable[["Conversation", dict[str, Any]], Awaitable[None]]
 
 
-def _size(message: dict[str, Any]) -> int:
-    pieces = message.get("d")
-    return 64 + (sum(len(p) for p in pieces) if isinstance(pieces, list) else 0)
+def _size(value: Any) -> int:
+    """What a (checked) message holds in memory, roughly: its strings and byte strings
+    and 16 bytes per other item. Every field counts, not only data: a ``lists`` message
+    of prefixes weighs what it holds."""
+    if isinstance(value, bytes | str):
+        return 16 + len(value)
+    if isinstance(value, list | tuple):
+        return 16 + sum(map(_size, value))
+    if isinstance(value, dict):
+        return 16 + sum(map(_size, value.values()))
+    return 16
 
 
 class Conversation:
     """One request and everything exchanged for it. ``receive`` raises `RemoteError` when
     the peer ends the conversation with ``error``."""
 
-    def __init__(self, connection: Connection, conversation_id: int) -> None:
+    def __init__(
+        self, connection: Connection, conversation_id: int, takes_input: bool = True
+    ) -> None:
         self.connection = connection
         self.id = conversation_id
+        self.takes_input = takes_input
         self._inbox_send, self._inbox = trio.open_memory_channel[dict[str, Any]](math.inf)
         self.pending_messages = 0
         self.pending_bytes = 0
@@ -77,8 +102,10 @@ class Conversation:
             message = await self._inbox.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise self.connection.failure or ConnectionClosed("connection closed") from None
+        size = _size(message)
         self.pending_messages -= 1
-        self.pending_bytes -= _size(message)
+        self.pending_bytes -= size
+        self.connection._taken(size)
         if message["t"] == "error":
             raise RemoteError(code=message["code"], message=message["msg"] or message["code"])
         if expected and message["t"] not in expected:
@@ -94,13 +121,31 @@ class Conversation:
         self.close()
 
     def close(self) -> None:
+        """End the conversation here; input that arrives for it later is dropped, and so
+        is what it did not read."""
         self.connection._conversations.pop(self.id, None)
+        while self.pending_messages > 0:
+            try:
+                self._inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            self.pending_messages -= 1
+        self.pending_messages = 0
+        if self.pending_bytes:
+            self.connection._taken(self.pending_bytes)
+            self.pending_bytes = 0
 
     def _deliver(self, message: dict[str, Any]) -> None:
+        if not self.takes_input:
+            raise ProtocolError(
+                message=f"conversation {self.id} takes no further messages, got {message['t']!r}"
+            )
+        size = _size(message)
         self.pending_messages += 1
-        self.pending_bytes += _size(message)
+        self.pending_bytes += size
         if self.pending_messages > PENDING_MESSAGES or self.pending_bytes > PENDING_BYTES:
             raise ProtocolError(message=f"conversation {self.id}: more unread input than asked for")
+        self.connection._pending_input += size
         self._inbox_send.send_nowait(message)
 
 
@@ -119,9 +164,15 @@ class Connection:
     def __init__(
         self, frames: FrameStream, *, handler: Handler | None = None, idle_timeout: float = 600
     ) -> None:
+        """``idle_timeout``: seconds without a word from the peer after which the
+        connection fails, while a conversation waits for it; a server (``handler`` given)
+        also ends a connection that was silent that long with nothing open (every peer
+        pings while it is quiet)."""
         self.frames = frames
         self.handler = handler
         self.idle_timeout = idle_timeout
+        self._pending_input = 0  # unread input of all conversations
+        self._drained = trio.Event()
         self._conversations: dict[int, Conversation] = {}
         self._out_send, self._out = trio.open_memory_channel[dict[str, Any]](math.inf)
         self._queued_bytes = 0
@@ -207,13 +258,27 @@ class Connection:
             with trio.move_on_after(self.idle_timeout) as idle:
                 batch = await self.frames.receive()
             if idle.cancelled_caught:
-                if self._conversations:
+                if self._conversations or self.handler is not None:
                     silent = f"no word from the peer in {self.idle_timeout:g} s"
                     self._fail(ConnectionClosed(silent))
                     return
                 continue
             for raw in batch:
                 self._dispatch(messages.check(raw), nursery)
+            while self._pending_input > PAUSE_BYTES:  # let the handlers catch up
+                await self._drained.wait()
+                self._drained = trio.Event()
+            # Requests are answered without waiting: a peer that sends requests and does
+            # not read the answers gets no more requests read until it does.
+            async with self._room:
+                while self._queued_bytes > OUTPUT_PAUSE and self._failure is None:
+                    await self._room.wait()
+
+    def _taken(self, size: int) -> None:
+        """A handler took ``size`` bytes of input from its inbox."""
+        self._pending_input -= size
+        if self._pending_input <= PAUSE_BYTES:
+            self._drained.set()
 
     def _dispatch(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
         conversation_id = message.get("id")
@@ -233,14 +298,20 @@ class Connection:
             if conversation_id < self._next_id:
                 return
             raise ProtocolError(message=f"message for unknown conversation {conversation_id}")
-        if conversation_id <= self._highest_seen:
-            return
         if message["t"] not in REQUESTS:
+            if conversation_id <= self._highest_seen:
+                return  # input still in flight for a conversation this side ended
             raise ProtocolError(message=f"a conversation cannot start with {message['t']!r}")
+        if conversation_id <= self._highest_seen:
+            raise ProtocolError(
+                message=f"conversation {conversation_id} reused (ids of new conversations grow)"
+            )
         if len(self._conversations) >= MAX_CONVERSATIONS:
             raise ProtocolError(message=f"more than {MAX_CONVERSATIONS} open conversations")
         self._highest_seen = conversation_id
-        conversation = Conversation(self, conversation_id)
+        conversation = Conversation(
+            self, conversation_id, takes_input=message["t"] in WITH_FOLLOW_UPS
+        )
         self._conversations[conversation_id] = conversation
         nursery.start_soon(self._handle, conversation, message, nursery)
 

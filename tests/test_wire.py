@@ -91,6 +91,11 @@ def test_any_garbage_message_is_accepted_or_a_protocol_error(value, kind) -> Non
     assert checked["t"] == kind
 
 
+def test_conversation_ids_start_at_one() -> None:
+    with pytest.raises(ProtocolError):
+        messages.check({"t": "get", "id": 0, "path": b"f"})
+
+
 def test_paths_are_checked_and_decoded() -> None:
     ok = messages.check({"t": "get", "id": 1, "path": b"a/b\xff"})
     assert ok["path"] == "a/b\udcff"
@@ -175,4 +180,143 @@ async def test_answers_queued_in_one_wake_up_leave_in_one_frame() -> None:
         wake.set()
         batch = await peer.receive()
         assert sorted(m["n"] for m in batch) == list(range(20))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_server_ends_a_connection_silent_with_nothing_open(autojump_clock) -> None:
+    """A logged-in peer that opens nothing and says nothing (not even the pings every
+    rdc sends while quiet) does not hold a connection forever."""
+    a, b = trio.testing.memory_stream_pair()
+
+    async def handler(conversation, message) -> None:
+        raise AssertionError("no conversation was started")
+
+    server = Connection(FrameStream(a), idle_timeout=600, handler=handler)
+    with trio.move_on_after(3600) as waited:
+        await server.run()
+    assert not waited.cancelled_caught, "the silent connection was never ended"
+    assert isinstance(server.failure, ConnectionClosed)
+    del b
+
+
+async def test_a_conversation_that_takes_no_input_refuses_it() -> None:
+    """Input to a conversation whose request has no follow-ups (a watch, say) is a
+    protocol error at once, however small: nothing is queued for a handler that will
+    never read it."""
+    a, b = trio.testing.memory_stream_pair()
+
+    async def watch(conversation, message) -> None:
+        await trio.sleep_forever()
+
+    server = Connection(FrameStream(a), handler=watch)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_expect_protocol_error, server)
+        peer = FrameStream(b)
+        await peer.send([{"t": "watch", "id": 1, "seq": 0}])
+        await peer.send([{"t": "more", "id": 1, "n": 1}])
+        reply = await peer.receive()
+        assert reply[0]["t"] == "error" and reply[0]["code"] == "protocol", reply
+
+
+async def test_unread_input_is_bounded_by_pausing_the_reader(monkeypatch) -> None:
+    """While a handler does not take its input, the reader stops reading once the
+    connection holds PAUSE_BYTES of unread input; every field of a message counts, not
+    only data pieces. When the handler takes it, reading goes on."""
+    from rdc import session
+
+    a, b = trio.testing.memory_stream_pair()
+    release = trio.Event()
+    taken: list[int] = []
+
+    async def slow_target(conversation, message) -> None:
+        await release.wait()
+        while True:
+            taken.append(len((await conversation.receive("lists"))["lists"]))
+
+    monkeypatch.setattr(session, "PENDING_BYTES", 64 << 20)  # the reader's pause, not this
+    server = Connection(FrameStream(a), handler=slow_target)
+    piece = b"\x01" * (512 << 10)
+    high = 0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        peer = FrameStream(b)
+        await peer.send([{"t": "offer", "id": 1, "path": b"f", "size": 1, "root": b"r" * 32,
+                          "depth": 2}])
+
+        async def flood() -> None:
+            for _ in range(12):  # 3 MiB a message: 36 MiB sent while nothing is taken
+                await peer.send([{"t": "lists", "id": 1,
+                                  "lists": [[0, piece, b""] for _ in range(6)]}])
+
+        nursery.start_soon(flood)
+        for _ in range(200):
+            await trio.sleep(0.01)
+            high = max(high, server._pending_input)
+        assert 0 < high <= session.PAUSE_BYTES + (4 << 20), high  # plus one frame
+        assert not taken
+        release.set()
+        with trio.fail_after(10):
+            while len(taken) < 12:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert server._pending_input == 0
+
+
+async def test_a_closed_conversation_gives_back_what_it_did_not_read() -> None:
+    a, b = trio.testing.memory_stream_pair()
+    stop = trio.Event()
+
+    async def gives_up(conversation, message) -> None:
+        await stop.wait()  # returns without reading: the conversation closes
+
+    server = Connection(FrameStream(a), handler=gives_up)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        peer = FrameStream(b)
+        await peer.send([{"t": "get", "id": 1, "path": b"f"}])
+        await peer.send([{"t": "more", "id": 1, "n": 5}] * 10)
+        await trio.testing.wait_all_tasks_blocked()
+        assert server._pending_input > 0
+        stop.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert server._pending_input == 0
+        nursery.cancel_scope.cancel()
+
+
+def test_text_that_is_not_unicode_is_sent_displayable() -> None:
+    from rdc.wire.codec import unpack
+
+    name = b"caf\xe9".decode("utf-8", "surrogateescape")
+    message = unpack(pack({"t": "error", "code": "io", "msg": f"{name}: not empty"}))
+    assert message["msg"] == "caf\\xe9: not empty"
+
+
+async def test_a_peer_that_does_not_read_answers_gets_no_more_requests_read() -> None:
+    """Answers are queued without waiting; a peer that keeps asking and never reads
+    stops being read itself once the queue is over OUTPUT_PAUSE."""
+    from rdc import session
+
+    a, b = trio.testing.lockstep_stream_pair()  # a send waits for the peer to read
+    big = b"\x02" * (900 << 10)
+
+    async def answer(conversation, message) -> None:
+        conversation.send("listing", dirs=[[b"", [[b"n", "f", 0o644, big]]]], more=False)
+
+    server = Connection(FrameStream(a), handler=answer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        peer = FrameStream(b)
+        sent = 0
+
+        async def ask() -> None:
+            nonlocal sent
+            for n in range(1, 200):
+                await peer.send([{"t": "list", "id": n, "paths": [b""]}])
+                sent = n
+
+        nursery.start_soon(ask)
+        await trio.sleep(1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert server._queued_bytes <= session.OUTPUT_PAUSE + (4 << 20)
+        assert sent < 199  # the server stopped reading: the peer's sends block
         nursery.cancel_scope.cancel()

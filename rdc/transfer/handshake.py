@@ -11,12 +11,16 @@ import trio
 from rdc import __version__
 from rdc.errors import AccessDenied, ConnectionFailed, ProtocolError, RemoteError
 from rdc.wire import messages
+from rdc.wire.codec import MAX_FRAME
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
 PROTOCOL_MIN = 1
 PROTOCOL_MAX = 1
 FEATURES = ("zstd",)
 HANDSHAKE_SECONDS = 10
+# The largest frame a server reads before the token checked out: a hello (token, agent,
+# features) fits in a few KiB.
+HELLO_FRAME = 16 << 10
 
 
 def agent() -> str:
@@ -65,6 +69,7 @@ async def server_handshake(
     """Wait for hello (at most HANDSHAKE_SECONDS), check the version and the token; send
     welcome. Returns the hello and what ``token_ok`` returned for the token (the client's
     rights). A bad token gets ``error auth`` and nothing else."""
+    frames.max_receive = HELLO_FRAME  # a peer that has not authenticated sends little
     with trio.fail_after(HANDSHAKE_SECONDS):
         try:
             hello = await _one(frames, "hello")
@@ -87,4 +92,5 @@ async def server_handshake(
     features = [f for f in hello["features"] if f in FEATURES and compress]
     await frames.send([{"t": "welcome", "proto": chosen, "agent": agent(), "features": features}])
     frames.compress = "zstd" in features
+    frames.max_receive = MAX_FRAME
     return hello, rights

@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 
 from rdc.errors import ProtocolError
+from rdc.paths import displayable
 
 MAX_FRAME = 4 * 1024 * 1024
 MAX_ITEMS = 4096
@@ -17,8 +18,25 @@ _packer = msgpack.Packer(use_bin_type=True, strict_types=False, autoreset=True)
 
 
 def pack(obj: Any) -> bytes:
-    """msgpack bytes of ``obj`` (bytes become ``bin``, str becomes ``str``)."""
-    return _packer.pack(obj)
+    """msgpack bytes of ``obj`` (bytes become ``bin``, str becomes ``str``). Text that is
+    not valid Unicode (a file name that is not UTF-8, decoded with surrogate escapes,
+    inside an error message) is sent in its `displayable` form rather than failing: a
+    ``str`` on the wire must be UTF-8, and paths themselves travel as ``bin``."""
+    try:
+        return _packer.pack(obj)
+    except UnicodeEncodeError:
+        _packer.reset()
+        return _packer.pack(_displayable_all(obj))
+
+
+def _displayable_all(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return displayable(obj)
+    if isinstance(obj, list | tuple):
+        return [_displayable_all(item) for item in obj]
+    if isinstance(obj, dict):
+        return {key: _displayable_all(value) for key, value in obj.items()}
+    return obj
 
 
 def _no_ext(code: int, data: bytes) -> Any:

@@ -88,6 +88,8 @@ class FrameStream:
         self.stream = stream
         self.compress = False  # switched on after the handshake if both sides agree
         self.level = level  # None: by the volume sent so far (LEVELS)
+        # The largest frame accepted: a server lowers it until the peer has authenticated.
+        self.max_receive = MAX_FRAME
         self.plain_sent = 0
         self._buffer = bytearray()
         self._sent = _History()
@@ -160,8 +162,8 @@ class FrameStream:
             raise ConnectionClosed
         (header,) = HEADER.unpack_from(self._buffer)
         length = header & ~COMPRESSED
-        if not 1 <= length <= MAX_FRAME:
-            raise ProtocolError(message=f"frame length {length} outside 1..{MAX_FRAME}")
+        if not 1 <= length <= self.max_receive:
+            raise ProtocolError(message=f"frame length {length} outside 1..{self.max_receive}")
         await self._fill(4 + length)
         body = bytes(self._buffer[4 : 4 + length])
         del self._buffer[: 4 + length]

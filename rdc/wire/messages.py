@@ -25,10 +25,10 @@ def _fail(where: str, what: str) -> ProtocolError:
     return ProtocolError(message=f"{where}: {what}")
 
 
-def uint(limit: int = (1 << 64) - 1) -> Check:
+def uint(limit: int = (1 << 64) - 1, low: int = 0) -> Check:
     def check(v: Any, where: str) -> int:
-        if type(v) is not int or not 0 <= v <= limit:
-            raise _fail(where, f"expected an integer in 0..{limit}")
+        if type(v) is not int or not low <= v <= limit:
+            raise _fail(where, f"expected an integer in {low}..{limit}")
         return v
 
     return check
@@ -127,7 +127,7 @@ def prefix(v: Any, where: str) -> bytes:
     return v
 
 
-ID = uint((1 << 32) - 1)
+ID = uint((1 << 32) - 1, low=1)  # conversation ids; 0 is not one
 HASH = binary(32, exact=32)
 
 
