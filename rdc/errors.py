@@ -54,7 +54,7 @@ class Refusal(RdcError):
 
     # Exit status by wire error code (docs/protocol.md section 4); others exit 1.
     CODE_EXIT: ClassVar[dict[str, int]] = {
-        "auth": 4, "share": 4, "readonly": 4, "protocol": 6, "version": 6,
+        "auth": 4, "share": 4, "readonly": 4, "protocol": 6, "version": 6, "busy": 5,
     }
 
     def __init__(self, code: str = "internal", **fields: object) -> None:

@@ -34,24 +34,37 @@ LISTING_SPLIT = 8192  # entries of one directory per listing item
 HEARTBEAT = 30.0  # seconds between "changed" messages to a watching client when idle
 
 
-@dataclass
-class Opened:
-    """What `Shares.open` hands back: the replica of the opened directory, whether this
-    client may write it, and the share's change counter."""
+class Opened(Protocol):
+    """One connection's open directory, as the daemon hands it over: its replica, whether
+    this connection may write it, the lock that keeps the directory's scans and writes in
+    series (shared by every connection that opened it), and the share's change counter."""
 
-    replica: Replica
-    writable: bool
     share: str
-    lock: trio.Lock  # one scan of a replica at a time
-    changed: Callable[[], int]  # bump and return the share's change sequence number
-    sequence: Callable[[], int]  # the current one
-    next_change: Callable[[], trio.Event] | None = None  # set at the next change
+    writable: bool
+
+    @property
+    def replica(self) -> Replica: ...
+
+    @property
+    def lock(self) -> trio.Lock: ...
+
+    def changed(self) -> int:
+        """Bump the share's change sequence number (waking its watchers); return it."""
+
+    def sequence(self) -> int:
+        """The share's current change sequence number."""
+
+    def next_change(self) -> trio.Event:
+        """An event set at the share's next change."""
+
+    def release(self) -> None:
+        """The connection is done with the directory (idempotent)."""
 
 
 class Shares(Protocol):
     async def open(self, share: str, path: str, write: bool, create: bool) -> Opened:
-        """The replica of ``path`` in ``share``; raises Refusal (``share``, ``readonly``,
-        ``path``)."""
+        """The open directory ``path`` of ``share``; raises Refusal (``share``,
+        ``readonly``, ``path``)."""
 
 
 @dataclass
@@ -263,9 +276,9 @@ class ServerSession:
             if current != last:
                 conversation.send("changed", seq=current)
                 last = current
-            event = opened.next_change() if opened.next_change else None
+            event = opened.next_change()
             with trio.move_on_after(HEARTBEAT) as idle:
-                await (event.wait() if event is not None else _never())
+                await event.wait()
             if idle.cancelled_caught:
                 conversation.send("changed", seq=current)
 
@@ -274,13 +287,18 @@ class ServerSession:
         self.unannounced = True
 
     def close(self) -> None:
-        """The connection ended: make its renames durable, and announce what it wrote if
-        ``finish`` did not."""
-        if self.opened is not None and self.dirty:
-            self.opened.replica.sync_dirs()
-        if self.unannounced and self.opened is not None:
-            self.opened.changed()
-            self.unannounced = False
+        """The connection ended: make its renames durable, announce what it wrote if
+        ``finish`` did not, and let go of the directory."""
+        if self.opened is None:
+            return
+        try:
+            if self.dirty:
+                self.opened.replica.sync_dirs()
+            if self.unannounced:
+                self.opened.changed()
+                self.unannounced = False
+        finally:
+            self.opened.release()
 
     async def _finish(self, conversation: Conversation, message: dict[str, Any]) -> None:
         """The server's root hashes now; what this connection wrote is announced to the
@@ -297,10 +315,6 @@ class ServerSession:
             unreadable=self.unreadable, seq=self.opened.sequence(),
             top=[tree.mode, tree.mtime_ns],
         )
-
-
-async def _never() -> None:
-    await trio.sleep_forever()
 
 
 def _send_split(conversation: Conversation, kind: str, dirs: list) -> None:

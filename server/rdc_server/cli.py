@@ -33,6 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where the signature indexes live (outside every share)")
     p.add_argument("--tls-cert", metavar="PEM", help="certificate chain for TLS")
     p.add_argument("--tls-key", metavar="PEM", help="private key for TLS")
+    p.add_argument("--max-connections", type=int, metavar="N",
+                   help="connections served at once, in all (default 256)")
+    p.add_argument("--max-connections-per-address", type=int, metavar="N",
+                   help="connections served at once from one address (default 64)")
     p.add_argument("--config", metavar="TOML", help="read settings from a TOML file")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.set_defaults(run=main)

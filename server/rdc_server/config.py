@@ -7,6 +7,8 @@ Config file (every key optional; the command line adds to or overrides it)::
     token_file = "/etc/rdc/tokens"
     tls_cert = "/etc/rdc/cert.pem"
     tls_key = "/etc/rdc/key.pem"
+    max_connections = 256                       # in all (default 256)
+    max_connections_per_address = 64            # from one client address (default 64)
 
     [shares]
     docs = "/srv/docs"                          # read-write
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rdc.errors import UsageError
+from rdc_server.limits import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS
 from rdc_server.shares import Rights, Share
 
 DEFAULT_PORT = 8730
@@ -131,6 +134,8 @@ class ServerConfig:
     state_dir: Path = Path(".")
     tls_cert: str | None = None
     tls_key: str | None = None
+    max_connections: int = MAX_CONNECTIONS
+    max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
 
 
 def load(args: Any) -> ServerConfig:
@@ -184,4 +189,11 @@ def load(args: Any) -> ServerConfig:
     config.tls_key = args.tls_key or data.get("tls_key")
     if bool(config.tls_cert) != bool(config.tls_key):
         raise UsageError(message="TLS needs both --tls-cert and --tls-key")
+    for key in ("max_connections", "max_connections_per_address"):
+        value = getattr(args, key, None) or data.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or not 1 <= value <= 100_000:
+            raise UsageError(message=f"{key} must be an integer from 1 to 100000, not {value!r}")
+        setattr(config, key, value)
     return config

@@ -19,8 +19,10 @@ from rdc.errors import AccessDenied, ProtocolError, RemoteError
 from rdc.session import Connection
 from rdc.transfer.handshake import server_handshake
 from rdc.transfer.serving import ServerSession
-from rdc.wire.frames import ConnectionClosed, FrameStream
+from rdc.wire.codec import pack
+from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream
 from rdc_server.config import ServerConfig
+from rdc_server.limits import Limits, give_back_memory, tune_allocator
 from rdc_server.shares import Registry
 
 log = logging.getLogger("rdc.serve")
@@ -40,7 +42,8 @@ class Daemon:
         self.config = config
         self.registry = Registry(config.shares, config.state_dir)
         self.tls = tls_context(config)
-        self.connections = 0
+        self.connections = 0  # ever accepted: numbers them in the log
+        self.limits = Limits(config.max_connections, config.max_connections_per_address)
 
     async def serve(self, *, task_status: trio.TaskStatus[list[Any]] = trio.TASK_STATUS_IGNORED
                     ) -> None:
@@ -63,7 +66,23 @@ class Daemon:
         self.connections += 1
         number = self.connections
         peer = _peer(stream)
+        address = peer.rpartition(":")[0]
+        refusal = self.limits.admit(address)
+        if refusal is not None:
+            log.warning("#%d from %s refused: %s", number, peer, refusal)
+            await _refuse(stream, refusal)
+            return
         log.info("#%d connection from %s", number, peer)
+        state = {"authenticated": False}
+        try:
+            await self._serve_connection(stream, number, peer, address, state)
+        finally:
+            self.limits.leave(address, state["authenticated"])
+            give_back_memory()
+
+    async def _serve_connection(
+        self, stream: trio.abc.Stream, number: int, peer: str, address: str, state: dict
+    ) -> None:
         try:
             if self.tls is not None:
                 stream = trio.SSLStream(stream, self.tls, server_side=True)
@@ -72,6 +91,8 @@ class Daemon:
             frames = FrameStream(stream)
             assert self.config.tokens is not None
             _, rights = await server_handshake(frames, self.config.tokens.check)
+            self.limits.authenticated(address)
+            state["authenticated"] = True
             session = ServerSession(self.registry.for_client(rights), peer=f"#{number}")
             try:
                 await Connection(frames, handler=session.handle).run()
@@ -94,6 +115,19 @@ class Daemon:
                 await trio.aclose_forcefully(stream)
 
 
+async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
+    """Tell a connection over a limit why (``error`` ``busy``, unframed by TLS: a TLS
+    client sees the connection closed), and close it."""
+    try:
+        with trio.move_on_after(1):
+            message = pack([{"t": "error", "code": "busy", "msg": reason}])
+            await stream.send_all(HEADER.pack(len(message)) + message)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
 def _peer(stream: trio.abc.Stream) -> str:
     try:
         host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
@@ -104,6 +138,7 @@ def _peer(stream: trio.abc.Stream) -> str:
 
 async def run(config: ServerConfig) -> None:
     """Serve until SIGINT or SIGTERM."""
+    tune_allocator()
     daemon = Daemon(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,6 @@ from rdc.errors import Refusal
 from rdc.fs import SafeRoot
 from rdc.paths import PathError
 from rdc.replica import Replica
-from rdc.transfer.serving import Opened
 from rdc_server.watcher import ShareWatcher
 
 
@@ -45,20 +43,26 @@ class Rights:
         return "ro" if share.readonly or granted == "ro" else "rw"
 
 
-@dataclass
-class _Open:
+@dataclass(eq=False)
+class _Directory:
+    """One opened directory: its replica (held by a descriptor reached from the share's
+    root without following a symlink), the lock that keeps its scans and writes in
+    series, and how many connections use it."""
+
     replica: Replica
     lock: trio.Lock = field(default_factory=trio.Lock)
+    users: int = 0
 
 
 class Registry:
-    """All shares of one daemon, their replicas, and their change sequence numbers."""
+    """All shares of one daemon, their opened directories, and their change sequence
+    numbers."""
 
     def __init__(self, shares: dict[str, Share], state_dir: str | os.PathLike[str]) -> None:
         self.shares = shares
         self.state_dir = Path(state_dir)
-        self._open: dict[tuple[str, str], _Open] = {}
-        self._opening = threading.Lock()  # `_replica` runs on worker threads
+        self._open: dict[tuple[str, str], _Directory] = {}
+        self._opening = threading.Lock()  # `acquire` and `release` run on worker threads
         self._sequence = {name: itertools.count(1) for name in shares}
         self._current = dict.fromkeys(shares, 0)
         self.changed = {name: trio.Event() for name in shares}
@@ -78,7 +82,8 @@ class Registry:
         """An event set at the share's next change; the first call also starts watching
         the share's directory, so edits made on this machine reach watching clients."""
         if share not in self._watchers:
-            self._watchers[share] = ShareWatcher(self, share, self.shares[share].path)
+            path = self.shares[share].path
+            self._watchers[share] = ShareWatcher(share, path, lambda: self.bump(share))
         return self.changed[share]
 
     def index_location(self, share: str, path: str) -> Path:
@@ -92,19 +97,55 @@ class Registry:
         for watcher in self._watchers.values():
             watcher.stop()
         self._watchers.clear()
-        for opened in self._open.values():
-            opened.replica.close()
-        self._open.clear()
+        with self._opening:
+            for directory in self._open.values():
+                directory.replica.close()
+            self._open.clear()
 
-    def _replica(self, share: Share, path: str) -> _Open:
-        """The one `Replica` of ``path`` in ``share``. Connections that open it at the same
-        time must get the same one: its lock is what keeps their writes apart."""
+    def acquire(self, share: Share, path: str, create: bool) -> _Directory:
+        """The opened directory ``path`` of ``share`` (blocking: run it on a worker
+        thread), made if ``create``. It is reached anew from the share's root, one
+        component at a time without following a symlink, on every open; connections that
+        open the same directory share one `_Directory` (its lock keeps their writes
+        apart), as long as it is still the same directory: one that was replaced (a
+        symlink or another directory swapped in) gets a new one, and the old one serves
+        its current users only. Raises Refusal (``path``)."""
+        try:
+            with SafeRoot(share.path) as top:
+                root = top.subroot(path, create=create)
+        except PathError as exc:
+            raise Refusal("path", message=str(exc)) from None
+        except FileNotFoundError:
+            raise Refusal("path", message=f"{path} does not exist in share {share.name!r}"
+                          ) from None
+        except NotADirectoryError:
+            raise Refusal("path", message=f"{path} is not a directory") from None
         key = (share.name, path)
         with self._opening:
-            if key not in self._open:
-                root = os.path.join(share.path, path) if path else share.path
-                self._open[key] = _Open(Replica(root, self.index_location(share.name, path)))
-            return self._open[key]
+            current = self._open.get(key)
+            if current is not None and current.replica.fs.identity() == root.identity():
+                root.close()
+            else:
+                try:
+                    current = _Directory(Replica(root, self.index_location(share.name, path)))
+                except BaseException:
+                    root.close()
+                    raise
+                self._open[key] = current  # a replaced one closes with its last user
+            current.users += 1
+            return current
+
+    def release(self, directory: _Directory) -> None:
+        """A connection is done with ``directory``; the last one closes it (an idle
+        daemon holds no trees, indexes or descriptors of shares)."""
+        with self._opening:
+            directory.users -= 1
+            if directory.users:
+                return
+            for key, value in list(self._open.items()):
+                if value is directory:
+                    del self._open[key]
+            directory.replica.close()
 
 
 class ClientShares:
@@ -114,40 +155,51 @@ class ClientShares:
         self.registry = registry
         self.rights = rights
 
-    async def open(self, name: str, path: str, write: bool, create: bool) -> Opened:
+    async def open(self, name: str, path: str, write: bool, create: bool) -> OpenedShare:
         share = self.registry.shares.get(name)
         mode = self.rights.mode(share) if share is not None else None
         if share is None or mode is None:
             raise Refusal("share", message=f"no share {name!r} (or not for this token)")
         if write and mode != "rw":
             raise Refusal("readonly", message=f"share {name!r} is read-only")
-        if path:
-            await trio.to_thread.run_sync(_prepare, share, path, create and write)
-        opened = await trio.to_thread.run_sync(self.registry._replica, share, path)
-        registry = self.registry
-        return Opened(
-            replica=opened.replica,
-            writable=mode == "rw",
-            share=name,
-            lock=opened.lock,
-            changed=lambda: registry.bump(name),
-            sequence=lambda: registry.sequence(name),
-            next_change=lambda: registry.watch(name),
+        directory = await trio.to_thread.run_sync(
+            self.registry.acquire, share, path, create and write
         )
+        # A connection that opened without ``write`` stays read-only, whatever its token
+        # allows.
+        return OpenedShare(self.registry, name, directory, writable=write and mode == "rw")
 
 
-def _prepare(share: Share, path: str, create: bool) -> None:
-    """Check that ``path`` is a directory inside the share reached without symlinks; make
-    it (and its parents) if ``create``."""
-    with SafeRoot(share.path) as fs:
-        try:
-            st = fs.lstat(path)
-            if st is None and create:
-                fs.makedirs(path, 0o755)
-                st = fs.lstat(path)
-        except PathError as exc:
-            raise Refusal("path", message=str(exc)) from None
-        if st is None:
-            raise Refusal("path", message=f"{path} does not exist in share {share.name!r}")
-        if not stat.S_ISDIR(st.st_mode):
-            raise Refusal("path", message=f"{path} is not a directory")
+class OpenedShare:
+    """One connection's open directory (implements `rdc.transfer.serving.Opened`)."""
+
+    def __init__(
+        self, registry: Registry, share: str, directory: _Directory, writable: bool
+    ) -> None:
+        self.registry = registry
+        self.share = share
+        self.writable = writable
+        self._directory = directory
+        self._released = False
+
+    @property
+    def replica(self) -> Replica:
+        return self._directory.replica
+
+    @property
+    def lock(self) -> trio.Lock:
+        return self._directory.lock
+
+    def changed(self) -> int:
+        return self.registry.bump(self.share)
+
+    def sequence(self) -> int:
+        return self.registry.sequence(self.share)
+
+    def next_change(self) -> trio.Event:
+        return self.registry.watch(self.share)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.registry.release(self._directory)

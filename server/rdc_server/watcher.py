@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import trio
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -21,18 +21,16 @@ from watchdog.observers import Observer
 
 from rdc.paths import is_temporary
 
-if TYPE_CHECKING:
-    from rdc_server.shares import Registry
-
 log = logging.getLogger("rdc.serve")
 SETTLE_SECONDS = 0.3
 MAX_DELAY_SECONDS = 2.0
 
 
 class ShareWatcher(FileSystemEventHandler):
-    def __init__(self, registry: Registry, share: str, path: str) -> None:
-        self.registry = registry
-        self.share = share
+    def __init__(self, share: str, path: str, changed: Callable[[], None]) -> None:
+        """Watch ``path`` (share ``share``); ``changed`` is called (from a trio system
+        task) once things settle after each burst of edits."""
+        self.changed = changed
         self.token = trio.lowlevel.current_trio_token()
         self._lock = threading.Lock()
         self._first = 0.0
@@ -76,7 +74,7 @@ class ShareWatcher(FileSystemEventHandler):
                     self._pending = False
                     break
             await trio.sleep(SETTLE_SECONDS / 3)
-        self.registry.bump(self.share)
+        self.changed()
 
     def stop(self) -> None:
         self.observer.stop()

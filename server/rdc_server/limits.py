@@ -1,0 +1,92 @@
+"""What one daemon lets its peers hold: connections (in all, per address, and before the
+token checked out), and the memory a finished connection used.
+
+Each connection's own memory is bounded by the session layer (frames of at most 4 MiB,
+16 KiB before authentication; unread input and queued output of a few MiB each); these
+caps bound how many there are, so that the total is bounded too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+from collections import Counter
+
+log = logging.getLogger("rdc.serve")
+
+MAX_CONNECTIONS = 256
+MAX_CONNECTIONS_PER_ADDRESS = 64
+# Connections still in their handshake (TLS and hello, at most 10 s each): all of them,
+# and from one address.
+MAX_UNAUTHENTICATED = 64
+MAX_UNAUTHENTICATED_PER_ADDRESS = 16
+
+
+class Limits:
+    """Counts of open connections; `admit` says why a new one is refused, if it is."""
+
+    def __init__(
+        self, total: int = MAX_CONNECTIONS, per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+    ) -> None:
+        self.total = total
+        self.per_address = per_address
+        self.open: Counter[str] = Counter()
+        self.unauthenticated: Counter[str] = Counter()
+
+    def admit(self, address: str) -> str | None:
+        """Count a new connection from ``address`` in, or say why not."""
+        if self.open.total() >= self.total:
+            return f"too many connections (at most {self.total}); try again later"
+        if self.open[address] >= self.per_address:
+            return f"too many connections from {address} (at most {self.per_address})"
+        if self.unauthenticated.total() >= MAX_UNAUTHENTICATED or (
+            self.unauthenticated[address] >= MAX_UNAUTHENTICATED_PER_ADDRESS
+        ):
+            return "too many connections still logging in; try again later"
+        self.open[address] += 1
+        self.unauthenticated[address] += 1
+        return None
+
+    def authenticated(self, address: str) -> None:
+        """A connection from ``address`` finished its handshake."""
+        self._drop(self.unauthenticated, address)
+
+    def leave(self, address: str, authenticated: bool) -> None:
+        """A connection from ``address`` ended."""
+        self._drop(self.open, address)
+        if not authenticated:
+            self._drop(self.unauthenticated, address)
+
+    @staticmethod
+    def _drop(counter: Counter[str], address: str) -> None:
+        counter[address] -= 1
+        if counter[address] <= 0:
+            del counter[address]
+
+
+# ---------------------------------------------------------------- memory
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_libc = None
+with contextlib.suppress(OSError, AttributeError, TypeError):
+    _libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    _libc.malloc_trim  # noqa: B018 - glibc only: the attribute lookup is the check
+
+
+def tune_allocator() -> None:
+    """Make glibc's malloc give large blocks (frames, data pieces) back when they are
+    freed: by default its mmap threshold grows to the largest block freed so far, after
+    which blocks of that size come from the heap and stay in the process."""
+    if _libc is not None:
+        _libc.mallopt(_M_MMAP_THRESHOLD, 256 << 10)
+        _libc.mallopt(_M_TRIM_THRESHOLD, 4 << 20)
+
+
+def give_back_memory() -> None:
+    """Return the free memory at the top of the heap, and free pages inside it, to the
+    system (a connection just ended)."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
