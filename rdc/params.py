@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WINDOWS = (16, 32, 64)
+from rdc._native.limits import WINDOWS
+
 MAX_CHUNK_LIMIT = 1 << 20
 
 

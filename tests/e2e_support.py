@@ -400,9 +400,9 @@ def edited_copy(src: Path, dst: Path, edits: list[tuple[int, int, bytes]]) -> No
 
 def wait_until_stale(root: Path, timeout: float = 15.0) -> None:
     """Wait until every rdc temporary under ``root`` is old enough for ``clean_temporaries``
-    to treat it as stale if no live process holds it (rdc.fs: FRESH_SECONDS for a regular
+    to treat it as stale if no live process holds it (rdc.local.fs: FRESH_SECONDS for a regular
     file, TEMP_GRACE_SECONDS for anything else)."""
-    from rdc.fs import FRESH_SECONDS, TEMP_GRACE_SECONDS
+    from rdc.local.fs import FRESH_SECONDS, TEMP_GRACE_SECONDS
 
     def stale() -> bool:
         now = time.time()

@@ -14,9 +14,8 @@ import trio
 import trio.testing
 
 from rdc.errors import AccessDenied, ProtocolError, RemoteError
-from rdc.ignore import Excludes
-from rdc.replica import Replica
-from rdc.session import Connection, unwrap_group
+from rdc.local.ignore import Excludes
+from rdc.local.replica import Replica
 from rdc.transfer.client import (
     Options,
     Stats,
@@ -25,10 +24,11 @@ from rdc.transfer.client import (
     request_open,
     scan_while_opening,
 )
-from rdc.transfer.handshake import client_handshake, server_handshake
 from rdc.transfer.serving import ServerSession
 from rdc.transfer.twoway import sync_round
+from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
+from rdc.wire.handshake import client_handshake, server_handshake
 from rdc_server.shares import Registry, Rights, Share
 
 TOKEN = "a-test-token-of-some-length"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rdc import _native
 from rdc._native import chunker_ref
-from rdc.chunking import Chunker, boundaries, chunks_of
+from rdc.content.chunking import Chunker, boundaries, chunks_of
 from rdc.params import DEFAULT_PARAMS, ChunkParams
 
 from .conftest import PURE, scaled

@@ -8,7 +8,7 @@ import random
 import subprocess
 import sys
 
-from rdc.chunking import boundaries
+from rdc.content.chunking import boundaries
 from rdc_client.cli import main
 
 
@@ -101,7 +101,7 @@ def test_version_is_the_installed_one(capsys) -> None:
     import pytest
 
     import rdc
-    from rdc.transfer.handshake import agent
+    from rdc.wire.handshake import agent
 
     assert rdc.__version__ == metadata.version("rdc")
     assert agent() == f"rdc/{rdc.__version__}"

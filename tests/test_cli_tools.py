@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rdc.signature import signature_of_bytes
+from rdc.content.signature import signature_of_bytes
 from rdc_client.cli import main
 
 
@@ -85,15 +85,15 @@ def test_an_index_another_rdc_keeps_locked_is_a_clear_error(tmp_path, capsys,
                                                              monkeypatch) -> None:
     import sqlite3
 
-    import rdc.index.db
-    from rdc.index import default_location
+    import rdc.local.index.db
+    from rdc.local.index import default_location
 
     data = tmp_path / "data"
     data.mkdir()
     (data / "a").write_bytes(random.Random(2).randbytes(50_000))
     assert main(["similar", str(data)]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(rdc.index.db, "BUSY_TIMEOUT", 0.05)
+    monkeypatch.setattr(rdc.local.index.db, "BUSY_TIMEOUT", 0.05)
     holder = sqlite3.connect(default_location(str(data)), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc import descent
-from rdc.descent import (
+from rdc.content.signature import signature_of_bytes
+from rdc.transfer import descent
+from rdc.transfer.descent import (
     EntryList,
     Fetch,
     Offer,
@@ -21,7 +22,6 @@ from rdc.descent import (
     simulate,
     target_descent,
 )
-from rdc.signature import signature_of_bytes
 
 from .conftest import scaled
 from .test_tree import ByteEdits

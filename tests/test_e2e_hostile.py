@@ -20,7 +20,7 @@ import msgpack
 import pytest
 import zstandard
 
-from rdc.signature import signature_of_bytes
+from rdc.content.signature import signature_of_bytes
 
 from .e2e_support import (
     E2E,

@@ -26,9 +26,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc import fs
-from rdc.fs import ConflictError, Expect, SafeRoot
-from rdc.paths import PathError, is_temporary
+from rdc.local import fs
+from rdc.local.fs import ConflictError, Expect, SafeRoot
+from rdc.local.paths import PathError, is_temporary
 
 T1 = 1_234_567_891_234_567_891  # ns: exercises every digit of mtime_ns
 T2 = 1_600_000_000_000_000_007
@@ -273,7 +273,7 @@ def test_replace_is_atomic_for_readers(tree: Tree) -> None:
 KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys
-    from rdc.fs import SafeRoot
+    from rdc.local.fs import SafeRoot
     tmp = SafeRoot(sys.argv[1]).create_temp("f")
     tmp.write(b"half of the new")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -825,7 +825,7 @@ def test_an_unchanged_multiply_linked_file_is_left_alone(tree: Tree) -> None:
 
 
 def test_a_walk_that_fails_midway_closes_every_descriptor(tmp_path: Path) -> None:
-    from rdc.snapshot import walk
+    from rdc.local.snapshot import walk
 
     for n in range(30):
         (tmp_path / "t" / f"d{n}" / "e" / "f").mkdir(parents=True)
@@ -849,7 +849,7 @@ def test_a_wide_directory_is_walked_with_few_descriptors(tmp_path: Path) -> None
     subdirectories than the process may open files is walked whole."""
     import resource
 
-    from rdc.snapshot import walk
+    from rdc.local.snapshot import walk
 
     for n in range(300):
         (tmp_path / "t" / f"d{n:03}").mkdir(parents=True)
@@ -864,8 +864,8 @@ def test_a_wide_directory_is_walked_with_few_descriptors(tmp_path: Path) -> None
 
 
 def test_times_beyond_64_bits_of_nanoseconds_are_clamped(tmp_path: Path) -> None:
-    from rdc.filestat import NS_MAX
-    from rdc.snapshot import seal, walk
+    from rdc.local.filestat import NS_MAX
+    from rdc.local.snapshot import seal, walk
 
     (tmp_path / "t" / "d").mkdir(parents=True)
     (tmp_path / "t" / "d" / "f").write_bytes(b"x")

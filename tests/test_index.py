@@ -17,10 +17,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from rdc.index import IndexDatabase, refresh
-from rdc.index.db import SCHEMA_VERSION
-from rdc.signature import DEFAULT_SIGNATURE, SignatureParams, signature_of_path
-from rdc.tree import GroupParams
+from rdc.content.signature import DEFAULT_SIGNATURE, SignatureParams, signature_of_path
+from rdc.content.tree import GroupParams
+from rdc.local.index import IndexDatabase, refresh
+from rdc.local.index.db import SCHEMA_VERSION
 
 from .conftest import scaled
 
@@ -96,7 +96,7 @@ def test_rename_keeps_the_signature_without_reading(tree, monkeypatch) -> None:
     root, db = tree
     refresh(db, str(root))
     os.rename(root / "d2/file5.bin", root / "d2/moved.bin")
-    import rdc.index.update as module
+    import rdc.local.index.update as module
 
     def no_reading(path):
         raise AssertionError(f"read {path}")
@@ -130,7 +130,7 @@ def test_symlinks_and_special_files_are_not_indexed(tree) -> None:
 
 def test_unreadable_files_are_reported_not_fatal(tree, monkeypatch) -> None:
     root, db = tree
-    import rdc.index.update as module
+    import rdc.local.index.update as module
 
     real = module._sign
 
@@ -182,8 +182,8 @@ def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
     location = tmp_path / "index.sqlite3"
     script = textwrap.dedent(f"""
         import sys
-        import rdc.index.update as r
-        from rdc.index import IndexDatabase
+        import rdc.local.index.update as r
+        from rdc.local.index import IndexDatabase
         r.BATCH_FILES = 3
         db = IndexDatabase({str(location)!r})
         def progress(event):
@@ -211,7 +211,7 @@ def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
 
 def test_files_changing_while_read_are_marked_racy(tree, monkeypatch) -> None:
     root, db = tree
-    import rdc.index.update as module
+    import rdc.local.index.update as module
 
     real = module.signature_of_file
 
@@ -232,7 +232,7 @@ def test_files_changing_while_read_are_marked_racy(tree, monkeypatch) -> None:
 
 
 def test_small_files_signed_here_and_large_ones_on_the_pool_agree(tmp_path, monkeypatch) -> None:
-    import rdc.index.update as module
+    import rdc.local.index.update as module
 
     monkeypatch.setattr(module, "INLINE_BYTES", 30_000)
     root = tmp_path / "data"
@@ -339,8 +339,8 @@ def test_a_directory_turned_symlink_before_its_files_are_read_is_an_error_not_a_
     """The walk saw ``d/f``; by the time the refresh reads it, ``d`` is a symlink to the
     outside. The file is reported as unreadable, nothing outside is read, and the rest of
     the refresh completes."""
-    from rdc.fs import SafeRoot
-    from rdc.snapshot import walk
+    from rdc.local.fs import SafeRoot
+    from rdc.local.snapshot import walk
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "d").mkdir(parents=True)

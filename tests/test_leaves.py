@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc.chunking import boundaries
-from rdc.leaves import _Leaves, hash_chunks, own_chain, segments_of_buffer, segments_of_file
+from rdc.content.chunking import boundaries
+from rdc.content.leaves import _Leaves, hash_chunks, own_chain, segments_of_buffer, segments_of_file
+from rdc.content.signature import SignatureParams, signature_of_bytes, signature_of_file
+from rdc.content.tree import Level
 from rdc.params import ChunkParams
-from rdc.signature import SignatureParams, signature_of_bytes, signature_of_file
-from rdc.tree import Level
 
 from .conftest import scaled
 
@@ -172,7 +172,7 @@ def test_concurrent_signatures_share_the_workers() -> None:
 def test_stream_signer_hashes_each_piece_as_signature_of_bytes(
     kind: str, size: int, pieces: list[int]
 ) -> None:
-    from rdc.verify import StreamSigner
+    from rdc.content.stream import StreamSigner
 
     params = SignatureParams(chunks=SMALL)
     data = data_of(kind, size, random.Random(size))
@@ -189,8 +189,8 @@ def test_stream_signer_hashes_each_piece_as_signature_of_bytes(
 def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed: int) -> None:
     import blake3
 
-    from rdc import subchunks
-    from rdc.entries import SUB_PREFIX
+    from rdc.content import subchunks
+    from rdc.content.entries import SUB_PREFIX
 
     data = data_of(kind, size, random.Random(seed))
 
@@ -213,7 +213,7 @@ def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed:
 def test_the_buffer_pool_keeps_the_sizes_in_use(monkeypatch) -> None:
     """After a large file fills the pool with large buffers, small files still reuse theirs
     (a fresh buffer per file costs a map and unmap of its pages)."""
-    from rdc import leaves
+    from rdc.content import leaves
 
     monkeypatch.setattr(leaves, "_free", [])
     for _ in range(3):

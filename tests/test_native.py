@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from rdc import _native, rabin
-from rdc._native import chunker_ref
+from rdc import _native
+from rdc._native import chunker_ref, rabin
 
 from .conftest import PURE
 

@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rdc.errors import RdcError
-from rdc.paths import (
+from rdc.local.paths import (
     MAX_NAME,
     MAX_PATH,
     PathError,

@@ -237,7 +237,7 @@ async def test_a_leaf_with_wrongly_matched_sub_chunks_is_fetched_whole(
 ) -> None:
     """With 1-byte sub-chunk prefixes, lookups in a seed region match wrong bytes often;
     the leaf check catches each, and only that leaf is fetched again."""
-    from rdc import subchunks
+    from rdc.content import subchunks
     from rdc.transfer import target
 
     monkeypatch.setattr(subchunks, "SUB_PREFIX", 1)
@@ -286,7 +286,7 @@ class _Answer:
 async def test_the_local_scan_runs_while_the_server_opens_and_stops_if_refused(
     tmp_path,
 ) -> None:
-    from rdc.replica import Replica
+    from rdc.local.replica import Replica
     from rdc.transfer.client import scan_while_opening
 
     src = tmp_path / "src"

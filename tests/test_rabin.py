@@ -7,8 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc import rabin
-from rdc._native import chunker_ref
+from rdc._native import chunker_ref, rabin
 
 
 def reverse64(value: int) -> int:

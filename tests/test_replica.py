@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from rdc.ignore import Excludes
-from rdc.replica import Replica
+from rdc.local.ignore import Excludes
+from rdc.local.replica import Replica
 
 OLD = 1_600_000_000 * 10**9
 

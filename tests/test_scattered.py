@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from rdc.delta import delta_tree
-from rdc.index import IndexDatabase, refresh
+from rdc.local.replica import Replica
+from rdc.transfer.delta import delta_tree
 
 from .conftest import scaled
 from .corpus import make_source_tree, scatter_edits
@@ -31,10 +31,12 @@ def test_scattered_edits_cost_no_more_than_rsyncs_literal_data(tmp_path, seed: i
                 a, b = g.read(), f.read()
             if a != b:
                 rsync += literal_bytes(a, b)
-    old_db = IndexDatabase(tmp_path / "old.sqlite3")
-    new_db = IndexDatabase(tmp_path / "new.sqlite3")
-    refresh(old_db, str(old))
-    refresh(new_db, str(new))
-    report, offered = delta_tree(old_db, str(old), new_db, str(new), verify=True)
+    old_replica = Replica(str(old), tmp_path / "old.sqlite3")
+    new_replica = Replica(str(new), tmp_path / "new.sqlite3")
+    old_replica.scan()
+    new_replica.scan()
+    report, offered = delta_tree(old_replica, new_replica, verify=True)
+    old_replica.close()
+    new_replica.close()
     assert offered == edited
     assert report.total_bytes <= rsync, (report.total_bytes, rsync, report.literal_bytes)

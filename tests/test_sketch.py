@@ -8,15 +8,15 @@ import random
 
 import pytest
 
-from rdc.index import IndexDatabase
-from rdc.signature import FileSignature, signature_of_bytes
-from rdc.sketch import (
+from rdc.content.signature import FileSignature, signature_of_bytes
+from rdc.content.sketch import (
     TRAITS,
     matching_traits,
     resemblance,
     sketch_of,
     trait_match_probability,
 )
+from rdc.local.index import IndexDatabase
 
 from .conftest import scaled
 

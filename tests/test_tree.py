@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc.chunking import Chunk, chunks_of
-from rdc.signature import signature_of_bytes, signature_of_file
-from rdc.tree import (
+from rdc.content.chunking import Chunk, chunks_of
+from rdc.content.signature import signature_of_bytes, signature_of_file
+from rdc.content.tree import (
     DEFAULT_GROUPS,
     GroupParams,
     Level,

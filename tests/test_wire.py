@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.errors import ProtocolError
-from rdc.session import Connection
 from rdc.wire import messages
 from rdc.wire.codec import MAX_FRAME, pack
+from rdc.wire.connection import Connection
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
 pytestmark = pytest.mark.filterwarnings("ignore::trio.TrioDeprecationWarning")
@@ -222,7 +222,7 @@ async def test_unread_input_is_bounded_by_pausing_the_reader(monkeypatch) -> Non
     """While a handler does not take its input, the reader stops reading once the
     connection holds PAUSE_BYTES of unread input; every field of a message counts, not
     only data pieces. When the handler takes it, reading goes on."""
-    from rdc import session
+    from rdc.wire import connection as session
 
     a, b = trio.testing.memory_stream_pair()
     release = trio.Event()
@@ -294,7 +294,7 @@ def test_text_that_is_not_unicode_is_sent_displayable() -> None:
 async def test_a_peer_that_does_not_read_answers_gets_no_more_requests_read() -> None:
     """Answers are queued without waiting; a peer that keeps asking and never reads
     stops being read itself once the queue is over OUTPUT_PAUSE."""
-    from rdc import session
+    from rdc.wire import connection as session
 
     a, b = trio.testing.lockstep_stream_pair()  # a send waits for the peer to read
     big = b"\x02" * (900 << 10)

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from rdc.chunking import iter_chunk_views
+from rdc.content.chunking import iter_chunk_views
 from rdc.errors import FileAccessError, UsageError
 from rdc.params import DEFAULT_PARAMS, ChunkParams
 

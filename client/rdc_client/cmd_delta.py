@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from contextlib import closing
 
-from rdc.delta import delta_file_over_file, delta_file_over_tree, delta_tree
-from rdc.entries import WIRE_PREFIX
+from rdc.content.entries import WIRE_PREFIX
 from rdc.errors import FileAccessError, UsageError
-from rdc_client.local_index import indexed
+from rdc.transfer.delta import delta_file_over_file, delta_file_over_tree, delta_tree
+from rdc_client.local_index import scanned
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,12 +50,13 @@ def run(args: argparse.Namespace) -> int:
         if os.path.isdir(new):
             if not os.path.isdir(old):
                 raise UsageError(message="when NEW is a directory, OLD must be one too")
-            old_db, _ = indexed(old, args.progress)
-            new_db, _ = indexed(new, args.progress)
-            total, files = delta_tree(old_db, old, new_db, new, **kwargs)
+            with closing(scanned(old, args.progress)) as o, closing(
+                scanned(new, args.progress)
+            ) as n:
+                total, files = delta_tree(o, n, **kwargs)
         elif os.path.isdir(old):
-            old_db, _ = indexed(old, args.progress)
-            total, files = delta_file_over_tree(old_db, old, new, **kwargs), 1
+            with closing(scanned(old, args.progress)) as o:
+                total, files = delta_file_over_tree(o, new, **kwargs), 1
         else:
             total, files = delta_file_over_file(old, new, **kwargs), 1
     except OSError as exc:

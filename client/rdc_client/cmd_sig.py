@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
+from rdc.content.signature import signature_of_path
 from rdc.errors import FileAccessError
-from rdc.signature import signature_of_path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

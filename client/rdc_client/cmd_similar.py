@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from contextlib import closing
 
-from rdc.index import CANDIDATE_THRESHOLD
-from rdc.signature import jaccard, sketch_elements
-from rdc.sketch import resemblance
-from rdc_client.local_index import indexed
+from rdc.content.signature import jaccard, sketch_elements
+from rdc.content.sketch import resemblance
+from rdc.local.index import CANDIDATE_THRESHOLD, IndexDatabase, RefreshStats
+from rdc_client.local_index import scanned
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +60,11 @@ class _Groups:
 
 
 def run(args: argparse.Namespace) -> int:
-    db, stats = indexed(args.directory, args.progress)
+    with closing(scanned(args.directory, args.progress)) as replica:
+        return _similar(args, replica.db, replica.stats)
+
+
+def _similar(args: argparse.Namespace, db: IndexDatabase, stats: RefreshStats) -> int:
     files = {f.id: f for f in db.files() if f.sketch is not None}
     elements: dict[int, set[bytes]] = {}
 

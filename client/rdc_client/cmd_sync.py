@@ -14,14 +14,14 @@ from typing import Any
 import trio
 
 from rdc.errors import ConnectionFailed, FileAccessError, ProtocolError, RemoteError
-from rdc.ignore import Excludes, read_ignore_file
-from rdc.index import default_location
-from rdc.replica import Replica
-from rdc.session import unwrap_group
-from rdc.snapshot import Entry
-from rdc.transfer import base as base_store
+from rdc.local.ignore import Excludes, read_ignore_file
+from rdc.local.index import default_location
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry
+from rdc.transfer import sync_base as base_store
 from rdc.transfer.client import Options, Stats, _finish, request_open, scan_while_opening
 from rdc.transfer.twoway import Actions, sync_round
+from rdc.wire.connection import unwrap_group
 from rdc.wire.frames import ConnectionClosed
 from rdc_client.cmd_transfer import report
 from rdc_client.progress import TransferBar

@@ -12,9 +12,9 @@ from typing import Any
 import trio
 
 from rdc.errors import ConnectionFailed, FileAccessError, UsageError
-from rdc.ignore import Excludes, read_ignore_file
-from rdc.index import default_location
-from rdc.replica import Replica
+from rdc.local.ignore import Excludes, read_ignore_file
+from rdc.local.index import default_location
+from rdc.local.replica import Replica
 from rdc.transfer.client import (
     Options,
     Stats,

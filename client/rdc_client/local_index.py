@@ -1,22 +1,27 @@
-"""Open and refresh the client's signature index of a local directory."""
+"""A local directory with its signature index, scanned: for the local tools."""
 
 from __future__ import annotations
 
 import os
 
 from rdc.errors import FileAccessError
-from rdc.index import IndexDatabase, RefreshStats, default_location, refresh
+from rdc.local.index import default_location
+from rdc.local.replica import Replica
 from rdc_client.progress import ProgressLine
 
 
-def indexed(directory: str, progress: bool | None = None) -> tuple[IndexDatabase, RefreshStats]:
-    """The refreshed index of ``directory`` (kept in the user's cache directory)."""
+def scanned(directory: str, progress: bool | None = None) -> Replica:
+    """``directory`` with its index (kept in the user's cache directory) brought up to
+    date; close it when done."""
     if not os.path.isdir(directory):
         raise FileAccessError(path=directory, reason="not a directory")
-    db = IndexDatabase(default_location(directory))
+    replica = Replica(directory, default_location(directory))
     line = ProgressLine(enabled=progress)
     try:
-        stats = refresh(db, directory, progress=line)
+        replica.scan(progress=line)
+    except BaseException:
+        replica.close()
+        raise
     finally:
         line.close()
-    return db, stats
+    return replica

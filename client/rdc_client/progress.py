@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TextIO
 
-from rdc.index import Progress
+from rdc.local.index import Progress
 
 
 def human_bytes(n: float) -> str:

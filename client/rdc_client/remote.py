@@ -13,10 +13,10 @@ from urllib.parse import unquote, urlsplit
 import trio
 
 from rdc.errors import ConnectionFailed, UsageError
-from rdc.paths import PathError, check_relpath
-from rdc.session import Connection, unwrap_group
-from rdc.transfer.handshake import client_handshake
+from rdc.local.paths import PathError, check_relpath
+from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
+from rdc.wire.handshake import client_handshake
 
 DEFAULT_PORT = 8730
 CONNECT_SECONDS = 15

@@ -18,8 +18,8 @@ import trio
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from rdc.ignore import Excludes
-from rdc.paths import is_temporary
+from rdc.local.ignore import Excludes
+from rdc.local.paths import is_temporary
 
 SETTLE_SECONDS = 0.5
 MAX_DELAY_SECONDS = 5.0

@@ -6,7 +6,7 @@ position has a key ``(lead(j), ext(j))`` compared as a pair:
 
 - ``lead``: the top byte of a 64-bit gear hash, ``h = (h << shift) + GEAR[byte]`` with
   ``shift = 64 // window``, so ``h`` depends on exactly the last ``window`` bytes;
-- ``ext``: the Rabin fingerprint of the window over GF(2^64) (`rdc.rabin`).
+- ``ext``: the Rabin fingerprint of the window over GF(2^64) (`rdc._native.rabin`).
 
 Having cut at ``p`` (start: 0), the next cut is the rightmost position of minimal key in
 ``(p + min_size, min(p + max_size, end)]``. When at most ``min_size`` bytes remain, the end
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rdc import rabin
-from rdc.params import WINDOWS, ChunkParams
+from rdc._native import rabin
+from rdc._native.limits import WINDOWS, Limits
 
 GEAR_SEED = 0x7264_632D_6765_6172  # b"rdc-gear"
 
@@ -49,7 +49,7 @@ def ext(window: bytes | memoryview) -> int:
 
 
 def window_keys(
-    data: bytes | bytearray | memoryview, first: int, last: int, params: ChunkParams
+    data: bytes | bytearray | memoryview, first: int, last: int, params: Limits
 ) -> Iterator[tuple[int, tuple[int, int]]]:
     """``(j, key(j))`` for positions ``first..last`` of ``data`` (buffer offsets, ``first >=
     window``).
@@ -72,7 +72,7 @@ def window_keys(
         yield j, (h >> 56, f)
 
 
-def next_cut(data: bytes | bytearray | memoryview, p: int, end: int, params: ChunkParams) -> int:
+def next_cut(data: bytes | bytearray | memoryview, p: int, end: int, params: Limits) -> int:
     """The cut after ``p`` given all data up to ``end`` (buffer offsets)."""
     if end - p <= params.min_size:
         return end
@@ -94,7 +94,7 @@ class ReferenceScanner:
 
     def __init__(self, window: int, min_size: int, max_size: int, filter: bool = True) -> None:
         del filter  # the reference always evaluates every key
-        self.params = ChunkParams(window, min_size, max_size)
+        self.params = Limits(window, min_size, max_size)
         self.last_cut = 0
         self.finished = False
         self.positions = 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 
-from rdc import rabin
+from rdc._native import rabin
 
 HASH_BYTES = 32
 TRAITS = 12

@@ -16,19 +16,19 @@ from typing import Any
 
 import trio
 
-from rdc.descent import SourceFile
 from rdc.errors import Refusal, RemoteError
-from rdc.index import Progress
-from rdc.paths import PathError, to_wire
-from rdc.replica import Replica
-from rdc.session import Connection, Conversation, unwrap_group
-from rdc.snapshot import Entry, Walk, iter_entries
+from rdc.local.index import Progress
+from rdc.local.paths import PathError, to_wire
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry, Walk, iter_entries
 from rdc.transfer import metadata
 from rdc.transfer.compare import Changes, Comparison
+from rdc.transfer.descent import SourceFile
 from rdc.transfer.ops import apply_ops
 from rdc.transfer.source import offer_fields, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire.codec import MAX_ITEMS
+from rdc.wire.connection import Connection, Conversation, unwrap_group
 
 CONCURRENT_FILES = 32
 

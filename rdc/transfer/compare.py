@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdc.paths import join, to_wire
-from rdc.session import Connection
-from rdc.snapshot import Entry, iter_entries, lookup
+from rdc.local.paths import join, to_wire
+from rdc.local.snapshot import Entry, iter_entries, lookup
+from rdc.wire.connection import Connection
 
 # Directories asked for in one list request.
 LIST_BATCH = 512

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import trio
 
-from rdc.paths import join, to_wire
-from rdc.replica import Replica
-from rdc.session import Connection
-from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
+from rdc.local.paths import join, to_wire
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
 from rdc.transfer.compare import Remote, fetch_listings
 from rdc.transfer.ops import apply_meta, apply_ops
+from rdc.wire.connection import Connection
 
 HB = 8
 

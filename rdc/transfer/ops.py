@@ -9,12 +9,12 @@ import stat
 from typing import Any
 
 from rdc.errors import Refusal
-from rdc.filestat import clamp_ns
-from rdc.fs import ConflictError, Expect
-from rdc.ignore import Excludes
-from rdc.paths import PathError, check_relpath, join, to_wire
-from rdc.replica import Replica
-from rdc.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
+from rdc.local.filestat import clamp_ns
+from rdc.local.fs import ConflictError, Expect
+from rdc.local.ignore import Excludes
+from rdc.local.paths import PathError, check_relpath, join, to_wire
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
 
 # A subtree with at most this many entries travels as one metadata vector.
 WHOLE_META = 4096

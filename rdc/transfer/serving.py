@@ -16,18 +16,18 @@ from typing import Any, Protocol
 
 import trio
 
-from rdc.descent import SourceFile
 from rdc.errors import ProtocolError, Refusal
-from rdc.fs import ConflictError
-from rdc.ignore import Excludes
-from rdc.paths import PathError, to_wire
-from rdc.replica import Replica
-from rdc.session import Conversation
-from rdc.snapshot import Entry
+from rdc.local.fs import ConflictError
+from rdc.local.ignore import Excludes
+from rdc.local.paths import PathError, to_wire
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry
+from rdc.transfer.descent import SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
 from rdc.transfer.source import offer_fields, serve_wants
 from rdc.transfer.target import NO_CHECK, receive_file
 from rdc.wire.codec import pack
+from rdc.wire.connection import Conversation
 
 log = logging.getLogger("rdc.serve")
 LISTING_SPLIT = 8192  # entries of one directory per listing item

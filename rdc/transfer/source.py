@@ -8,12 +8,12 @@ from typing import Any
 
 import trio
 
-from rdc.descent import SUBS_FROM, WHOLE_BELOW, SourceChanged, SourceFile
+from rdc.content.signature import FileSignature
 from rdc.errors import ProtocolError, Refusal
-from rdc.filestat import mtime_ns
-from rdc.session import Conversation
-from rdc.signature import FileSignature
+from rdc.local.filestat import mtime_ns
+from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceChanged, SourceFile
 from rdc.wire.codec import MAX_PIECE
+from rdc.wire.connection import Conversation
 
 # What the source may send for ``want whole`` before the target grants more (``more``).
 WHOLE_CREDIT = 4 << 20

@@ -15,7 +15,13 @@ from typing import Any
 
 import trio
 
-from rdc.descent import (
+from rdc.content.signature import FileSignature, chunk_hash
+from rdc.content.stream import StreamSigner
+from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.local.fs import ConflictError, Expect
+from rdc.local.paths import PathError
+from rdc.local.replica import Replica
+from rdc.transfer.descent import (
     EntryList,
     Expand,
     FineLists,
@@ -27,14 +33,9 @@ from rdc.descent import (
     SubLists,
     target_descent,
 )
-from rdc.errors import ProtocolError, Refusal, RemoteError
-from rdc.fs import ConflictError, Expect
-from rdc.paths import PathError
-from rdc.replica import Replica
-from rdc.session import Conversation
-from rdc.signature import FileSignature, chunk_hash
+from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
-from rdc.verify import StreamSigner
+from rdc.wire.connection import Conversation
 
 COPY_PIECE = 1 << 20
 THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
@@ -169,7 +170,7 @@ def _decide(
         finally:
             assembly.abort()
         return Outcome("whole", literal=offer["size"]), check, []
-    return None, check, replica.seeds(path, offer["sketch"])
+    return None, check, choose_seeds(replica, path, offer["sketch"])
 
 
 def _expectation(replica: Replica, path: str, expect: Any) -> Expect | None:

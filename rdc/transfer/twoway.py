@@ -29,12 +29,10 @@ from typing import Any
 
 import trio
 
-from rdc.paths import join, to_wire
-from rdc.replica import Replica
-from rdc.session import Connection
-from rdc.snapshot import Entry
-from rdc.transfer import base as base_store
-from rdc.transfer.base import DIGEST_BYTES, Known
+from rdc.local.paths import join, to_wire
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry
+from rdc.transfer import sync_base as base_store
 from rdc.transfer.client import (
     Options,
     Stats,
@@ -46,6 +44,8 @@ from rdc.transfer.client import (
     count_files,
 )
 from rdc.transfer.compare import Remote, fetch_listings
+from rdc.transfer.sync_base import DIGEST_BYTES, Known
+from rdc.wire.connection import Connection
 
 HB = DIGEST_BYTES
 

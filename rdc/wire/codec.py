@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 
 from rdc.errors import ProtocolError
-from rdc.paths import displayable
+from rdc.local.paths import displayable
 
 MAX_FRAME = 4 * 1024 * 1024
 MAX_ITEMS = 4096

@@ -2,7 +2,7 @@
 checked (type, size, range) before any code uses it.
 
 `check(message)` returns a copy with defaults filled in and paths decoded to the internal
-``str`` form (`rdc.paths`), or raises ProtocolError. A field whose absence means something
+``str`` form (`rdc.local.paths`), or raises ProtocolError. A field whose absence means something
 (``expect``: "do not check") is left out of the copy when absent.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rdc.errors import ProtocolError
-from rdc.paths import PathError, check_relpath
+from rdc.local.paths import PathError, check_relpath
 from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 
 Check = Callable[[Any, str], Any]

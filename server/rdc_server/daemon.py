@@ -16,11 +16,11 @@ from typing import Any
 import trio
 
 from rdc.errors import AccessDenied, ProtocolError, RemoteError
-from rdc.session import Connection
-from rdc.transfer.handshake import server_handshake
 from rdc.transfer.serving import ServerSession
 from rdc.wire.codec import pack
+from rdc.wire.connection import Connection
 from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream
+from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
 from rdc_server.limits import Limits, give_back_memory, tune_allocator
 from rdc_server.shares import Registry

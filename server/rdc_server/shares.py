@@ -14,9 +14,9 @@ import blake3
 import trio
 
 from rdc.errors import Refusal
-from rdc.fs import SafeRoot
-from rdc.paths import PathError
-from rdc.replica import Replica
+from rdc.local.fs import SafeRoot
+from rdc.local.paths import PathError
+from rdc.local.replica import Replica
 from rdc_server.watcher import ShareWatcher
 
 

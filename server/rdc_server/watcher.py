@@ -19,7 +19,7 @@ import trio
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from rdc.paths import is_temporary
+from rdc.local.paths import is_temporary
 
 log = logging.getLogger("rdc.serve")
 SETTLE_SECONDS = 0.3

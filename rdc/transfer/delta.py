@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 
-from rdc.descent import DeltaReport, SeedFile, SeedMap, SourceFile, rebuild, simulate
-from rdc.entries import WIRE_PREFIX
-from rdc.index import IndexDatabase
-from rdc.seeds import choose_seeds, file_reader
-from rdc.signature import FileSignature, signature_of_path
-from rdc.tree import Tree
+from rdc.content.entries import WIRE_PREFIX
+from rdc.content.signature import FileSignature, signature_of_path
+from rdc.content.tree import Tree
+from rdc.local.replica import Replica
+from rdc.transfer.descent import DeltaReport, SeedFile, SeedMap, SourceFile, rebuild, simulate
+from rdc.transfer.seeds import choose_seeds, file_reader
 
 
 def delta_one(
@@ -42,31 +42,29 @@ def delta_file_over_file(old: str, new: str, **kwargs) -> DeltaReport:
 
 
 def delta_file_over_tree(
-    old_db: IndexDatabase, old: str, new: str, signature: FileSignature | None = None, **kwargs
+    old: Replica, new: str, signature: FileSignature | None = None, **kwargs
 ) -> DeltaReport:
+    """Cost of sending the file ``new`` to a holder of the directory ``old`` (scanned)."""
     signature = signature or signature_of_path(new)
-    have = bool(old_db.with_root(signature.root, 1))
-    seeds = [] if have else choose_seeds(old_db, old, None, signature.sketch)
+    have = bool(old.holders(signature.root, 1))
+    seeds = [] if have else choose_seeds(old, None, signature.sketch)
     return delta_one(new, signature.tree, signature.sketch, seeds, have, **kwargs)
 
 
-def delta_tree(
-    old_db: IndexDatabase, old: str, new_db: IndexDatabase, new: str, **kwargs
-) -> tuple[DeltaReport, int]:
-    """Cost of bringing ``old`` (indexed in ``old_db``) to the content of ``new``: every
-    file whose content differs from the file at its path in ``old`` is offered. (The
-    directory comparison that finds them is not counted here.) Returns the summed report
-    and the number of files offered."""
+def delta_tree(old: Replica, new: Replica, **kwargs) -> tuple[DeltaReport, int]:
+    """Cost of bringing ``old`` to the content of ``new`` (both scanned): every file whose
+    content differs from the file at its path in ``old`` is offered. (The directory
+    comparison that finds them is not counted here.) Returns the summed report and the
+    number of files offered."""
     total = DeltaReport()
     offered = 0
-    for f in new_db.files():
-        same_path = old_db.get(f.path)
+    for f in new.db.files():
+        same_path = old.db.get(f.path)
         if same_path is not None and same_path.root == f.root:
             continue
         offered += 1
-        have = bool(old_db.with_root(f.root, 1))
-        seeds = [] if have else choose_seeds(old_db, old, f.path, f.sketch)
-        total.add(
-            delta_one(os.path.join(new, f.path), new_db.tree(f.id), f.sketch, seeds, have, **kwargs)
-        )
+        have = bool(old.holders(f.root, 1))
+        seeds = [] if have else choose_seeds(old, f.path, f.sketch)
+        new_path = os.path.join(new.root, f.path)
+        total.add(delta_one(new_path, new.db.tree(f.id), f.sketch, seeds, have, **kwargs))
     return total, offered

@@ -1,6 +1,6 @@
 """A file's signature: its Merkle tree over chunk hashes, and its similarity sketch.
 
-Chunk data is hashed as it is read, in bounded memory, on all cores (`rdc.leaves`). A file
+Chunk data is hashed as it is read, in bounded memory, on all cores (`rdc.content.leaves`). A file
 of fewer than `SKETCH_MIN_LEAVES` chunks is sketched over its sub-chunks instead of its
 chunks, so that a small file that was moved and edited still resembles its old self.
 """
@@ -14,8 +14,8 @@ from typing import BinaryIO
 import blake3
 
 from rdc import _native
-from rdc.chunking import boundaries
-from rdc.leaves import (
+from rdc.content.chunking import boundaries
+from rdc.content.leaves import (
     READ_SIZE,
     SEGMENT_SIZE,
     Segment,
@@ -24,9 +24,9 @@ from rdc.leaves import (
     segments_of_buffer,
     segments_of_file,
 )
+from rdc.content.sketch import Sketch
+from rdc.content.tree import DEFAULT_GROUPS, HASH_BYTES, GroupParams, Level, Tree, build_tree
 from rdc.params import DEFAULT_PARAMS, ChunkParams
-from rdc.sketch import Sketch
-from rdc.tree import DEFAULT_GROUPS, HASH_BYTES, GroupParams, Level, Tree, build_tree
 
 # Sub-chunks: the level below the leaves, computed only where a chunk is unknown (and for
 # the sketches of small files). docs/formats.md explains the choice.
@@ -92,7 +92,7 @@ def signature_of_file(
     segment_size: int = SEGMENT_SIZE,
 ) -> FileSignature:
     """Signature of an open binary file, read once from its current position in bounded
-    memory; large files are chunked and hashed on all cores (`rdc.leaves`)."""
+    memory; large files are chunked and hashed on all cores (`rdc.content.leaves`)."""
     segments = segments_of_file(f, segment_size, read_size, _small_limit(params))
     return _signature(segments, params)
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rdc import _native
-from rdc.chunking import boundaries
-from rdc.entries import SUB_PREFIX, pack_varints, unpack_varints
+from rdc.content.chunking import boundaries
+from rdc.content.entries import SUB_PREFIX, pack_varints, unpack_varints
+from rdc.content.signature import SUB_PARAMS
+from rdc.content.tree import HASH_BYTES
 from rdc.params import ChunkParams
-from rdc.signature import SUB_PARAMS
-from rdc.tree import HASH_BYTES
 
 MID_PARAMS = ChunkParams(window=16, min_size=512, max_size=2048)
 FINE_PARAMS = SUB_PARAMS

@@ -1,4 +1,4 @@
-"""One synced directory on this machine: its files (through `rdc.fs.SafeRoot`, so no
+"""One synced directory on this machine: its files (through `rdc.local.fs.SafeRoot`, so no
 operation escapes it), its signature index, and the tree that both sides compare.
 
 Methods are blocking; the transfer code calls them on worker threads. The index connection
@@ -15,15 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from rdc.descent import SeedFile
-from rdc.filestat import mtime_ns, stamp
-from rdc.fs import ConflictError, Expect, SafeRoot, TempFile
-from rdc.ignore import Excludes
-from rdc.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
-from rdc.paths import PathError
-from rdc.signature import FileSignature, signature_of_file
-from rdc.snapshot import Entry, Walk, fill_roots, lookup, seal, walk
-from rdc.tree import Tree, TreeFormatError
+from rdc.content.signature import FileSignature, signature_of_file
+from rdc.content.tree import Tree, TreeFormatError
+from rdc.local.filestat import mtime_ns, stamp
+from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile
+from rdc.local.ignore import Excludes
+from rdc.local.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
+from rdc.local.paths import PathError
+from rdc.local.snapshot import Entry, Walk, fill_roots, lookup, seal, walk
 
 RACY_NS = 2_000_000_000
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
@@ -170,12 +169,13 @@ class Replica:
         with self.lock:
             return [f.path for f in self.db.with_root(root, limit)]
 
-    def seeds(self, path: str, sketch: bytes | None) -> list[SeedFile]:
-        """The file at ``path`` plus the files whose sketches resemble ``sketch``. A stored
-        tree that does not check out, or a file that cannot be opened, is skipped."""
+    def seed_trees(self, path: str | None, sketch: bytes | None) -> list[tuple[str, Tree]]:
+        """(path, tree) of the file at ``path`` if indexed, then of the files whose
+        sketches resemble ``sketch``, best first. A stored tree that does not check out is
+        skipped."""
         with self.lock:
             chosen = []
-            same = self.db.get(path)
+            same = self.db.get(path) if path is not None else None
             if same is not None:
                 chosen.append(same)
             if sketch is not None:
@@ -192,12 +192,7 @@ class Replica:
                     trees.append((row.path, self.db.tree(row.id)))
                 except TreeFormatError:
                     continue
-        seeds = []
-        for seed_path, tree in trees:
-            reader = self.reader(seed_path)
-            if reader is not None:
-                seeds.append(SeedFile(tree, reader))
-        return seeds
+        return trees
 
     def reader(self, path: str) -> Callable[[int, int], bytes] | None:
         """(offset, length) -> bytes of the file at ``path``, opened once; None if it

@@ -1,13 +1,13 @@
 """The signature index of a directory: signatures, sketches and their inverted indices."""
 
-from rdc.index.db import (
+from rdc.local.index.db import (
     CANDIDATE_LIMIT,
     CANDIDATE_THRESHOLD,
     IndexDatabase,
     IndexedFile,
     default_location,
 )
-from rdc.index.update import Progress, RefreshStats, refresh, walk_files
+from rdc.local.index.update import Progress, RefreshStats, refresh, walk_files
 
 __all__ = [
     "CANDIDATE_LIMIT",

@@ -29,7 +29,7 @@ from rdc.errors import ProtocolError, Refusal, RemoteError
 from rdc.wire import messages
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
-log = logging.getLogger("rdc.session")
+log = logging.getLogger("rdc.wire.connection")
 
 MAX_CONVERSATIONS = 256
 PENDING_MESSAGES = 1024

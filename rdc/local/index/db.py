@@ -19,10 +19,10 @@ from pathlib import Path
 
 import blake3
 
-from rdc.filestat import Stamp, mtime_ns, stamp
-from rdc.signature import DEFAULT_SIGNATURE, FileSignature, SignatureParams
-from rdc.sketch import buckets
-from rdc.tree import Tree, pack_tree, unpack_tree
+from rdc.content.signature import DEFAULT_SIGNATURE, FileSignature, SignatureParams
+from rdc.content.sketch import buckets
+from rdc.content.tree import Tree, pack_tree, unpack_tree
+from rdc.local.filestat import Stamp, mtime_ns, stamp
 
 SCHEMA_VERSION = 1
 # Candidate defaults, measured by tests/test_sketch_index.py: 4 matching traits of 12 keep
@@ -122,7 +122,7 @@ def _statements(sql: str) -> Iterator[str]:
 
 
 def _migrations() -> list[tuple[int, str]]:
-    sql_dir = resources.files("rdc.index") / "sql"
+    sql_dir = resources.files("rdc.local.index") / "sql"
     out = []
     for entry in sql_dir.iterdir():
         if entry.name.endswith(".sql"):

@@ -20,10 +20,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from rdc.filestat import mtime_ns, stamp
-from rdc.index.db import IndexDatabase, unusable
-from rdc.paths import PathError, is_temporary
-from rdc.signature import FileSignature, signature_of_file
+from rdc.content.signature import FileSignature, signature_of_file
+from rdc.local.filestat import mtime_ns, stamp
+from rdc.local.index.db import IndexDatabase, unusable
+from rdc.local.paths import PathError, is_temporary
 
 RACY_NS = 2_000_000_000
 BATCH_SECONDS = 0.5

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from rdc import subchunks
-from rdc.entries import WIRE_PREFIX, pack_varints, prefixes, unpack_varints
+from rdc.content import subchunks
+from rdc.content.entries import WIRE_PREFIX, pack_varints, prefixes, unpack_varints
+from rdc.content.signature import chunk_hash, signature_of_bytes
+from rdc.content.tree import HASH_BYTES, Tree
 from rdc.params import MAX_CHUNK_LIMIT, ChunkParams
-from rdc.signature import chunk_hash, signature_of_bytes
-from rdc.tree import HASH_BYTES, Tree
 
 # A file this small is cheaper to send whole than to describe.
 WHOLE_BELOW = 256
@@ -59,7 +59,7 @@ class EntryList:
 
     def decode_split(self, total: int, params: ChunkParams) -> list[tuple[bytes, int]]:
         """The pieces of a chunk of ``total`` bytes split with ``params``
-        (`rdc.subchunks.decode`)."""
+        (`rdc.content.subchunks.decode`)."""
         return subchunks.decode(self.prefixes, self.lengths, total, params)
 
 

@@ -4,8 +4,8 @@ Inside rdc a path is a ``str`` of '/'-separated components relative to a synced 
 decoded from the bytes on disk with ``os.fsdecode`` (surrogateescape), so every POSIX name
 round-trips, UTF-8 or not. On the wire it is those bytes (``to_wire``). Anything a peer
 sends goes through ``check_relpath`` before it is used, and every operation in
-``rdc.fs`` checks again, so a path that passed cannot name anything outside the root by
-its spelling. (Symlinks are the other way out; ``rdc.fs`` refuses to follow them.)
+``rdc.local.fs`` checks again, so a path that passed cannot name anything outside the root by
+its spelling. (Symlinks are the other way out; ``rdc.local.fs`` refuses to follow them.)
 
 rdc's own temporary names (``.rdc-tmp-<16 hex>-<name>``) are refused as well: a peer must
 not read a transfer in flight, nor plant a file that ``clean_temporaries`` would delete.

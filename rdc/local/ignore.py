@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 
 from rdc.errors import UsageError
-from rdc.paths import displayable, is_temporary
+from rdc.local.paths import displayable, is_temporary
 
 IGNORE_FILE = ".rdcignore"
 MAX_PATTERNS = 1000

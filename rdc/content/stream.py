@@ -6,20 +6,20 @@ from __future__ import annotations
 from array import array
 
 from rdc import _native
-from rdc.chunking import Buffer, Chunker
-from rdc.signature import (
+from rdc.content.chunking import Buffer, Chunker
+from rdc.content.signature import (
     DEFAULT_SIGNATURE,
     SKETCH_MIN_LEAVES,
     FileSignature,
     SignatureParams,
     sketch_for,
 )
-from rdc.tree import Level, build_tree
+from rdc.content.tree import Level, build_tree
 
 
 class StreamSigner:
     """Feed a file's bytes in order, in pieces of any size; `finish` gives the same
-    signature as `rdc.signature.signature_of_bytes` of the whole. Holds the chunks of at
+    signature as `rdc.content.signature.signature_of_bytes` of the whole. Holds the chunks of at
     most one piece (plus the first few chunks, which a small file's sketch needs)."""
 
     def __init__(self, params: SignatureParams = DEFAULT_SIGNATURE) -> None:

@@ -1,7 +1,7 @@
 """Every read and write of a synced tree, confined to that tree and never half done.
 
 A ``SafeRoot`` holds the root directory open and reaches everything by a checked relative
-path (``rdc.paths.check_relpath``), opening one directory component at a time with
+path (``rdc.local.paths.check_relpath``), opening one directory component at a time with
 O_NOFOLLOW relative to the one before. So no symlink is ever followed, whoever put it
 there: a link where a directory is expected is a ``PathError``, and a link as the last
 component is handled as a link (``lstat``, ``read_link``, ``symlink``, ``remove``) or
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
 from rdc.errors import RdcError
-from rdc.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
-from rdc.paths import name as leaf_name
+from rdc.local.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
+from rdc.local.paths import name as leaf_name
 
 # A temporary whose owner is alive is locked, so a regular temporary that is not locked is
 # stale at once. The grace period covers what a lock cannot: symlink temporaries (never

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import blake3
 
-from rdc.filestat import mtime_ns
-from rdc.paths import is_temporary
+from rdc.local.filestat import mtime_ns
+from rdc.local.paths import is_temporary
 
 CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
 META_CONTEXT = "rdc 2026-11 directory meta v2"

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from rdc import _native
+from rdc.content.tree import HASH_BYTES, Level
 from rdc.params import ChunkParams
-from rdc.tree import HASH_BYTES, Level
 
 Buffer = bytes | bytearray | memoryview
 
