@@ -22,7 +22,7 @@ from pathlib import Path
 
 import blake3
 
-from rdc.chunking import boundaries
+from rdc.content.chunking import boundaries
 from rdc.params import ChunkParams
 
 CANDIDATES = [

@@ -44,11 +44,12 @@ import blake3
 
 from rdc import _native
 from rdc._native import _blake3
-from rdc.delta import delta_file_over_file, delta_tree
-from rdc.descent import DeltaReport
-from rdc.index import IndexDatabase, refresh
+from rdc.content.signature import signature_of_bytes, signature_of_path
+from rdc.local.index import IndexDatabase, refresh
+from rdc.local.replica import Replica
 from rdc.params import DEFAULT_PARAMS
-from rdc.signature import signature_of_bytes, signature_of_path
+from rdc.transfer.delta import delta_file_over_file, delta_tree
+from rdc.transfer.descent import DeltaReport
 
 MIB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -266,15 +267,15 @@ def rsync_bytes(src: str, seed: str, options: list[str], localsh: str, work: str
 
 
 def rdc_tree_delta(old: str, new: str, work: str) -> tuple[DeltaReport, int]:
-    old_db = IndexDatabase(os.path.join(work, "old.sqlite3"))
-    new_db = IndexDatabase(os.path.join(work, "new.sqlite3"))
+    old_replica = Replica(old, os.path.join(work, "old.sqlite3"))
+    new_replica = Replica(new, os.path.join(work, "new.sqlite3"))
     try:
-        refresh(old_db, old)
-        refresh(new_db, new)
-        return delta_tree(old_db, old, new_db, new)
+        old_replica.scan()
+        new_replica.scan()
+        return delta_tree(old_replica, new_replica)
     finally:
-        old_db.close()
-        new_db.close()
+        old_replica.close()
+        new_replica.close()
         for name in ("old", "new"):
             for suffix in ("", "-wal", "-shm"):
                 path = os.path.join(work, f"{name}.sqlite3{suffix}")
