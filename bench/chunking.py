@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from rdc import _native
-from rdc.params import DEFAULT_PARAMS
+from rdc.params import DEFAULT_CHUNKS
 
 MIB = 1 << 20
 
@@ -85,7 +85,7 @@ def main() -> None:
     args = ap.parse_args()
     if _native.IMPLEMENTATION != "c":
         raise SystemExit("the C extension is not loaded; unset RDC_PUREPYTHON")
-    p = DEFAULT_PARAMS
+    p = DEFAULT_CHUNKS
     size = args.mib * MIB
     inputs = make_inputs(size)
     rdc, nofilter = {}, {}

@@ -47,7 +47,7 @@ from rdc._native import _blake3
 from rdc.content.signature import signature_of_bytes, signature_of_path
 from rdc.local.index import IndexDatabase, refresh
 from rdc.local.replica import Replica
-from rdc.params import DEFAULT_PARAMS
+from rdc.params import DEFAULT_CHUNKS
 from rdc.transfer.delta import delta_file_over_file, delta_tree
 from rdc.transfer.descent import DeltaReport
 
@@ -130,7 +130,7 @@ def speed(mib: int, runs: int, patience: float) -> dict:
     rng = random.Random(1)
     data = b"".join(rng.randbytes(MIB) for _ in range(mib))
     view = memoryview(data)
-    p = DEFAULT_PARAMS
+    p = DEFAULT_CHUNKS
     rows: dict[str, Timing] = {}
     rows["blake3, one call, 1 thread"] = best(lambda: blake3.blake3(data).digest(), runs, patience)
     rows["blake3, one call, 2 threads"] = best(

@@ -1,10 +1,17 @@
-"""Chunking parameters: protocol constants that both sides of a transfer must share."""
+"""Every format parameter: what both sides of a transfer (and every index) must share,
+because chunk boundaries, tree nodes, sketches, hash prefixes and directory hashes depend
+on it. `FORMAT` names them all; the handshake compares it, so a peer built with other
+parameters is told so instead of failing every file at the root check.
+
+docs/formats.md says how each value was chosen.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdc._native.limits import WINDOWS
+from rdc._native import constants as _native
+from rdc._native.constants import WINDOWS
 
 MAX_CHUNK_LIMIT = 1 << 20
 
@@ -37,5 +44,82 @@ class ChunkParams:
         """Bits the gear state moves per byte."""
         return 64 // self.window
 
+    def __str__(self) -> str:
+        return f"{self.window}/{self.min_size}/{self.max_size}"
 
-DEFAULT_PARAMS = ChunkParams()
+
+@dataclass(frozen=True, slots=True)
+class GroupParams:
+    """Group sizes of the tree's recursion: between ``min_entries + 1`` and
+    ``max_entries`` entries, but for the last group of a level."""
+
+    min_entries: int = 4
+    max_entries: int = 12
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_entries < self.max_entries <= 4096:
+            raise ValueError("need 1 <= min_entries < max_entries <= 4096")
+
+    def __str__(self) -> str:
+        return f"{self.min_entries}/{self.max_entries}"
+
+
+# Chunks: about 8.4 KiB on average.
+DEFAULT_CHUNKS = ChunkParams()
+DEFAULT_GROUPS = GroupParams()
+# Sub-chunks: the level below the leaves, computed only where a chunk is unknown (and for
+# the sketches of small files): *fine* pieces of about 180 bytes, cut within *mids* of
+# about 1.3 KB.
+SUB_PARAMS = ChunkParams(window=16, min_size=48, max_size=320)
+MID_PARAMS = ChunkParams(window=16, min_size=512, max_size=2048)
+FINE_PARAMS = SUB_PARAMS
+# A file of fewer chunks than this is sketched over its sub-chunks.
+SKETCH_MIN_LEAVES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureParams:
+    chunks: ChunkParams = DEFAULT_CHUNKS
+    groups: GroupParams = DEFAULT_GROUPS
+    sub_chunks: ChunkParams = SUB_PARAMS
+
+
+DEFAULT_SIGNATURE = SignatureParams()
+
+# Hash prefixes per entry on the wire: tree entries, and mid and fine sub-chunks (which
+# are looked up within one seed region only).
+WIRE_PREFIX = 8
+SUB_PREFIX = 4
+
+# BLAKE3 key-derivation contexts: a node hash never equals a chunk hash, and the three
+# directory hashes never equal each other.
+NODE_CONTEXT = "rdc 2026-11 merkle tree node v1"
+CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
+META_CONTEXT = "rdc 2026-11 directory meta v2"
+SYNC_META_CONTEXT = "rdc 2026-11 directory sync meta v1"
+
+
+def describe(params: SignatureParams = DEFAULT_SIGNATURE) -> str:
+    """Every format parameter, as ``name=value`` words: two peers (or an index and this
+    rdc) agree on the format exactly when these strings are equal."""
+    return " ".join([
+        f"chunks={params.chunks}", f"groups={params.groups}", f"subs={params.sub_chunks}",
+        f"mids={MID_PARAMS}", f"fines={FINE_PARAMS}", f"sketch-small={SKETCH_MIN_LEAVES}",
+        f"prefixes={WIRE_PREFIX}/{SUB_PREFIX}",
+        f"sketch={_native.TRAITS}x{_native.TRAIT_BITS}/{_native.SKETCH_SEED:x}",
+        f"rabin={_native.POLY_Q:x}", f"gear={_native.GEAR_SEED:x}",
+        "tree=v1", "dirs=v2",
+    ])
+
+
+FORMAT = describe()
+
+
+def mismatch(mine: str, theirs: str) -> str:
+    """What differs between two `describe` strings, for an error message."""
+    a, b = dict(w.partition("=")[::2] for w in mine.split()), dict(
+        w.partition("=")[::2] for w in theirs.split()
+    )
+    parts = [f"{k} {a.get(k, '-')} here, {b.get(k, '-')} there"
+             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return "; ".join(parts) or "none"

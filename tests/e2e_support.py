@@ -29,6 +29,8 @@ import blake3
 import msgpack
 import pytest
 
+from rdc.params import FORMAT
+
 TOKEN = "e2e-token-0123456789abcdef"
 OTHER_TOKEN = "e2e-token-ffffffffffffffff"
 RUN_SECONDS = 60  # one rdc command, at most
@@ -482,9 +484,9 @@ class RawClient:
             out.extend(batch)
         return out
 
-    def hello(self, token: str = TOKEN) -> dict[str, Any]:
+    def hello(self, token: str = TOKEN, format: str = FORMAT) -> dict[str, Any]:
         self.send({"t": "hello", "proto": [1, 1], "agent": "e2e/0", "features": [],
-                   "token": token})
+                   "token": token, "format": format})
         batch = self.receive()
         assert batch is not None, "the server closed the connection after hello"
         return batch[0]

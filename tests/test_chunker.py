@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rdc import _native
 from rdc._native import chunker_ref
 from rdc.content.chunking import Chunker, boundaries, chunks_of
-from rdc.params import DEFAULT_PARAMS, ChunkParams
+from rdc.params import DEFAULT_CHUNKS, ChunkParams
 
 from .conftest import PURE, scaled
 
@@ -69,7 +69,7 @@ GRID = [
     ChunkParams(32, 256, 1024),
     ChunkParams(64, 64, 5000),
     ChunkParams(32, 2048, 14336),
-    DEFAULT_PARAMS,
+    DEFAULT_CHUNKS,
 ]
 
 
@@ -193,7 +193,7 @@ def test_chunks_stay_within_bounds(params: ChunkParams) -> None:
 
 
 def test_zeros_give_exactly_max_size_chunks() -> None:
-    params = DEFAULT_PARAMS
+    params = DEFAULT_CHUNKS
     size = scaled(100, 6) * params.max_size + 123
     lengths = [c.length for c in chunks_of(bytes(size), params)]
     assert lengths == [params.max_size] * (size // params.max_size) + [123]
@@ -202,7 +202,7 @@ def test_zeros_give_exactly_max_size_chunks() -> None:
 def test_empty_and_tiny_inputs() -> None:
     assert boundaries(b"") == []
     assert boundaries(b"x") == [1]
-    assert boundaries(bytes(DEFAULT_PARAMS.min_size)) == [DEFAULT_PARAMS.min_size]
+    assert boundaries(bytes(DEFAULT_CHUNKS.min_size)) == [DEFAULT_CHUNKS.min_size]
 
 
 def test_invalid_parameters_are_refused() -> None:
@@ -234,7 +234,7 @@ def surviving_fraction(old: bytes, new: bytes, params: ChunkParams) -> float:
 def test_small_edits_near_the_start_keep_almost_all_chunks(edit: str) -> None:
     # 16 MiB with the default parameters; the pure run keeps the chunk count (about 1,900)
     # by scaling the chunk sizes down with the data.
-    params = DEFAULT_PARAMS if not PURE else ChunkParams(32, 128, 896)
+    params = DEFAULT_CHUNKS if not PURE else ChunkParams(32, 128, 896)
     rng = random.Random(edit)
     old = rng.randbytes(scaled(16 << 20, 1 << 20))
     for size in (1, 2, 7, 31, 64, 100):
@@ -265,7 +265,7 @@ GOLDEN_PARAMS = [
     ChunkParams(16, 64, 300),
     ChunkParams(32, 256, 1024),
     ChunkParams(64, 1000, 9000),
-    DEFAULT_PARAMS,
+    DEFAULT_CHUNKS,
 ]
 # Computed once and checked equal to the reference scanner's cuts.
 GOLDEN = {

@@ -21,6 +21,7 @@ import pytest
 import zstandard
 
 from rdc.content.signature import signature_of_bytes
+from rdc.params import FORMAT
 
 from .e2e_support import (
     E2E,
@@ -417,7 +418,7 @@ def test_a_server_that_dies_mid_transfer_is_a_lost_connection(e2e: E2E, cut: str
     def script(connection: socket.socket) -> None:
         connection.recv(65536)  # hello
         connection.sendall(frame({"t": "welcome", "proto": 1, "agent": "fake",
-                                  "features": []}))
+                                  "features": [], "format": FORMAT}))
         connection.recv(65536)  # open
         opened = frame({"t": "opened", "id": 1, "content": b"\1" * 32, "meta": b"\2" * 32,
                         "writable": False, "seq": 1})
@@ -454,3 +455,15 @@ def test_a_client_cannot_set_the_mode_or_time_of_a_share_itself(w: World) -> Non
     assert after.st_mode == before.st_mode
     assert after.st_mtime_ns != 0
     os.rmdir(w.share / "dir" / "ok")
+
+
+def test_a_client_with_other_format_parameters_is_told_what_differs(w: World) -> None:
+    """A client built with another chunk size would fail every multi-chunk file at the
+    root check; it is refused at the handshake instead, with the difference named."""
+    client = RawClient(w.server.port, timeout=5)
+    other = FORMAT.replace("chunks=32/4096/12288", "chunks=32/2048/8192")
+    assert other != FORMAT
+    answer = client.hello(format=other)
+    assert answer["t"] == "error" and answer["code"] == "version", answer
+    assert "chunks 32/4096/12288 here, 32/2048/8192 there" in answer["msg"]
+    client.close()

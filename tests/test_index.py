@@ -17,10 +17,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from rdc.content.signature import DEFAULT_SIGNATURE, SignatureParams, signature_of_path
-from rdc.content.tree import GroupParams
+from rdc.content.signature import signature_of_path
 from rdc.local.index import IndexDatabase, refresh
 from rdc.local.index.db import SCHEMA_VERSION
+from rdc.params import DEFAULT_SIGNATURE, GroupParams, SignatureParams
 
 from .conftest import scaled
 

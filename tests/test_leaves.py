@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from rdc.content.chunking import boundaries
 from rdc.content.leaves import _Leaves, hash_chunks, own_chain, segments_of_buffer, segments_of_file
-from rdc.content.signature import SignatureParams, signature_of_bytes, signature_of_file
+from rdc.content.signature import signature_of_bytes, signature_of_file
 from rdc.content.tree import Level
-from rdc.params import ChunkParams
+from rdc.params import FINE_PARAMS, MID_PARAMS, ChunkParams, SignatureParams
 
 from .conftest import scaled
 
@@ -190,22 +190,22 @@ def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed:
     import blake3
 
     from rdc.content import subchunks
-    from rdc.content.entries import SUB_PREFIX
+    from rdc.params import SUB_PREFIX
 
     data = data_of(kind, size, random.Random(seed))
 
     def prefix(piece: bytes) -> bytes:
         return blake3.blake3(piece).digest()[:SUB_PREFIX]
 
-    mids = subchunks.spans(data, subchunks.MID_PARAMS)
-    keys, _ = subchunks.encode(data, subchunks.MID_PARAMS)
+    mids = subchunks.spans(data, MID_PARAMS)
+    keys, _ = subchunks.encode(data, MID_PARAMS)
     assert keys == b"".join(prefix(data[s:e]) for s, e in mids)
     region = subchunks.index_region(3, 1000, data)
     want_mids: dict[bytes, int] = {}
     want_fines: dict[bytes, int] = {}
     for s, e in mids:
         want_mids.setdefault(prefix(data[s:e]), 1000 + s)
-        for fs, fe in subchunks.spans(data[s:e], subchunks.FINE_PARAMS):
+        for fs, fe in subchunks.spans(data[s:e], FINE_PARAMS):
             want_fines.setdefault(prefix(data[s + fs : s + fe]), 1000 + s + fs)
     assert region.mids == want_mids and region.fines == want_fines
 

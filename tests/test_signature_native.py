@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rdc import _native
 from rdc._native import signature_ref
-from rdc.content.tree import GroupParams
+from rdc.params import GroupParams
 
 from .conftest import PURE
 

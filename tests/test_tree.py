@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 from rdc.content.chunking import Chunk, chunks_of
 from rdc.content.signature import signature_of_bytes, signature_of_file
 from rdc.content.tree import (
-    DEFAULT_GROUPS,
-    GroupParams,
     Level,
     TreeFormatError,
     build_tree,
@@ -24,6 +22,7 @@ from rdc.content.tree import (
     pack_tree,
     unpack_tree,
 )
+from rdc.params import DEFAULT_GROUPS, GroupParams
 
 from .conftest import scaled
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from rdc.content.chunking import iter_chunk_views
 from rdc.errors import FileAccessError, UsageError
-from rdc.params import DEFAULT_PARAMS, ChunkParams
+from rdc.params import DEFAULT_CHUNKS, ChunkParams
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,9 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--list", action="store_true", help="print OFFSET LENGTH per chunk")
-    p.add_argument("--window", type=int, default=DEFAULT_PARAMS.window, help="window bytes")
-    p.add_argument("--min-size", type=int, default=DEFAULT_PARAMS.min_size)
-    p.add_argument("--max-size", type=int, default=DEFAULT_PARAMS.max_size)
+    p.add_argument("--window", type=int, default=DEFAULT_CHUNKS.window, help="window bytes")
+    p.add_argument("--min-size", type=int, default=DEFAULT_CHUNKS.min_size)
+    p.add_argument("--max-size", type=int, default=DEFAULT_CHUNKS.max_size)
     p.set_defaults(run=run)
 
 

@@ -7,8 +7,8 @@ import json
 import os
 from contextlib import closing
 
-from rdc.content.entries import WIRE_PREFIX
 from rdc.errors import FileAccessError, UsageError
+from rdc.params import WIRE_PREFIX
 from rdc.transfer.delta import delta_file_over_file, delta_file_over_tree, delta_tree
 from rdc_client.local_index import scanned
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rdc._native import rabin
-from rdc._native.limits import WINDOWS, Limits
-
-GEAR_SEED = 0x7264_632D_6765_6172  # b"rdc-gear"
+from rdc._native.constants import GEAR_SEED, WINDOWS, Limits
 
 
 def _gear_table() -> tuple[int, ...]:

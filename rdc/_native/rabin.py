@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rdc._native.constants import POLY_Q
+
 MASK64 = (1 << 64) - 1
 ONE = 1 << 63  # the polynomial 1
 X = 1 << 62  # the polynomial x
@@ -23,7 +25,6 @@ FACTORS_2_64_MINUS_1 = (3, 5, 17, 257, 641, 65537, 6700417)
 # x^64 + POLY_Q is primitive (proved by tests/test_rabin.py with the book's method). It is the
 # first primitive candidate drawn by `candidate_polynomials(RABIN_SEED)`.
 RABIN_SEED = 0x7264_632D_7261_6269  # b"rdc-rabi"
-POLY_Q = 0xF6E5D788CB1A4257
 
 
 def splitmix64(seed: int) -> Iterable[int]:

@@ -23,13 +23,11 @@ from array import array
 from collections.abc import Sequence
 
 from rdc._native import rabin
+from rdc._native.constants import SKETCH_SEED, TRAIT_BITS, TRAITS
 
 HASH_BYTES = 32
-TRAITS = 12
-TRAIT_BITS = 6
 MASK64 = (1 << 64) - 1
 MAX_GROUP = 4096
-SKETCH_SEED = 0x7264_632D_736B_6574  # b"rdc-sket"
 
 _salts = rabin.splitmix64(SKETCH_SEED)
 SALT_H = tuple(next(_salts) for _ in range(TRAITS))

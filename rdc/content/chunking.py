@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
 from rdc import _native
-from rdc.params import DEFAULT_PARAMS, ChunkParams
+from rdc.params import DEFAULT_CHUNKS, ChunkParams
 
 Buffer = bytes | bytearray | memoryview
 
@@ -27,13 +27,13 @@ def _scanner(params: ChunkParams, filter: bool = True) -> _native.Scanner:
     return _native.Scanner(params.window, params.min_size, params.max_size, filter)
 
 
-def boundaries(data: Buffer, params: ChunkParams = DEFAULT_PARAMS) -> list[int]:
+def boundaries(data: Buffer, params: ChunkParams = DEFAULT_CHUNKS) -> list[int]:
     """End offsets of the chunks of ``data`` taken as a whole stream (the last is
     ``len(data)``; empty data has no chunks)."""
     return _scanner(params).scan(data, 0, True)
 
 
-def chunks_of(data: Buffer, params: ChunkParams = DEFAULT_PARAMS) -> list[Chunk]:
+def chunks_of(data: Buffer, params: ChunkParams = DEFAULT_CHUNKS) -> list[Chunk]:
     """The chunks of ``data`` as (offset, length)."""
     ends = boundaries(data, params)
     return [Chunk(start, end - start) for start, end in zip([0, *ends], ends, strict=False)]
@@ -43,7 +43,7 @@ class Chunker:
     """Streaming chunker: feed the stream in pieces of any size, get the same boundaries as
     `boundaries` of the whole. Keeps only the bytes since the last boundary."""
 
-    def __init__(self, params: ChunkParams = DEFAULT_PARAMS) -> None:
+    def __init__(self, params: ChunkParams = DEFAULT_CHUNKS) -> None:
         self.params = params
         self._scanner = _scanner(params)
         self._pending = bytearray()
@@ -73,7 +73,7 @@ class Chunker:
 
 
 def iter_chunk_views(
-    f: BinaryIO, params: ChunkParams = DEFAULT_PARAMS, read_size: int = READ_SIZE
+    f: BinaryIO, params: ChunkParams = DEFAULT_CHUNKS, read_size: int = READ_SIZE
 ) -> Iterator[tuple[int, memoryview]]:
     """(offset, bytes) of each chunk of a binary file, reading it once in bounded memory
     (about ``read_size + max_size``). Each view is valid only until the next item."""
@@ -101,7 +101,7 @@ def iter_chunk_views(
 
 
 def iter_file_chunks(
-    path: str | os.PathLike[str], params: ChunkParams = DEFAULT_PARAMS
+    path: str | os.PathLike[str], params: ChunkParams = DEFAULT_CHUNKS
 ) -> Iterator[Chunk]:
     """The chunks of the file at ``path`` as (offset, length)."""
     with open(path, "rb") as f:

@@ -12,10 +12,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 
-WIRE_PREFIX = 8
-# Sub-chunks are looked up only in one seed region (tens of entries), and every leaf rebuilt
-# from them is checked against its 8-byte prefix, so 4 bytes do.
-SUB_PREFIX = 4
+from rdc.params import WIRE_PREFIX
 
 
 def pack_varints(values: Sequence[int]) -> bytes:

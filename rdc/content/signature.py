@@ -25,23 +25,14 @@ from rdc.content.leaves import (
     segments_of_file,
 )
 from rdc.content.sketch import Sketch
-from rdc.content.tree import DEFAULT_GROUPS, HASH_BYTES, GroupParams, Level, Tree, build_tree
-from rdc.params import DEFAULT_PARAMS, ChunkParams
-
-# Sub-chunks: the level below the leaves, computed only where a chunk is unknown (and for
-# the sketches of small files). docs/formats.md explains the choice.
-SUB_PARAMS = ChunkParams(window=16, min_size=48, max_size=320)
-SKETCH_MIN_LEAVES = 8
-
-
-@dataclass(frozen=True, slots=True)
-class SignatureParams:
-    chunks: ChunkParams = DEFAULT_PARAMS
-    groups: GroupParams = DEFAULT_GROUPS
-    sub_chunks: ChunkParams = SUB_PARAMS
-
-
-DEFAULT_SIGNATURE = SignatureParams()
+from rdc.content.tree import HASH_BYTES, Level, Tree, build_tree
+from rdc.params import (
+    DEFAULT_SIGNATURE,
+    SKETCH_MIN_LEAVES,
+    SUB_PARAMS,
+    ChunkParams,
+    SignatureParams,
+)
 
 
 @dataclass(frozen=True, slots=True)

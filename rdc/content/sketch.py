@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rdc import _native
-from rdc._native.signature_ref import TRAIT_BITS, TRAITS
+from rdc._native.constants import TRAIT_BITS, TRAITS
 
 TRAIT_VALUES = 1 << TRAIT_BITS
 

@@ -7,14 +7,9 @@ from array import array
 
 from rdc import _native
 from rdc.content.chunking import Buffer, Chunker
-from rdc.content.signature import (
-    DEFAULT_SIGNATURE,
-    SKETCH_MIN_LEAVES,
-    FileSignature,
-    SignatureParams,
-    sketch_for,
-)
+from rdc.content.signature import FileSignature, sketch_for
 from rdc.content.tree import Level, build_tree
+from rdc.params import DEFAULT_SIGNATURE, SKETCH_MIN_LEAVES, SignatureParams
 
 
 class StreamSigner:

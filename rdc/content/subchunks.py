@@ -18,13 +18,10 @@ from dataclasses import dataclass
 
 from rdc import _native
 from rdc.content.chunking import boundaries
-from rdc.content.entries import SUB_PREFIX, pack_varints, unpack_varints
-from rdc.content.signature import SUB_PARAMS
+from rdc.content.entries import pack_varints, unpack_varints
 from rdc.content.tree import HASH_BYTES
-from rdc.params import ChunkParams
+from rdc.params import FINE_PARAMS, MID_PARAMS, SUB_PREFIX, ChunkParams
 
-MID_PARAMS = ChunkParams(window=16, min_size=512, max_size=2048)
-FINE_PARAMS = SUB_PARAMS
 # An unknown mid smaller than this is fetched whole rather than split again.
 FINE_FROM = 256
 

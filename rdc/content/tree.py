@@ -18,25 +18,9 @@ import blake3
 
 from rdc import _native
 from rdc._native import signature_ref
+from rdc.params import DEFAULT_GROUPS, NODE_CONTEXT, GroupParams
 
 HASH_BYTES = 32
-NODE_CONTEXT = "rdc 2026-11 merkle tree node v1"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupParams:
-    """Group sizes of the recursion: between ``min_entries + 1`` and ``max_entries``
-    entries, but for the last group of a level."""
-
-    min_entries: int = 4
-    max_entries: int = 12
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_entries < self.max_entries <= 4096:
-            raise ValueError("need 1 <= min_entries < max_entries <= 4096")
-
-
-DEFAULT_GROUPS = GroupParams()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,8 @@ import blake3
 
 from rdc.local.filestat import mtime_ns
 from rdc.local.paths import is_temporary
+from rdc.params import CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT
 
-CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
-META_CONTEXT = "rdc 2026-11 directory meta v2"
-SYNC_META_CONTEXT = "rdc 2026-11 directory sync meta v1"
 KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from rdc.content.entries import WIRE_PREFIX
 from rdc.content.signature import FileSignature, signature_of_path
 from rdc.content.tree import Tree
 from rdc.local.replica import Replica
+from rdc.params import WIRE_PREFIX
 from rdc.transfer.descent import DeltaReport, SeedFile, SeedMap, SourceFile, rebuild, simulate
 from rdc.transfer.seeds import choose_seeds, file_reader
 

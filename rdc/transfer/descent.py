@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import msgpack
 
 from rdc.content import subchunks
-from rdc.content.entries import WIRE_PREFIX, pack_varints, prefixes, unpack_varints
+from rdc.content.entries import pack_varints, prefixes, unpack_varints
 from rdc.content.signature import chunk_hash, signature_of_bytes
 from rdc.content.tree import HASH_BYTES, Tree
-from rdc.params import MAX_CHUNK_LIMIT, ChunkParams
+from rdc.params import FINE_PARAMS, MAX_CHUNK_LIMIT, MID_PARAMS, WIRE_PREFIX, ChunkParams
 
 # A file this small is cheaper to send whole than to describe.
 WHOLE_BELOW = 256
@@ -340,7 +340,7 @@ def target_descent(
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
-            mids = supplied[leaf].decode_split(length, subchunks.MID_PARAMS)
+            mids = supplied[leaf].decode_split(length, MID_PARAMS)
             region = _region(known, offset, offset + length, seeds, length)
             if region is None:
                 fetch.append((leaf, 0, length))
@@ -367,7 +367,7 @@ def target_descent(
             for (leaf, _, start, n, index), fine_list in zip(
                 fine_wanted, reply.lists, strict=True
             ):
-                for key, m in fine_list.decode_split(n, subchunks.FINE_PARAMS):
+                for key, m in fine_list.decode_split(n, FINE_PARAMS):
                     hit = index.fines.get(key)
                     if hit is not None:
                         pieces.append(Piece(leaf_at[leaf] + start, m, index.seed, hit))
@@ -462,16 +462,16 @@ class SourceFile:
 
     def subs(self, leaf: int) -> EntryList:
         """The mid list of one leaf."""
-        return split_list(self.leaf_bytes(leaf), subchunks.MID_PARAMS)
+        return split_list(self.leaf_bytes(leaf), MID_PARAMS)
 
     def fines(self, leaf: int, mid: int) -> EntryList:
         """The fine sub-chunk list of mid ``mid`` of a leaf."""
         data = self.leaf_bytes(leaf)
-        cuts = subchunks.spans(data, subchunks.MID_PARAMS)
+        cuts = subchunks.spans(data, MID_PARAMS)
         if not 0 <= mid < len(cuts):
             raise ValueError(f"leaf {leaf} has {len(cuts)} mids, not {mid + 1}")
         start, end = cuts[mid]
-        return split_list(memoryview(data)[start:end], subchunks.FINE_PARAMS)
+        return split_list(memoryview(data)[start:end], FINE_PARAMS)
 
     def data(self, leaf: int, start: int, length: int) -> bytes:
         """``length`` bytes of a leaf from ``start``."""

@@ -10,6 +10,7 @@ import trio
 
 from rdc import __version__
 from rdc.errors import AccessDenied, ConnectionFailed, ProtocolError, RemoteError
+from rdc.params import FORMAT, mismatch
 from rdc.wire import messages
 from rdc.wire.codec import MAX_FRAME
 from rdc.wire.frames import ConnectionClosed, FrameStream
@@ -49,7 +50,7 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
     features = list(FEATURES) if compress else []
     await frames.send(
         [{"t": "hello", "proto": [PROTOCOL_MIN, PROTOCOL_MAX], "agent": agent(),
-          "features": features, "token": token}]
+          "features": features, "token": token, "format": FORMAT}]
     )
     try:
         welcome = await _one(frames, "welcome")
@@ -59,6 +60,9 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
         ) from None
     if not PROTOCOL_MIN <= welcome["proto"] <= PROTOCOL_MAX:
         raise ProtocolError(message=f"the server chose protocol {welcome['proto']}")
+    if welcome["format"] != FORMAT:
+        raise ProtocolError(message="the server uses other format parameters: "
+                            + mismatch(FORMAT, welcome["format"]))
     frames.compress = "zstd" in welcome["features"] and "zstd" in features
     return welcome
 
@@ -85,12 +89,18 @@ async def server_handshake(
     if not rights:
         await frames.send([{"t": "error", "code": "auth", "msg": "authentication failed"}])
         raise AccessDenied(message="authentication failed")
+    if hello["format"] != FORMAT:
+        differs = mismatch(FORMAT, hello["format"])
+        await frames.send([{"t": "error", "code": "version",
+                            "msg": f"this server uses other format parameters: {differs}"}])
+        raise ProtocolError(message=f"client with other format parameters: {differs}")
     if chosen < max(low, PROTOCOL_MIN):
         await frames.send([{"t": "error", "code": "version",
                             "msg": f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"}])
         raise ProtocolError(message=f"client speaks protocol {low}..{high}")
     features = [f for f in hello["features"] if f in FEATURES and compress]
-    await frames.send([{"t": "welcome", "proto": chosen, "agent": agent(), "features": features}])
+    await frames.send([{"t": "welcome", "proto": chosen, "agent": agent(), "features": features,
+                        "format": FORMAT}])
     frames.compress = "zstd" in features
     frames.max_receive = MAX_FRAME
     return hello, rights

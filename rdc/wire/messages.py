@@ -163,11 +163,13 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "agent": (text(256), ""),
         "features": (array(text(64), 64), []),
         "token": (text(1024), ""),
+        "format": (text(512), ""),
     },
     "welcome": {
         "proto": (uint(1 << 16), ABSENT),
         "agent": (text(256), ""),
         "features": (array(text(64), 64), []),
+        "format": (text(512), ""),
     },
     "error": {
         "id": (optional(ID), None),

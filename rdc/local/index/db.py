@@ -19,10 +19,11 @@ from pathlib import Path
 
 import blake3
 
-from rdc.content.signature import DEFAULT_SIGNATURE, FileSignature, SignatureParams
+from rdc.content.signature import FileSignature
 from rdc.content.sketch import buckets
 from rdc.content.tree import Tree, pack_tree, unpack_tree
 from rdc.local.filestat import Stamp, mtime_ns, stamp
+from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
 SCHEMA_VERSION = 1
 # Candidate defaults, measured by tests/test_sketch_index.py: 4 matching traits of 12 keep
@@ -35,11 +36,7 @@ BUSY_TIMEOUT = 30.0
 
 def params_tag(params: SignatureParams) -> str:
     """What the stored signatures depend on; other values make the index stale."""
-    c, g, s = params.chunks, params.groups, params.sub_chunks
-    return (
-        f"chunks={c.window}/{c.min_size}/{c.max_size} groups={g.min_entries}/"
-        f"{g.max_entries} subs={s.window}/{s.min_size}/{s.max_size} tree=v1 sketch=v1"
-    )
+    return describe(params)
 
 
 def default_location(root: str | os.PathLike[str]) -> Path:
