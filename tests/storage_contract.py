@@ -58,6 +58,8 @@ class StoreContract:
     is expected to report, and provide the `store` fixture."""
 
     exclusive_create = True
+    # Rounds of the exclusive-create race, and racers per round.
+    race_rounds, racers = 5, 8
 
     # ------------------------------------------------------------ whole objects
 
@@ -256,9 +258,9 @@ class StoreContract:
     def test_exclusive_put_race_has_one_winner(self, store: Store) -> None:
         if not self.exclusive_create:
             pytest.skip("the backend reports no exclusive create")  # never for ours
-        for round_ in range(5):
+        for round_ in range(self.race_rounds):
             name = f"locks/race-{round_}"
-            start = threading.Barrier(8)
+            start = threading.Barrier(self.racers)
 
             def attempt(i: int, name: str = name, start: threading.Barrier = start) -> int | None:
                 start.wait(timeout=10)
@@ -268,7 +270,8 @@ class StoreContract:
                     return None
                 return i
 
-            winners = [w for w in map_parallel(attempt, range(8), workers=8) if w is not None]
+            outcomes = map_parallel(attempt, range(self.racers), workers=self.racers)
+            winners = [w for w in outcomes if w is not None]
             assert len(winners) == 1, winners
             assert store.get(name) == f"writer {winners[0]}".encode() * 50
 
