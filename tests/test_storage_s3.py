@@ -24,18 +24,16 @@ from rdc.storage import (
 from rdc.storage.s3 import S3Store
 from rdc.storage.s3config import S3Credentials
 
-from .seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS, credentials_env, seaweedfs
+from .seaweedfs import ACCESS_KEY, CREDENTIALS, SECRET_KEY, SeaweedFS, credentials_env
 from .storage_contract import StoreContract, listed
 
-__all__ = ["seaweedfs"]  # the session fixture, used here by name
+# The session fixture `seaweedfs`, registered once for every module that names it.
+pytest_plugins = ["tests.seaweedfs_plugin"]
 
-CREDENTIALS = S3Credentials(ACCESS_KEY, SECRET_KEY, source="the test")
 
-
-@pytest.fixture(scope="session")
+@pytest.fixture
 def bucket(seaweedfs: SeaweedFS) -> str:
-    """The session server's URL for BUCKET, which this fixture creates."""
-    S3Store(seaweedfs.url(), credentials=CREDENTIALS, create=True)
+    """The URL of the session server's bucket."""
     return seaweedfs.url()
 
 

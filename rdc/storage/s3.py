@@ -50,11 +50,14 @@ from rdc.storage.s3config import S3Credentials, S3Location, find_credentials, pa
 MULTIPART_THRESHOLD = 16 << 20
 PART_SIZE = 8 << 20
 PARTS_AT_ONCE = 4
-# Retries of one request: backoff from 0.2 s doubling to 10 s, with jitter; given up after
-# RETRIES retries or RETRY_SECONDS from the first attempt, whichever comes first.
-RETRIES = 8
+# Retries of one request, with "decorrelated jitter": each delay is drawn between
+# BACKOFF_FIRST and BACKOFF_BASE times the last one, at most BACKOFF_MAX (so delays grow
+# about 1.5x a step on average: a factor of 2 would hardly grow). Given up after RETRIES
+# retries or RETRY_SECONDS from the first attempt, whichever comes first: about 20 s to
+# a minute, enough to ride out a restarting server or a short outage.
+RETRIES = 10
 RETRY_SECONDS = 60.0
-BACKOFF_FIRST, BACKOFF_MAX = 0.2, 10.0
+BACKOFF_FIRST, BACKOFF_BASE, BACKOFF_MAX = 0.2, 3, 15.0
 # A connection must open within CONNECT_SECONDS; a response may stall for READ_SECONDS;
 # one request (a part, a GET) may take REQUEST_SECONDS in all.
 CONNECT_SECONDS = 10.0
@@ -130,7 +133,7 @@ class S3Store(Store):
                 "backoff": {
                     "init_backoff": timedelta(seconds=self._first_backoff),
                     "max_backoff": timedelta(seconds=BACKOFF_MAX),
-                    "base": 2,
+                    "base": BACKOFF_BASE,
                 },
             },
         )
