@@ -74,6 +74,15 @@ _CODE = re.compile(r"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
 _OS_MESSAGE = re.compile(r'message: "([^"]+)"')
 _RETRIES = re.compile(r"after (\d+) retries")
+_HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
+# object_store's HttpErrorKind, when no OS error says more.
+_KIND_TEXT = {
+    "Connect": "cannot connect",
+    "Timeout": "timed out",
+    "Interrupted": "the connection was closed midway",
+    "Request": "the request could not be sent",
+    "Decode": "the response was garbled",
+}
 _NOT_FOUND = (NotFoundError, FileNotFoundError)
 _DENIED_CODES = {
     "InvalidAccessKeyId": "the access key is unknown to the server",
@@ -254,10 +263,16 @@ class S3Store(Store):
             )
         retried = _first(_RETRIES, text)
         tries = f" (tried {int(retried) + 1} times)" if retried else ""
-        if status is None or status >= 500 or status in (408, 429):
-            reason = detail or (f"HTTP {status}" if status else _connection_reason(text))
-            return StoreUnavailable(location=self.location, message=f"{reason}{tries}")
         what = f"{doing} {name}".strip()
+        if status is None:
+            transport = _transport_failure(text)
+            if transport:
+                return StoreUnavailable(location=self.location, message=f"{transport}{tries}")
+            first_line = text.split("\n", 1)[0]
+            return StoreError(location=self.location, message=f"{what}: {first_line}")
+        if status >= 500 or status in (408, 429):
+            reason = detail or f"HTTP {status}"
+            return StoreUnavailable(location=self.location, message=f"{reason}{tries}")
         return StoreError(location=self.location, message=f"{what}: HTTP {status} {detail}")
 
     # ------------------------------------------------------------ the contract
@@ -328,11 +343,10 @@ def _status(text: str) -> int | None:
     return int(found) if found else None
 
 
-def _connection_reason(text: str) -> str:
-    """What went wrong below HTTP, from object_store's debug text: "Connection refused",
-    else its summary ("error sending request", "operation timed out")."""
-    os_message = _first(_OS_MESSAGE, text)
-    if os_message:
-        return os_message
-    head = text.split("\n", 1)[0]
-    return head.rsplit(" - ", 1)[-1].strip() or head
+def _transport_failure(text: str) -> str | None:
+    """What went wrong below HTTP, from object_store's error text ("Connection refused",
+    "timed out", ...), or None if the failure was not the connection's."""
+    kind = _first(_HTTP_KIND, text)
+    if kind is None:
+        return None
+    return _first(_OS_MESSAGE, text) or _KIND_TEXT.get(kind, f"HTTP {kind.lower()} error")
