@@ -126,7 +126,8 @@ class Store(abc.ABC):
     def put_file(self, name: str, path: str | os.PathLike[str]) -> None:
         """Store the content of the local file `path` as object `name`: as `put`, for data
         too large to hold in memory twice (packs being assembled on disk). The file must
-        not change during the call; an OSError reading it propagates unchanged."""
+        exist (else FileNotFoundError, before the store is touched) and must not change
+        during the call."""
         check_name(name)
         self._put_file(name, os.fspath(path))
 
