@@ -112,7 +112,18 @@ class SeaweedFS:
         ]
 
     def start(self) -> None:
-        """Start the server and wait until its S3 gateway answers (bounded)."""
+        """Start the server and wait until it is ready (bounded). A first start whose
+        process exits (a port taken since `free_ports` picked it) tries new ports, twice;
+        a restart keeps its ports, as a restarted server would."""
+        for attempt in range(3 if self.starts == 0 else 1):
+            if attempt:
+                self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
+            if self._start_once():
+                return
+        pytest.fail(f"weed server exited with {self.process.returncode}:\n{self.log()}")
+
+    def _start_once(self) -> bool:
+        """One start: True once ready, False if the process exited first."""
         began = time.monotonic()
         log = open(self.workdir / f"weed-{self.starts}.log", "wb")  # noqa: SIM115
         self.starts += 1
@@ -124,12 +135,13 @@ class SeaweedFS:
         deadline = began + START_SECONDS
         while not self._answers():
             if self.process.poll() is not None:
-                pytest.fail(f"weed server exited with {self.process.returncode}:\n{self.log()}")
+                return False
             if time.monotonic() > deadline:
                 self.kill()
                 pytest.fail(f"weed server not ready within {START_SECONDS} s:\n{self.log()}")
             time.sleep(0.05)
         self.start_seconds.append(time.monotonic() - began)
+        return True
 
     def _answers(self) -> bool:
         """Whether the S3 gateway answers HTTP (an anonymous request: 403 is fine) and the
