@@ -65,7 +65,7 @@ class Capabilities:
     exclusive_create: `put(..., exclusive=True)` is atomic: of several callers creating
         one name at once, on any hosts, exactly one succeeds. A store without it refuses
         exclusive puts (NotImplementedError); lock with another scheme there.
-    connections: how many calls at once suit the store (the default parallelism of
+    connections: how many calls at once suit the store (a good `workers` for
         `map_parallel`); more is allowed, and only costs memory and politeness.
     """
 
