@@ -117,6 +117,7 @@ class SeaweedFS:
         a restart keeps its ports, as a restarted server would."""
         for attempt in range(3 if self.starts == 0 else 1):
             if attempt:
+                self._remove_sockets()
                 self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
             if self._start_once():
                 return
@@ -175,6 +176,9 @@ class SeaweedFS:
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(STOP_SECONDS)
         self.process = None
+        self._remove_sockets()
+
+    def _remove_sockets(self) -> None:
         for kind in TMP_SOCKETS:
             for port in self.ports.values():
                 with contextlib.suppress(OSError):
