@@ -67,14 +67,6 @@ class RemoteError(Refusal):
     """{message}"""
 
 
-EXIT_OK = 0
-EXIT_CODES = {
-    0: "success",
-    1: "error",
-    2: "usage error (bad arguments or options)",
-    3: "some files could not be read or written; the rest was done",
-    4: "access denied (bad token, unknown share, read-only share)",
-    5: "cannot connect, or the connection was lost",
-    6: "protocol error (the peer sent something malformed or unexpected)",
-    130: "interrupted (Ctrl-C or SIGTERM)",
-}
+# The exit status of a run in which some files could not be read or written (the rest was
+# done); the others are the error classes' own (the README lists them all).
+EXIT_PARTIAL = 3

@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rdc._native import constants as _native
-from rdc._native.constants import WINDOWS
-
-MAX_CHUNK_LIMIT = 1 << 20
+from rdc._native.constants import check_limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +29,7 @@ class ChunkParams:
     max_size: int = 12288
 
     def __post_init__(self) -> None:
-        if self.window not in WINDOWS:
-            raise ValueError(f"window must be one of {WINDOWS}, not {self.window}")
-        if not self.window <= self.min_size < self.max_size <= MAX_CHUNK_LIMIT:
-            raise ValueError(
-                "need window <= min_size < max_size <= 1 MiB, got "
-                f"window={self.window} min_size={self.min_size} max_size={self.max_size}"
-            )
+        check_limits(self.window, self.min_size, self.max_size)
 
     @property
     def shift(self) -> int:

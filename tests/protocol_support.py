@@ -16,16 +16,9 @@ import trio.testing
 from rdc.errors import AccessDenied, ProtocolError, RemoteError
 from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
-from rdc.transfer.client import (
-    Options,
-    Stats,
-    pull,
-    push,
-    request_open,
-    scan_while_opening,
-)
+from rdc.transfer import oneway, twoway
 from rdc.transfer.serving import ServerSession
-from rdc.transfer.twoway import sync_round
+from rdc.transfer.stats import Options, Stats
 from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc.wire.handshake import client_handshake, server_handshake
@@ -94,29 +87,42 @@ class Pair:
                 await client_handshake(frames, token)
                 connection = Connection(frames)
                 await nursery.start(connection.run)
-                writes = direction in ("push", "sync")
                 replica = Replica(str(local), self.tmp / f"client-{local.name}.sqlite3",
                                   Excludes(patterns))
                 try:
-                    opening = request_open(connection, "s", path, writes, writes, patterns)
-                    opened, tree = await scan_while_opening(replica, opening)
-                    if between is not None:
-                        await between(connection)
-                    if direction == "sync":
-                        stats, self.actions, _ = await sync_round(
-                            connection, replica, opened, self.tmp / f"base-{local.name}",
-                            ("here", "there"), options or Options(),
-                            None if between is not None else tree,
-                        )
-                    else:
-                        run = push if direction == "push" else pull
-                        stats = await run(connection, replica, tree, opened, options or Options())
+                    stats = await self._run(connection, replica, direction, path, patterns,
+                                            options or Options(), between)
                 finally:
                     replica.close()
                 await connection.close()
                 nursery.cancel_scope.cancel()
         stats.bytes_sent, stats.bytes_received = counted.bytes_sent, counted.bytes_received
         return stats
+
+    async def _run(self, connection: Connection, replica: Replica, direction: str, path: str,
+                   patterns: list[str], options: Options,
+                   between: Callable[[Connection], Any] | None) -> Stats:
+        """The core's entry points, as the command line calls them; with ``between``, the
+        lower-level steps, to run it after the open and before the transfer."""
+        if direction == "sync":
+            remote, tree = await twoway.open_round(connection, replica, "s", path, options,
+                                                   patterns)
+            if between is not None:
+                await between(connection)
+            stats, self.actions, _ = await twoway.sync_round(
+                remote, replica, self.tmp / f"base-{replica.fs.path.rpartition('/')[2]}",
+                ("here", "there"), options, None if between is not None else tree,
+            )
+            return stats
+        push = direction == "push"
+        if between is None:
+            return await oneway.run(connection, replica, "s", path, push, options, patterns)
+        answer, tree, _ = await oneway.open_and_scan(connection, replica, "s", path, push,
+                                                     options, patterns)
+        await between(connection)
+        if tree is None:
+            tree = await trio.to_thread.run_sync(replica.scan)
+        return await oneway.one_way(connection, replica, tree, answer, push, options)
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         """As the daemon serves one connection: its failures end it, nothing else."""

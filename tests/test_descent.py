@@ -12,16 +12,15 @@ from hypothesis import strategies as st
 from rdc.content.signature import signature_of_bytes
 from rdc.transfer import descent
 from rdc.transfer.descent import (
-    EntryList,
-    Fetch,
-    Offer,
     SeedFile,
     SeedMap,
     SourceFile,
+    decode_entries,
     rebuild,
     simulate,
     target_descent,
 )
+from rdc.wire.messages import EntryList, Offer, WantFetch, WantSubs
 
 from .conftest import scaled
 from .test_tree import ByteEdits
@@ -153,11 +152,11 @@ def test_single_byte_edits_cost_under_2_kib_with_sub_chunks(monkeypatch) -> None
 
 def test_entry_lists_that_do_not_add_up_are_refused() -> None:
     with pytest.raises(ValueError):
-        EntryList(0, b"x" * 12, b"\x05").decode(8)  # one and a half prefixes
+        decode_entries(EntryList(0, b"x" * 12, b"\x05"), 8)  # one and a half prefixes
     with pytest.raises(ValueError):
-        EntryList(0, b"x" * 16, b"\x05").decode(8)  # two prefixes, one length
+        decode_entries(EntryList(0, b"x" * 16, b"\x05"), 8)  # two prefixes, one length
     with pytest.raises(ValueError):
-        EntryList(0, b"x" * 8, b"\xff").decode(8)  # unterminated varint
+        decode_entries(EntryList(0, b"x" * 8, b"\xff"), 8)  # unterminated varint
 
 
 def test_a_sub_list_that_does_not_cover_its_leaf_is_refused() -> None:
@@ -171,10 +170,9 @@ def test_a_sub_list_that_does_not_cover_its_leaf_is_refused() -> None:
     request = next(steps)
     with pytest.raises(ValueError):
         while True:
-            reply = source.answer(request)
-            if isinstance(request, descent.SubLists):
-                bad = reply.lists[0]
-                reply = replace(reply, lists=(EntryList(0, bad.prefixes[:4], b"\x10"),))
+            reply = source.lists(request)
+            if isinstance(request, WantSubs):
+                reply = [EntryList(0, reply[0].prefixes[:4], b"\x10")]
             request = steps.send(reply)
 
 
@@ -193,6 +191,6 @@ def test_rebuild_checks_leaves_made_of_sub_chunks() -> None:
 
 
 def test_offer_wire_size_is_small() -> None:
-    offer = Offer(10**9, bytes(32), 7, bytes(12))
-    assert descent.wire_size(offer) < 64
-    assert descent.wire_size(Fetch(((1, 2, 3),))) < 16
+    offer = Offer(size=10**9, root=bytes(32), depth=7, sketch=bytes(12))
+    assert descent.wire_size(offer) < 128  # a 32-byte root and a 12-byte sketch, keyed
+    assert descent.wire_size(WantFetch(items=[(1, 2, 3)])) < 32

@@ -261,7 +261,7 @@ OPS = {
     "mkdir": lambda p: ["mkdir", p, 0o755, None],
     "link": lambda p: ["link", p, b"/etc/passwd", None],
     "rm": lambda p: ["rm", p, None, None],
-    "mode": lambda p: ["mode", p, 0o777, None],
+    "meta": lambda p: ["meta", p, [0o777, 0], None],
 }
 
 

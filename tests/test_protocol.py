@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from rdc.errors import AccessDenied, RemoteError
-from rdc.transfer.client import Options
+from rdc.transfer.stats import Options
+from rdc.wire import messages as m
 
 from .conftest import scaled
 from .protocol_support import Pair, tree_state, write
@@ -221,9 +222,9 @@ async def test_a_concurrent_change_at_the_target_is_not_overwritten(tmp_path) ->
     write(src / "doc.txt", b"version two" * 100)
 
     async def meanwhile(connection) -> None:
-        from rdc.transfer.compare import fetch_listings
-
-        await fetch_listings(connection, [""], 8)  # the server has scanned; now change it
+        conversation = connection.start(m.List(paths=[""], hb=8))
+        await conversation.receive(m.Listings)  # the server has scanned; now change it
+        conversation.close()
         (pair.share / "doc.txt").write_bytes(b"edited on the server meanwhile")
 
     stats = await pair.run("push", src, between=meanwhile)
@@ -274,10 +275,10 @@ class _Answer:
     def __init__(self, refuse: bool) -> None:
         self.refuse = refuse
 
-    async def receive(self, kind: str) -> dict:
+    async def receive(self, *kinds: type) -> m.Opened:
         if self.refuse:
             raise RemoteError(code="share", message="no such share")
-        return {"t": kind, "content": b"c"}
+        return m.Opened(content=b"c" * 32, meta=b"m" * 32)
 
     def close(self) -> None:
         pass
@@ -287,7 +288,7 @@ async def test_the_local_scan_runs_while_the_server_opens_and_stops_if_refused(
     tmp_path,
 ) -> None:
     from rdc.local.replica import Replica
-    from rdc.transfer.client import scan_while_opening
+    from rdc.transfer.oneway import scan_while_opening
 
     src = tmp_path / "src"
     for i in range(600):
@@ -298,7 +299,7 @@ async def test_the_local_scan_runs_while_the_server_opens_and_stops_if_refused(
             await scan_while_opening(replica, _Answer(refuse=True))  # type: ignore[arg-type]
         assert replica.db.count() < 600  # the scan stopped at its first file
         answer, tree = await scan_while_opening(replica, _Answer(refuse=False))  # type: ignore[arg-type]
-        assert answer["content"] == b"c"
+        assert answer.content == b"c" * 32
         assert replica.db.count() == 600 and tree.content == replica.scan().content
     finally:
         replica.close()

@@ -136,6 +136,7 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch) -> None:
     apart, so the next round completes them and overwrites nothing."""
     from rdc.errors import Refusal
     from rdc.transfer import serving
+    from rdc.wire.messages import Done
 
     pair, local = await start(tmp_path)
     write(local / "a.txt", b"edited here\n", T0 + 300)
@@ -144,7 +145,7 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch) -> None:
 
     async def failing(conversation, replica, path, offer, expect):
         if path == "a.txt":
-            conversation.send("done", ok=False, code="io", msg="disk full (simulated)")
+            conversation.send(Done(ok=False, code="io", msg="disk full (simulated)"))
             raise Refusal("io", message="disk full (simulated)")
         return await real(conversation, replica, path, offer, expect)
 

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.errors import ProtocolError
-from rdc.wire import messages
-from rdc.wire.codec import MAX_FRAME, pack
+from rdc.wire import messages as m
+from rdc.wire.codec import MAX_FRAME, pack, unpack
 from rdc.wire.connection import Connection
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
@@ -81,27 +81,96 @@ async def test_a_clean_end_between_frames_and_a_cut_inside_one() -> None:
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=5),
     max_leaves=20,
-), st.sampled_from(sorted(messages.SCHEMAS)))
+), st.sampled_from([(t, k) for t in m.TYPES for k in m.KINDS.get(t, (None,))]))
 def test_any_garbage_message_is_accepted_or_a_protocol_error(value, kind) -> None:
     fields = value if isinstance(value, dict) else {"x": value}
+    t, k = kind
     try:
-        checked = messages.check({**fields, "t": kind})
+        _, checked = m.decode({**fields, "t": t, **({"k": k} if k else {})})
     except ProtocolError:
         return
-    assert checked["t"] == kind
+    assert t == checked.TYPE and k == checked.KIND
+
+
+EXAMPLES: list[m.Message] = [
+    m.Hello(proto=(1, 1), agent="rdc/x", features=["zstd"], token="t" * 20, format="f"),
+    m.Welcome(proto=1, agent="rdc/x", features=[], format="f"),
+    m.Error(code="path", msg="caf\\xe9: nope"),
+    m.Ping(),
+    m.Open(share="s", path="a/b\udcff", write=True, create=True, excludes=["*.o"]),
+    m.Opened(content=b"c" * 32, meta=b"m" * 32, smeta=b"s" * 32, unreadable=2, writable=True,
+             seq=7, top=m.Top(0o755, -5), fixed=True),
+    m.List(paths=["", "d"], hb=32, meta=True),
+    m.Listings(dirs=[m.Listing("d", [m.Listed("f", "f", 0o644, b"12345678"),
+                                     m.Listed("e", "d", 0o755, b"8" * 8, 9, b"m" * 8,
+                                              b"s" * 8, True)]),
+                     m.Listing("x", None)], more=True),
+    m.MetaList(paths=["d"], hb=8),
+    m.MetaListing(dirs=[m.MetaDir("d", b"c" * 8, False, m.Vector.encode([5, 5, -1]),
+                                  m.Vector.encode([0o644] * 3), b"x" * 8)]),
+    m.MetaSet(dirs=[m.MetaDir("d", b"c" * 8, True, m.Vector.encode(range(300)),
+                              m.Vector.encode([0o600] * 300))]),
+    m.Ok(applied=3, skipped=1),
+    m.Ops(ops=[m.Op("mkdir", "d", mode=0o755), m.Op("link", "l", target=b"t",
+               expect=m.NOTHING), m.Op("rm", "r", expect=m.Expected("f", b"12345678")),
+               m.Op("rmdir", "e"), m.Op("mv", "a", destination="b",
+               expect=m.Expected("l", b"t")), m.Op("meta", "", mode=0o700, mtime_ns=-7)]),
+    m.OpResults(results=[None, m.Failure("conflict", "x changed")]),
+    m.Finish(),
+    m.Finished(content=b"c" * 32, meta=b"m" * 32, seq=3, top=m.Top(0o700, 1)),
+    m.Watch(seq=4),
+    m.Changed(seq=5),
+    m.Offer(size=9, root=b"r" * 32, depth=2, sketch=b"k" * 12, mode=0o600, mtime_ns=-1,
+            path="f", expect=m.Expected("f", b"12345678"), data=b"123456789"),
+    m.Offer(size=2000, root=b"r" * 32, depth=2, path="g", expect=m.NOTHING,
+            subs=m.EntryList(0, b"abcd", b"\x01")),
+    m.Get(path="f", expect=m.NOTHING),
+    m.Get(path="f"),
+    m.WantWhole(),
+    m.WantExpand(nodes=[(3, 0), (2, 4)]),
+    m.WantSubs(leaves=[1, 5]),
+    m.WantFine(mids=[(1, 2)]),
+    m.WantFetch(items=[(1, 0, 30)]),
+    m.Lists(lists=[m.EntryList(4, b"12345678", b"\x05")]),
+    m.Data(d=[b"x", b""], end=True),
+    m.More(n=1 << 20),
+    m.Done(ok=False, code="io", msg="disk full"),
+]
+
+
+def test_every_message_type_has_an_example() -> None:
+    assert {(e.TYPE, e.KIND) for e in EXAMPLES} == {
+        (t, k) for t in m.TYPES for k in m.KINDS.get(t, (None,))
+    }
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda e: f"{e.TYPE}-{e.KIND or ''}")
+def test_every_message_survives_the_wire(message: m.Message) -> None:
+    """What `encode` writes, `decode` reads back as the same message: the class is the
+    one place a message's form is defined, in both directions."""
+    conversation, back = m.decode(unpack(pack(m.encode(message, 7))))
+    assert (conversation, back) == (7, message)
 
 
 def test_conversation_ids_start_at_one() -> None:
     with pytest.raises(ProtocolError):
-        messages.check({"t": "get", "id": 0, "path": b"f"})
+        m.decode({"t": "get", "id": 0, "path": b"f"})
 
 
 def test_paths_are_checked_and_decoded() -> None:
-    ok = messages.check({"t": "get", "id": 1, "path": b"a/b\xff"})
-    assert ok["path"] == "a/b\udcff"
+    _, ok = m.decode({"t": "get", "id": 1, "path": b"a/b\xff"})
+    assert ok.path == "a/b\udcff"
     for bad in (b"../x", b"/etc/passwd", b"a//b", b"a\0b", "text, not bytes"):
         with pytest.raises(ProtocolError):
-            messages.check({"t": "get", "id": 1, "path": bad})
+            m.decode({"t": "get", "id": 1, "path": bad})
+
+
+def test_ops_are_checked_each_by_its_kind() -> None:
+    for bad in (["mkdir", b"d", None, None], ["meta", b"f", [0o644, 1 << 63], None],
+                ["link", b"l", b"", None], ["mv", b"a", b"", None], ["rm", b"r", 5, None],
+                ["chmod", b"f", 0o644, None], ["rm", b"r", None, ["f"]]):
+        with pytest.raises(ProtocolError):
+            m.decode({"t": "ops", "id": 1, "ops": [bad]})
 
 
 async def test_a_silent_peer_ends_the_connection_but_pings_keep_it(autojump_clock) -> None:
@@ -114,7 +183,7 @@ async def test_a_silent_peer_ends_the_connection_but_pings_keep_it(autojump_cloc
     async with trio.open_nursery() as nursery:
         nursery.start_soon(quiet.run)
         nursery.start_soon(talker.run)
-        conversation = quiet.start("finish")  # the peer never answers
+        conversation = quiet.start(m.Finish())  # the peer never answers
         await trio.sleep(300)  # but its writer pings every 15 s: no timeout
         assert quiet.failure is None
         nursery.cancel_scope.cancel()
@@ -126,9 +195,9 @@ async def test_a_peer_that_says_nothing_at_all_times_out(autojump_clock) -> None
     waiting = Connection(FrameStream(a), idle_timeout=60)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(waiting.run)
-        conversation = waiting.start("finish")  # b is a stream nobody reads or writes
+        conversation = waiting.start(m.Finish())  # b is a stream nobody reads or writes
         with pytest.raises(ConnectionClosed, match="no word"):
-            await conversation.receive("finished")
+            await conversation.receive(m.Finished)
         nursery.cancel_scope.cancel()
     del b
 
@@ -170,7 +239,7 @@ async def test_answers_queued_in_one_wake_up_leave_in_one_frame() -> None:
         await wake.wait()
         for _ in range(n % 4):  # some take a few scheduler passes to get their answer out
             await trio.lowlevel.checkpoint()
-        connection.post({"t": "ping", "n": n})
+        connection.post(m.Changed(seq=n))
 
     async with trio.open_nursery() as nursery:
         await nursery.start(connection.run)
@@ -179,7 +248,7 @@ async def test_answers_queued_in_one_wake_up_leave_in_one_frame() -> None:
         await trio.testing.wait_all_tasks_blocked()
         wake.set()
         batch = await peer.receive()
-        assert sorted(m["n"] for m in batch) == list(range(20))
+        assert sorted(msg["seq"] for msg in batch) == list(range(20))
         nursery.cancel_scope.cancel()
 
 
@@ -231,7 +300,7 @@ async def test_unread_input_is_bounded_by_pausing_the_reader(monkeypatch) -> Non
     async def slow_target(conversation, message) -> None:
         await release.wait()
         while True:
-            taken.append(len((await conversation.receive("lists"))["lists"]))
+            taken.append(len((await conversation.receive(m.Lists)).lists))
 
     monkeypatch.setattr(session, "PENDING_BYTES", 64 << 20)  # the reader's pause, not this
     server = Connection(FrameStream(a), handler=slow_target)
@@ -297,10 +366,11 @@ async def test_a_peer_that_does_not_read_answers_gets_no_more_requests_read() ->
     from rdc.wire import connection as session
 
     a, b = trio.testing.lockstep_stream_pair()  # a send waits for the peer to read
-    big = b"\x02" * (900 << 10)
+    big = b"\x02" * 4000  # a link target can be this long: answers of ~4 KB each
 
     async def answer(conversation, message) -> None:
-        conversation.send("listing", dirs=[[b"", [[b"n", "f", 0o644, big]]]], more=False)
+        entries = [m.Listed(f"n{i}", "l", 0, big) for i in range(256)]  # ~1 MB an answer
+        conversation.send(m.Listings(dirs=[m.Listing("", entries)]))
 
     server = Connection(FrameStream(a), handler=answer)
     async with trio.open_nursery() as nursery:
@@ -320,3 +390,23 @@ async def test_a_peer_that_does_not_read_answers_gets_no_more_requests_read() ->
         assert server._queued_bytes <= session.OUTPUT_PAUSE + (4 << 20)
         assert sent < 199  # the server stopped reading: the peer's sends block
         nursery.cancel_scope.cancel()
+
+
+def test_the_server_answers_every_request_and_nothing_else() -> None:
+    """The requests are declared once (the message classes' REQUEST); the server's table
+    answers each of them, and the connection lets nothing else start a conversation."""
+    from rdc.transfer.serving import ServerSession
+
+    requests = {cls for cls in _all_message_classes() if cls.REQUEST}
+    assert requests == {*ServerSession(shares=None).handlers(), m.Open}  # type: ignore[arg-type]
+    assert {cls.TYPE for cls in requests} == {
+        "open", "list", "mlist", "offer", "get", "ops", "mset", "finish", "watch"}
+    assert {cls for cls in requests if cls.FOLLOW_UPS} == {m.Offer, m.Get}
+
+
+def _all_message_classes() -> set[type[m.Message]]:
+    found: set[type[m.Message]] = set()
+    for value in vars(m).values():
+        if isinstance(value, type) and issubclass(value, m.Message) and hasattr(value, "TYPE"):
+            found.add(value)
+    return found

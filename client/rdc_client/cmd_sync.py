@@ -13,21 +13,29 @@ from typing import Any
 
 import trio
 
-from rdc.errors import ConnectionFailed, FileAccessError, ProtocolError, RemoteError
+from rdc.errors import EXIT_PARTIAL, ConnectionFailed, FileAccessError, ProtocolError, RemoteError
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.transfer import sync_base as base_store
-from rdc.transfer.client import Options, Stats, _finish, request_open, scan_while_opening
-from rdc.transfer.twoway import Actions, sync_round
+from rdc.transfer import twoway
+from rdc.transfer.sides import Remote
+from rdc.transfer.stats import Options, Stats
+from rdc.transfer.twoway import Actions
+from rdc.wire import messages as m
 from rdc.wire.connection import unwrap_group
 from rdc.wire.frames import ConnectionClosed
 from rdc_client.cmd_transfer import report
+from rdc_client.options import (
+    add_dry_run_option,
+    add_exclude_option,
+    add_report_options,
+    add_server_options,
+)
 from rdc_client.progress import TransferBar
-from rdc_client.remote import Remote, open_connection, parse_url, read_token, tls_context
+from rdc_client.remote import RemoteURL, open_connection, parse_url, read_token, tls_context
 
-EXIT_PARTIAL = 3
 RECONNECT_FIRST = 1.0  # seconds; doubles up to RECONNECT_MAX while the server is away
 RECONNECT_MAX = 60.0
 WATCH_IDLE_TIMEOUT = 120.0  # the server says something every 30 s to a watcher
@@ -51,30 +59,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     for p, run in ((sync_parser, run_sync), (watch_parser, run_watch)):
         p.add_argument("local", metavar="LOCAL")
         p.add_argument("url", metavar="rdc://HOST[:PORT]/SHARE[/PATH]")
-        p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
-                       help="leave out paths matching PATTERN (gitignore syntax; "
-                       "repeatable); LOCAL/.rdcignore is read too")
-        p.add_argument("--stats", action="store_true", help="print a summary of each sync")
-        p.add_argument("--stats-json", metavar="FILE",
-                       help="write the (last) summary as JSON to FILE")
-        p.add_argument("-v", "--verbose", action="store_true", help="list what changes")
-        p.add_argument("--progress", action="store_true", help="show live progress")
-        p.add_argument("--token-file", metavar="FILE", help="the token (else $RDC_TOKEN)")
-        p.add_argument("--tls", action="store_true", help="connect with TLS")
-        p.add_argument("--ca-file", metavar="PEM", help="trust this CA for TLS (implies --tls)")
-        p.add_argument("--no-compress", action="store_true", help="do not compress (zstd)")
+        add_exclude_option(p)
+        add_report_options(p, "list what changes")
+        add_server_options(p)
         p.set_defaults(run=run, direction="sync", delete=True)
-    sync_parser.add_argument("-n", "--dry-run", action="store_true",
-                             help="show what would change, change nothing")
+    add_dry_run_option(sync_parser)
     watch_parser.set_defaults(dry_run=False)
 
 
-class Session:
+class SyncJob:
     """What one ``rdc sync`` or ``rdc watch`` needs across rounds and reconnections."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.remote: Remote = parse_url(args.url)
+        self.remote: RemoteURL = parse_url(args.url)
         self.token = read_token(args.token_file)
         self.tls = tls_context(args.ca_file) if args.tls or args.ca_file else None
         if not os.path.isdir(args.local):
@@ -83,32 +81,30 @@ class Session:
         self.excludes = Excludes(self.patterns)
         self.base_path = base_store.location(args.local, str(self.remote))
         self.hosts = (socket.gethostname(), self.remote.host)
-        self.opened: dict[str, Any] = {}  # the server's answer to the last open
 
     def options(self) -> Options:
         return Options(delete=True, dry_run=self.args.dry_run,
                        progress=TransferBar(enabled=self.args.progress))
 
-    async def first_round(self, connection: Any, counted: Any, replica: Replica) -> Stats:
+    async def first_round(self, connection: Any, counted: Any, replica: Replica
+                          ) -> tuple[Stats, Remote]:
         """Open the remote directory and sync once; the local scan runs while the server
-        scans its side."""
+        scans its side. The stats and the remote side for later rounds."""
         started = time.monotonic()
-        opening = request_open(connection, self.remote.share, self.remote.path,
-                               write=not self.args.dry_run, create=not self.args.dry_run,
-                               excludes=self.patterns)
-        self.opened, tree = await scan_while_opening(replica, opening)
-        return await self.round(connection, counted, replica, self.opened, tree, started)
+        remote, tree = await twoway.open_round(connection, replica, self.remote.share,
+                                               self.remote.path, self.options(), self.patterns)
+        return await self.round(counted, replica, remote, tree, started), remote
 
     async def round(
-        self, connection: Any, counted: Any, replica: Replica, hashes: dict,
-        tree: Entry | None = None, started: float | None = None,
+        self, counted: Any, replica: Replica, remote: Remote, tree: Entry | None = None,
+        started: float | None = None,
     ) -> Stats:
-        """One sync round against the server's root ``hashes``; ``tree``: the local tree
-        if it was scanned just now."""
+        """One sync round against the server's root hashes as ``remote`` last heard them;
+        ``tree``: the local tree if it was scanned just now."""
         started = time.monotonic() if started is None else started
         sent, received = counted.bytes_sent, counted.bytes_received
-        stats, actions, _ = await sync_round(
-            connection, replica, hashes, self.base_path, self.hosts, self.options(), tree
+        stats, actions, _ = await twoway.sync_round(
+            remote, replica, self.base_path, self.hosts, self.options(), tree
         )
         stats.seconds = time.monotonic() - started
         stats.bytes_sent = counted.bytes_sent - sent
@@ -134,23 +130,24 @@ class Session:
 
 
 def run_sync(args: argparse.Namespace) -> int:
-    session = Session(args)
+    job = SyncJob(args)
     try:
-        stats = trio.run(_sync_once, session)
+        stats = trio.run(_sync_once, job)
     except ConnectionClosed as exc:
-        raise ConnectionFailed(message=f"{session.remote}: {exc}") from None
+        raise ConnectionFailed(message=f"{job.remote}: {exc}") from None
     return EXIT_PARTIAL if stats.failed else 0
 
 
-async def _sync_once(session: Session) -> Stats:
-    args = session.args
-    replica = Replica(args.local, default_location(args.local), session.excludes)
+async def _sync_once(job: SyncJob) -> Stats:
+    args = job.args
+    replica = Replica(args.local, default_location(args.local), job.excludes)
     try:
         if not args.dry_run:
             await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-        async with open_connection(session.remote, session.token, session.tls,
+        async with open_connection(job.remote, job.token, job.tls,
                                    compress=not args.no_compress) as (connection, counted):
-            return await session.first_round(connection, counted, replica)
+            stats, _ = await job.first_round(connection, counted, replica)
+            return stats
     finally:
         replica.close()
 
@@ -159,23 +156,23 @@ async def _sync_once(session: Session) -> Stats:
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    session = Session(args)
-    trio.run(_watch, session)
+    job = SyncJob(args)
+    trio.run(_watch, job)
     return 0  # only an interruption (130) or a usage error ends a watch
 
 
-async def _watch(session: Session) -> None:
+async def _watch(job: SyncJob) -> None:
     from rdc_client.watching import LocalChanges  # watchdog: only a watch needs it
 
-    args = session.args
-    replica = Replica(args.local, default_location(args.local), session.excludes)
-    changes = LocalChanges(args.local, session.excludes)  # before the first sync: miss nothing
+    args = job.args
+    replica = Replica(args.local, default_location(args.local), job.excludes)
+    changes = LocalChanges(args.local, job.excludes)  # before the first sync: miss nothing
     delay = RECONNECT_FIRST
     try:
         await trio.to_thread.run_sync(replica.fs.clean_temporaries)
         while True:
             try:
-                await _watch_connected(session, replica, changes)
+                await _watch_connected(job, replica, changes)
             except (ConnectionFailed, ConnectionClosed, ProtocolError, RemoteError,
                     OSError, trio.BrokenResourceError) as exc:
                 why = str(exc) or "the connection was closed"
@@ -188,23 +185,23 @@ async def _watch(session: Session) -> None:
         replica.close()
 
 
-async def _watch_connected(session: Session, replica: Replica, changes: Any) -> None:
+async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None:
     """One connection's life: sync, then sync again on every settled local change or
     newer remote sequence number, until the connection fails."""
-    async with open_connection(session.remote, session.token, session.tls,
-                               compress=not session.args.no_compress,
+    async with open_connection(job.remote, job.token, job.tls,
+                               compress=not job.args.no_compress,
                                idle_timeout=WATCH_IDLE_TIMEOUT) as (connection, counted):
-        stats = await session.first_round(connection, counted, replica)
-        print(f"rdc watch: connected to {session.remote}", file=sys.stderr)
-        state = {"seq": max(stats.seq, session.opened["seq"]), "remote": not stats.in_step}
+        stats, remote = await job.first_round(connection, counted, replica)
+        print(f"rdc watch: connected to {job.remote}", file=sys.stderr)
+        state = {"seq": max(stats.seq, remote.hashes.seq), "remote": not stats.in_step}
         synced = _in_step(stats, replica)
         wake = trio.Event()
-        watcher = connection.start("watch", seq=state["seq"])
+        watcher = connection.start(m.Watch(seq=state["seq"]))
 
         async def remote_notices() -> None:
             while True:
-                message = await watcher.receive("changed")
-                if message["seq"] > state["seq"]:
+                message = await watcher.receive(m.Changed)
+                if message.seq > state["seq"]:
                     state["remote"] = True
                     wake.set()
 
@@ -229,9 +226,9 @@ async def _watch_connected(session: Session, replica: Replica, changes: Any) -> 
                         if (tree.content, tree.smeta) == synced:
                             continue  # our own writes, or a change undone: nothing to do
                     state["remote"] = False
-                    hashes = await _finish(connection)
-                    stats = await session.round(connection, counted, replica, hashes)
-                    state["seq"] = max(state["seq"], stats.seq, hashes["seq"])
+                    remote.hashes = await remote.refreshed()
+                    stats = await job.round(counted, replica, remote)
+                    state["seq"] = max(state["seq"], stats.seq, remote.hashes.seq)
                     synced = _in_step(stats, replica)
                     if synced is None and not stats.failed:
                         state["remote"] = True  # changed during the round: go again

@@ -11,26 +11,21 @@ from typing import Any
 
 import trio
 
-from rdc.errors import ConnectionFailed, FileAccessError, UsageError
+from rdc.errors import EXIT_PARTIAL, ConnectionFailed, FileAccessError, UsageError
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
 from rdc.local.replica import Replica
-from rdc.transfer.client import (
-    Options,
-    Stats,
-    local_top,
-    opened,
-    pull,
-    push,
-    request_open,
-    scan_while_opening,
-    top_differs,
-)
+from rdc.transfer import oneway
+from rdc.transfer.stats import Options, Stats
 from rdc.wire.frames import ConnectionClosed
+from rdc_client.options import (
+    add_dry_run_option,
+    add_exclude_option,
+    add_report_options,
+    add_server_options,
+)
 from rdc_client.progress import ProgressLine, TransferBar, human_bytes
-from rdc_client.remote import Remote, open_connection, parse_url, read_token, tls_context
-
-EXIT_PARTIAL = 3
+from rdc_client.remote import RemoteURL, open_connection, parse_url, read_token, tls_context
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -59,20 +54,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delete", action="store_true",
                    help="delete files on the receiving side that the sending side does not have")
-    p.add_argument("-n", "--dry-run", action="store_true",
-                   help="show what would change, change nothing")
-    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
-                   help="leave out paths matching PATTERN (gitignore syntax; repeatable); "
-                   "LOCAL/.rdcignore is read too")
-    p.add_argument("--progress", action="store_true", help="show live progress on stderr")
-    p.add_argument("--stats", action="store_true", help="print a summary at the end")
-    p.add_argument("--stats-json", metavar="FILE", help="write the summary as JSON to FILE")
-    p.add_argument("-v", "--verbose", action="store_true", help="list what is transferred")
-    p.add_argument("--token-file", metavar="FILE", help="the token (else $RDC_TOKEN)")
-    p.add_argument("--tls", action="store_true", help="connect with TLS")
-    p.add_argument("--ca-file", metavar="PEM",
-                   help="trust this CA for TLS (implies --tls; default: the system store)")
-    p.add_argument("--no-compress", action="store_true", help="do not compress (zstd)")
+    add_dry_run_option(p)
+    add_exclude_option(p)
+    add_report_options(p, "list what is transferred")
+    add_server_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,58 +114,31 @@ def _remove_empty(directories: list[str]) -> None:
 
 async def _transfer(
     args: argparse.Namespace,
-    remote: Remote,
+    remote: RemoteURL,
     token: str,
     tls: Any,
     excludes: Excludes,
     patterns: list[str],
 ) -> Stats:
-    push_mode = args.direction == "push"
     try:
         replica = Replica(args.local, default_location(args.local), excludes)
     except OSError as exc:
         raise FileAccessError(path=args.local, reason=exc.strerror or str(exc)) from None
     try:
-        bar = TransferBar(enabled=args.progress)
+        line = ProgressLine(enabled=args.progress)
+        bar = TransferBar(enabled=args.progress, after=line)
         options = Options(delete=args.delete, dry_run=args.dry_run, progress=bar)
         async with open_connection(remote, token, tls, compress=not args.no_compress) as (
             connection,
             counted,
         ):
             bar.counter = counted
-            opening = request_open(
-                connection,
-                remote.share,
-                remote.path,
-                write=push_mode and not args.dry_run,
-                create=push_mode and not args.dry_run,
-                excludes=patterns,
-            )
-            # The local walk runs while the server scans its side. Nothing changed on either
-            # side since their last scans (stat says so): that is all it takes. Something
-            # changed here: the local scan, too, runs while the server scans.
-            cached, walked = await trio.to_thread.run_sync(replica.quick)
-            if walked.temporaries and not push_mode and not args.dry_run:
-                await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-            line = ProgressLine(enabled=args.progress)
             try:
-                if cached is None:
-                    answer, tree = await scan_while_opening(replica, opening, line, walked)
-                else:
-                    answer, tree = await opened(opening), None
-                    if cached[:2] != (answer["content"], answer["meta"]) or top_differs(
-                        answer, local_top(walked.tree), push_mode
-                    ):
-                        tree = await trio.to_thread.run_sync(replica.scan, None, line, walked)
+                stats = await oneway.run(connection, replica, remote.share, remote.path,
+                                         args.direction == "push", options, patterns, line)
             finally:
                 line.close()
-            if tree is None:
-                stats = Stats(files_total=len(walked.files), in_step=True)
-            elif push_mode:
-                stats = await push(connection, replica, tree, answer, options)
-            else:
-                stats = await pull(connection, replica, tree, answer, options)
-            bar.close()
+                bar.close()
         stats.bytes_sent = counted.bytes_sent
         stats.bytes_received = counted.bytes_received
         return stats

@@ -51,6 +51,7 @@ class ProgressLine:
         if self.enabled and self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
+            self.width = 0
 
 
 class TransferBar:
@@ -60,11 +61,15 @@ class TransferBar:
     WIDTH = 24
 
     def __init__(
-        self, stream: TextIO | None = None, interval: float = 0.2, enabled: bool = False
+        self, stream: TextIO | None = None, interval: float = 0.2, enabled: bool = False,
+        after: ProgressLine | None = None,
     ) -> None:
+        """``after``: the line of the scan before the transfer, cleared when the bar
+        first draws."""
         self.stream = stream or sys.stderr
         self.interval = interval
         self.enabled = enabled
+        self.after = after
         self.counter = None  # a CountingStream, set once connected
         self.started = time.monotonic()
         self.last = 0.0
@@ -75,6 +80,9 @@ class TransferBar:
         finished = event.files_done == event.files_total
         if not self.enabled or (now - self.last < self.interval and not finished):
             return
+        if self.after is not None:
+            self.after.close()
+            self.after = None
         self.last = now
         total = max(event.bytes_total, 1)
         filled = round(self.WIDTH * min(event.bytes_done / total, 1.0))

@@ -14,16 +14,16 @@ import trio
 
 from rdc.errors import ConnectionFailed, UsageError
 from rdc.local.paths import PathError, check_relpath
+from rdc.wire import DEFAULT_PORT
 from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc.wire.handshake import client_handshake
 
-DEFAULT_PORT = 8730
 CONNECT_SECONDS = 15
 
 
 @dataclass(frozen=True, slots=True)
-class Remote:
+class RemoteURL:
     host: str
     port: int
     share: str
@@ -35,7 +35,7 @@ class Remote:
         return f"rdc://{host}:{self.port}/{self.share}{tail}"
 
 
-def parse_url(text: str) -> Remote:
+def parse_url(text: str) -> RemoteURL:
     """``rdc://HOST[:PORT]/SHARE[/PATH]``."""
     if not text.startswith("rdc://"):
         raise UsageError(message=f"not an rdc:// URL: {text!r}")
@@ -57,7 +57,7 @@ def parse_url(text: str) -> Remote:
             path = check_relpath(path)
         except PathError as exc:
             raise UsageError(message=str(exc)) from None
-    return Remote(parts.hostname, port, segments[0], path)
+    return RemoteURL(parts.hostname, port, segments[0], path)
 
 
 def read_token(token_file: str | None) -> str:
@@ -87,7 +87,7 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
 @asynccontextmanager
 async def open_connection(
-    remote: Remote,
+    remote: RemoteURL,
     token: str,
     tls: ssl.SSLContext | None = None,
     compress: bool = True,

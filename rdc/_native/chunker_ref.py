@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rdc._native import rabin
-from rdc._native.constants import GEAR_SEED, WINDOWS, Limits
+from rdc._native.constants import GEAR_SEED, WINDOWS, Limits, check_limits
 
 
 def _gear_table() -> tuple[int, ...]:
@@ -92,6 +92,7 @@ class ReferenceScanner:
 
     def __init__(self, window: int, min_size: int, max_size: int, filter: bool = True) -> None:
         del filter  # the reference always evaluates every key
+        check_limits(window, min_size, max_size)
         self.params = Limits(window, min_size, max_size)
         self.last_cut = 0
         self.finished = False

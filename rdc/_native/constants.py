@@ -17,6 +17,21 @@ TRAIT_BITS = 6
 SKETCH_SEED = 0x7264_632D_736B_6574  # b"rdc-sket"
 
 
+MAX_CHUNK_LIMIT = 1 << 20
+
+
+def check_limits(window: int, min_size: int, max_size: int) -> None:
+    """ValueError unless a chunker can be told these: a supported window and
+    ``window <= min_size < max_size <= 1 MiB``."""
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, not {window}")
+    if not window <= min_size < max_size <= MAX_CHUNK_LIMIT:
+        raise ValueError(
+            "need window <= min_size < max_size <= 1 MiB, got "
+            f"window={window} min_size={min_size} max_size={max_size}"
+        )
+
+
 class Limits(NamedTuple):
     window: int
     min_size: int

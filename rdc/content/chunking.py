@@ -6,7 +6,6 @@ The algorithm (sequential winnowing with a lead-byte filter) is specified in
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -98,12 +97,3 @@ def iter_chunk_views(
         keep = filled - (start - base)
         buf[:keep] = view[start - base : filled]
         base, filled = start, keep
-
-
-def iter_file_chunks(
-    path: str | os.PathLike[str], params: ChunkParams = DEFAULT_CHUNKS
-) -> Iterator[Chunk]:
-    """The chunks of the file at ``path`` as (offset, length)."""
-    with open(path, "rb") as f:
-        for offset, data in iter_chunk_views(f, params):
-            yield Chunk(offset, len(data))

@@ -15,15 +15,35 @@ from collections.abc import Sequence
 from rdc.params import WIRE_PREFIX
 
 
+def put_varint(value: int, out: bytearray) -> None:
+    """Append ``value`` (>= 0) to ``out`` as an LEB128 varint."""
+    if value < 0:
+        raise ValueError("varints are not negative")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` of ``data`` and the position after it; ValueError if it is
+    cut short or longer than 64 bits."""
+    shift = result = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
 def pack_varints(values: Sequence[int]) -> bytes:
     out = bytearray()
     for value in values:
-        if value < 0:
-            raise ValueError("lengths are not negative")
-        while value >= 0x80:
-            out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        out.append(value)
+        put_varint(value, out)
     return bytes(out)
 
 

@@ -18,6 +18,7 @@ import blake3
 
 from rdc import _native
 from rdc._native import signature_ref
+from rdc.content.entries import put_varint, read_varint
 from rdc.params import DEFAULT_GROUPS, NODE_CONTEXT, GroupParams
 
 HASH_BYTES = 32
@@ -113,26 +114,6 @@ MAGIC = b"RDCT"
 FORMAT_VERSION = 1
 
 
-def _varint(value: int, out: bytearray) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _read_varint(data: memoryview, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated or overlong varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
 class TreeFormatError(ValueError):
     """A packed tree that does not parse or does not add up."""
 
@@ -142,12 +123,12 @@ def pack_tree(tree: Tree) -> bytes:
     entries (32-byte hash, varint length). docs/formats.md section 2."""
     out = bytearray(MAGIC)
     out.append(FORMAT_VERSION)
-    _varint(len(tree.levels), out)
+    put_varint(len(tree.levels), out)
     for level in tree.levels:
-        _varint(len(level), out)
+        put_varint(len(level), out)
         for i, length in enumerate(level.lengths):
             out += level.hashes[HASH_BYTES * i : HASH_BYTES * (i + 1)]
-            _varint(length, out)
+            put_varint(length, out)
     return bytes(out)
 
 
@@ -158,19 +139,19 @@ def unpack_tree(blob: bytes, params: GroupParams = DEFAULT_GROUPS) -> Tree:
     if len(data) < 5 or bytes(data[:4]) != MAGIC or data[4] != FORMAT_VERSION:
         raise TreeFormatError("not a packed rdc tree of this version")
     pos = 5
-    count, pos = _read_varint(data, pos)
+    count, pos = read_varint(data, pos)
     if not 2 <= count <= 64:
         raise TreeFormatError(f"implausible level count {count}")
     levels = []
     for _ in range(count):
-        n, pos = _read_varint(data, pos)
+        n, pos = read_varint(data, pos)
         if n > (len(data) - pos) // (HASH_BYTES + 1):
             raise TreeFormatError("level longer than the data")
         hashes = bytearray()
         lengths = array("Q")
         for _ in range(n):
             hashes += data[pos : pos + HASH_BYTES]
-            length, pos = _read_varint(data, pos + HASH_BYTES)
+            length, pos = read_varint(data, pos + HASH_BYTES)
             lengths.append(length)
         levels.append(Level(bytes(hashes), lengths))
     if pos != len(data):

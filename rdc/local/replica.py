@@ -22,7 +22,7 @@ from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile
 from rdc.local.ignore import Excludes
 from rdc.local.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
 from rdc.local.paths import PathError
-from rdc.local.snapshot import Entry, Walk, fill_roots, lookup, seal, walk
+from rdc.local.snapshot import Entry, Walk, fill_roots, seal, walk
 
 RACY_NS = 2_000_000_000
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
@@ -107,9 +107,6 @@ class Replica:
                 walked.fingerprint if not errors else None, (tree.content, tree.meta, tree.smeta)
             )
         return tree
-
-    def entry(self, path: str) -> Entry | None:
-        return lookup(self.tree, path) if self.tree is not None else None
 
     def current_root(self, path: str) -> bytes | None:
         """The root of the file at ``path`` if the index knows it for sure (the file is

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import blake3
 
+from rdc.content.entries import put_varint
 from rdc.local.filestat import mtime_ns
 from rdc.local.paths import is_temporary
 from rdc.params import CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT
@@ -58,13 +59,6 @@ class Entry:
         return sorted(self.children.items(), key=lambda item: os.fsencode(item[0]))
 
 
-def _varint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def seal(directory: Entry) -> None:
     """Compute content, meta and sync meta hashes (and subtree counts) of ``directory`` and
     every directory below it, bottom-up."""
@@ -78,12 +72,12 @@ def seal(directory: Entry) -> None:
             count += entry.count
         count += 1
         raw = os.fsencode(name)
-        _varint(len(raw), content)
+        put_varint(len(raw), content)
         content += raw
         content += KIND_CODE[entry.kind]
         digest = entry.digest()
         if entry.kind == "l":
-            _varint(len(digest), content)
+            put_varint(len(digest), content)
         content += digest
         mode = entry.mode.to_bytes(2, "little")
         mtime = entry.mtime_ns.to_bytes(8, "little", signed=True)
@@ -289,31 +283,6 @@ def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:
 
 
 # ---------------------------------------------------------------- metadata vectors
-
-
-def encode_values(values: list[int]) -> tuple[list[int], bytes]:
-    """``[table, index]``: the distinct values ascending, and one index per value (1 byte
-    each for at most 256 distinct values, else 2 bytes big-endian). Times and modes of a
-    tree take few distinct values, so this is a byte an entry before compression."""
-    table = sorted(set(values))
-    at = {t: i for i, t in enumerate(table)}
-    if len(table) <= 256:
-        return table, bytes(at[t] for t in values)
-    return table, b"".join(at[t].to_bytes(2, "big") for t in values)
-
-
-def decode_values(table: list[int], index: bytes) -> list[int]:
-    """Inverse of `encode_values`; raises ValueError if the index does not fit the table."""
-    width = 1 if len(table) <= 256 else 2
-    if len(index) % width:
-        raise ValueError("vector index has a partial entry")
-    out = []
-    for i in range(0, len(index), width):
-        k = int.from_bytes(index[i : i + width], "big")
-        if k >= len(table):
-            raise ValueError("vector index points past its table")
-        out.append(table[k])
-    return out
 
 
 def meta_of(directory: Entry, whole: bool) -> tuple[list[int], list[int]]:

@@ -6,8 +6,9 @@ source's tree: it asks for the children of nodes it does not know, level by leve
 unknown leaves it asks for their sub-chunk lists and looks for those sub-chunks in the
 seed region between the leaf's matched neighbours; it fetches only what it still lacks.
 
-`target_descent` is a generator: it yields requests and is sent the replies; it returns a
-`Plan` of pieces that rebuild the file. `SourceFile` answers the requests. The protocol
+`target_descent` is a generator: it yields wants (the wire messages) and is sent the entry
+lists that answer them; it returns a `Plan` of pieces that rebuild the file. `SourceFile`
+answers the wants. The protocol
 engine runs many of these at once over one connection; `simulate` runs one in memory and
 counts the bytes each way, which is what ``rdc delta`` reports.
 """
@@ -18,13 +19,25 @@ import bisect
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
-import msgpack
-
 from rdc.content import subchunks
 from rdc.content.entries import pack_varints, prefixes, unpack_varints
 from rdc.content.signature import chunk_hash, signature_of_bytes
 from rdc.content.tree import HASH_BYTES, Tree
 from rdc.params import FINE_PARAMS, MAX_CHUNK_LIMIT, MID_PARAMS, WIRE_PREFIX, ChunkParams
+from rdc.wire.codec import pack
+from rdc.wire.messages import (
+    Data,
+    EntryList,
+    Lists,
+    Message,
+    Offer,
+    WantExpand,
+    WantFetch,
+    WantFine,
+    WantSubs,
+    WantWhole,
+    encode,
+)
 
 # A file this small is cheaper to send whole than to describe.
 WHOLE_BELOW = 256
@@ -39,28 +52,16 @@ MAX_DEPTH = 64
 MAX_LEAF = MAX_CHUNK_LIMIT
 
 
-# ---------------------------------------------------------------- messages
+# ---------------------------------------------------------------- entry lists
 
 
-@dataclass(frozen=True, slots=True)
-class EntryList:
-    """Entries as they travel: ``first`` is the index of the first one in its level."""
-
-    first: int
-    prefixes: bytes
-    lengths: bytes  # varints
-
-    def decode(self, prefix: int) -> list[tuple[bytes, int]]:
-        if len(self.prefixes) % prefix:
-            raise ValueError("prefix list has a partial entry")
-        count = len(self.prefixes) // prefix
-        lengths = unpack_varints(self.lengths, count)
-        return [(self.prefixes[i * prefix : (i + 1) * prefix], n) for i, n in enumerate(lengths)]
-
-    def decode_split(self, total: int, params: ChunkParams) -> list[tuple[bytes, int]]:
-        """The pieces of a chunk of ``total`` bytes split with ``params``
-        (`rdc.content.subchunks.decode`)."""
-        return subchunks.decode(self.prefixes, self.lengths, total, params)
+def decode_entries(entries: EntryList, prefix: int) -> list[tuple[bytes, int]]:
+    """(hash prefix, length) of each entry of a tree node's child list."""
+    if len(entries.prefixes) % prefix:
+        raise ValueError("prefix list has a partial entry")
+    count = len(entries.prefixes) // prefix
+    lengths = unpack_varints(entries.lengths, count)
+    return [(entries.prefixes[i * prefix : (i + 1) * prefix], n) for i, n in enumerate(lengths)]
 
 
 def split_list(data: bytes | memoryview, params: ChunkParams) -> EntryList:
@@ -69,87 +70,14 @@ def split_list(data: bytes | memoryview, params: ChunkParams) -> EntryList:
     return EntryList(0, keys, lengths)
 
 
-@dataclass(frozen=True, slots=True)
-class Offer:
-    """What the source says of a file. ``subs``: for a file of one chunk that the target
-    probably holds an older version of, the chunk's sub-chunk list, which saves the
-    descent two round trips."""
-
-    size: int
-    root: bytes
-    depth: int  # levels in the tree, leaves included
-    sketch: bytes | None = None
-    subs: EntryList | None = None
+# The target's requests are the wire's wants; its replies, entry lists or data pieces.
+Request = WantExpand | WantSubs | WantFine
+Reply = list[EntryList]
 
 
-@dataclass(frozen=True, slots=True)
-class Have:
-    """The target holds content with this root: nothing to send."""
-
-
-@dataclass(frozen=True, slots=True)
-class Whole:
-    """Send all the content."""
-
-
-@dataclass(frozen=True, slots=True)
-class Expand:
-    """Send the children of these nodes, each ``(level, index)``."""
-
-    nodes: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SubLists:
-    """Send the sub-chunk lists of these leaves."""
-
-    leaves: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class FineLists:
-    """Send the fine sub-chunk lists of these mids, each ``(leaf, mid index)``."""
-
-    mids: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Fetch:
-    """Send data: per item ``(leaf, start, length)``, bytes of a leaf."""
-
-    items: tuple[tuple[int, int, int], ...]
-
-
-Request = Have | Whole | Expand | SubLists | FineLists | Fetch
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """Entry lists (for Expand and SubLists) or data pieces (for Whole and Fetch)."""
-
-    lists: tuple[EntryList, ...] = ()
-    data: tuple[bytes, ...] = ()
-
-
-def wire_size(message: Offer | Request | Reply) -> int:
-    """Bytes of a message as msgpack, the way the protocol frames it (without the frame
-    header): a tag and the fields."""
-    if isinstance(message, Offer):
-        subs = message.subs and [message.subs.prefixes, message.subs.lengths]
-        body: list = [message.size, message.root, message.depth, message.sketch, subs]
-    elif isinstance(message, Expand):
-        body = [list(message.nodes)]
-    elif isinstance(message, SubLists):
-        body = [list(message.leaves)]
-    elif isinstance(message, FineLists):
-        body = [[list(m) for m in message.mids]]
-    elif isinstance(message, Fetch):
-        body = [list(message.items)]
-    elif isinstance(message, Reply):
-        body = [[[e.first, e.prefixes, e.lengths] for e in message.lists], list(message.data)]
-    else:
-        body = []
-    return len(msgpack.packb([type(message).__name__[:2], body]))
+def wire_size(message: Message) -> int:
+    """Bytes of a message as it travels in a conversation (without the frame)."""
+    return len(pack(encode(message, 1)))
 
 
 # ---------------------------------------------------------------- the target's side
@@ -278,8 +206,9 @@ def _region(
 def target_descent(
     offer: Offer, seeds: SeedMap, have_root: bool
 ) -> Generator[Request, Reply | None, Plan]:
-    """The target's decisions for one file: yields `Expand` and `SubLists` requests, is sent
-    their replies, and returns the plan (whose literal data the caller fetches)."""
+    """The target's decisions for one file: yields wants (expand, subs, fine), is sent the
+    entry lists that answer them, and returns the plan (whose literal data the caller
+    fetches)."""
     if have_root:
         return Plan(have=True, root=offer.root, size=offer.size)
     single_small_leaf = offer.depth == 2 and offer.size < SUBS_FROM
@@ -300,12 +229,13 @@ def target_descent(
         raise ValueError(f"a tree of depth {offer.depth}")
     spans = {(offer.depth, 0): (0, offer.size)}
     while frontier:
-        reply = yield Expand(tuple(frontier))
+        reply = yield WantExpand(nodes=list(frontier))
+        assert reply is not None
         next_frontier = []
-        for node, entry_list in zip(frontier, reply.lists, strict=True):
+        for node, entry_list in zip(frontier, reply, strict=True):
             level = node[0]
             offset, node_length = spans[node]
-            entries = entry_list.decode(prefix)
+            entries = decode_entries(entry_list, prefix)
             if sum(length for _, length in entries) != node_length or (
                 level == 2 and any(length > MAX_LEAF for _, length in entries)
             ):
@@ -333,14 +263,16 @@ def target_descent(
     checks: list[tuple[int, int, int, bytes]] = []
     split = [u for u in unknown if u[2] >= SUBS_FROM]
     if split:
-        wanted = tuple(u[0] for u in split if u[0] not in supplied)
+        wanted = [u[0] for u in split if u[0] not in supplied]
         if wanted:
-            reply = yield SubLists(wanted)
-            supplied.update(zip(wanted, reply.lists, strict=True))
+            reply = yield WantSubs(leaves=wanted)
+            assert reply is not None
+            supplied.update(zip(wanted, reply, strict=True))
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
-            mids = supplied[leaf].decode_split(length, MID_PARAMS)
+            mids = subchunks.decode(supplied[leaf].prefixes, supplied[leaf].lengths, length,
+                                    MID_PARAMS)
             region = _region(known, offset, offset + length, seeds, length)
             if region is None:
                 fetch.append((leaf, 0, length))
@@ -363,11 +295,11 @@ def target_descent(
             if leaf_key:  # (a single leaf is checked by the root)
                 checks.append((leaf, offset, length, leaf_key))
         if fine_wanted:
-            reply = yield FineLists(tuple((leaf, k) for leaf, k, _, _, _ in fine_wanted))
-            for (leaf, _, start, n, index), fine_list in zip(
-                fine_wanted, reply.lists, strict=True
-            ):
-                for key, m in fine_list.decode_split(n, FINE_PARAMS):
+            reply = yield WantFine(mids=[(leaf, k) for leaf, k, _, _, _ in fine_wanted])
+            assert reply is not None
+            for (leaf, _, start, n, index), fine_list in zip(fine_wanted, reply, strict=True):
+                for key, m in subchunks.decode(fine_list.prefixes, fine_list.lengths, n,
+                                               FINE_PARAMS):
                     hit = index.fines.get(key)
                     if hit is not None:
                         pieces.append(Piece(leaf_at[leaf] + start, m, index.seed, hit))
@@ -416,24 +348,17 @@ class SourceFile:
         subs = None
         if inline_subs and len(self.tree.leaves) == 1 and self.tree.size >= SUBS_FROM:
             subs = self.subs(0)
-        return Offer(self.tree.size, self.tree.root, len(self.tree.levels), sketch, subs)
+        return Offer(size=self.tree.size, root=self.tree.root, depth=len(self.tree.levels),
+                     sketch=sketch, subs=subs)
 
-    def answer(self, request: Request) -> Reply | None:
-        """The reply to one request (in memory); ValueError for a request that does not fit
-        this file."""
-        if isinstance(request, Have):
-            return None
-        if isinstance(request, Whole):
-            return Reply(data=(self.read(0, self.tree.size),))
-        if isinstance(request, Expand):
-            return Reply(lists=tuple(self.children(level, i) for level, i in request.nodes))
-        if isinstance(request, SubLists):
-            return Reply(lists=tuple(self.subs(leaf) for leaf in request.leaves))
-        if isinstance(request, FineLists):
-            return Reply(lists=tuple(self.fines(leaf, mid) for leaf, mid in request.mids))
-        if isinstance(request, Fetch):
-            return Reply(data=tuple(self.data(*item) for item in request.items))
-        raise TypeError(f"unknown request {request!r}")
+    def lists(self, request: Request) -> list[EntryList]:
+        """The entry lists that answer a want; ValueError for one that does not fit this
+        file."""
+        if isinstance(request, WantExpand):
+            return [self.children(level, i) for level, i in request.nodes]
+        if isinstance(request, WantSubs):
+            return [self.subs(leaf) for leaf in request.leaves]
+        return [self.fines(leaf, mid) for leaf, mid in request.mids]
 
     def children(self, level: int, index: int) -> EntryList:
         """The entries below node ``index`` of ``level`` (2 = the level above the leaves)."""
@@ -528,9 +453,9 @@ def simulate(
     sketch: bytes | None = None,
     inline_subs: bool = False,
 ) -> tuple[Plan, DeltaReport, list[bytes]]:
-    """Run one file's exchange in memory; count what each side would send. Returns the
-    plan, the report and the literal data (the whole file when the plan is ``whole``, else
-    one item per fetch item)."""
+    """Run one file's exchange in memory; count what each side would send (messages as
+    they travel, without frames). Returns the plan, the report and the literal data (the
+    whole file when the plan is ``whole``, else one item per fetch item)."""
     report = DeltaReport()
     offer = source.offer(sketch, inline_subs)
     report.offer_bytes = wire_size(offer)
@@ -538,21 +463,19 @@ def simulate(
     steps = target_descent(offer, seeds, have_root)
     reply = None
 
-    def exchange(request: Request) -> Reply:
+    def ask(request: Message) -> None:
         report.request_bytes += wire_size(request)
-        answer = source.answer(request)
-        assert answer is not None
         report.round_trips += 1
-        return answer
 
     try:
         while True:
             request = steps.send(reply)
-            reply = exchange(request)
-            size = wire_size(reply)
+            ask(request)
+            reply = source.lists(request)
+            size = wire_size(Lists(lists=reply))
             report.signature_bytes += size
             key = (
-                "sub" if isinstance(request, SubLists | FineLists)
+                "sub" if isinstance(request, WantSubs | WantFine)
                 else f"level {request.nodes[0][0] - 1}"
             )
             report.signature_bytes_by_level[key] = (
@@ -562,17 +485,17 @@ def simulate(
         plan: Plan = done.value
     literal: list[bytes] = []
     if plan.whole:
-        answer = exchange(Whole())
-        report.data_message_bytes += wire_size(answer)
-        literal = list(answer.data)
+        ask(WantWhole())
+        literal = [source.read(0, source.tree.size)]
+        report.data_message_bytes += wire_size(Data(d=literal, end=True))
     elif not plan.have:
         for batch in plan.fetch_batches():
-            items = tuple(
-                (plan.fetch[i].leaf, plan.fetch[i].start, plan.fetch[i].length) for i in batch
-            )
-            answer = exchange(Fetch(items))
-            report.data_message_bytes += wire_size(answer)
-            literal.extend(answer.data)
+            items = [(plan.fetch[i].leaf, plan.fetch[i].start, plan.fetch[i].length)
+                     for i in batch]
+            ask(WantFetch(items=items))
+            pieces = [source.data(*item) for item in items]
+            report.data_message_bytes += wire_size(Data(d=pieces, end=True))
+            literal.extend(pieces)
     report.have = plan.have
     report.literal_bytes = plan.literal_bytes()
     report.matched_bytes = plan.matched_bytes()

@@ -4,60 +4,44 @@ own directory with them, and listings are built here."""
 
 from __future__ import annotations
 
-import errno
 import stat
-from typing import Any
 
 from rdc.errors import Refusal
-from rdc.local.filestat import clamp_ns
 from rdc.local.fs import ConflictError, Expect
 from rdc.local.ignore import Excludes
-from rdc.local.paths import PathError, check_relpath, join, to_wire
+from rdc.local.paths import PathError, join
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, decode_values, encode_values, iter_entries, lookup, meta_of
+from rdc.local.snapshot import Entry, iter_entries, lookup, meta_of
+from rdc.wire import messages as m
 
 # A subtree with at most this many entries travels as one metadata vector.
 WHOLE_META = 4096
 
 
-def expectation(replica: Replica, path: str, spec: Any) -> Expect | None:
-    """An ``expect`` of docs/protocol.md (nil: no check; []: nothing there; [kind, hash]:
-    a listing entry) as a check of what is at ``path`` now."""
-    if spec is None:
+def expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expect | None:
+    """An ``expect`` (none: no check; nothing there; or a listing entry, a file's by its
+    root prefix) as a check of what is at ``path`` now."""
+    if expect is None:
         return None
-    if spec == []:
+    if expect.kind == "":
         return Expect.absent()
-    if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[1], bytes)):
-        raise Refusal("protocol", message=f"bad expect {spec!r}")
-    kind, digest = spec
-    if kind == "d":
+    if expect.kind == "d":
         return Expect.directory()
-    if kind == "l":
-        return Expect.link(digest)
-    if kind == "f":
-        return replica.expect_version(path, digest)
-    raise Refusal("protocol", message=f"bad expect kind {kind!r}")
+    if expect.kind == "l":
+        return Expect.link(expect.digest)
+    return replica.expect_version(path, expect.digest)
 
 
-def apply_op(
-    replica: Replica,
-    op: str,
-    path: str,
-    arg: Any,
-    expect: Any,
-    excludes: Excludes | None = None,
-    top: bool = False,
-) -> None:
-    """One of ``mkdir``, ``link``, ``rm``, ``rmdir`` (only if empty), ``mode``, ``mv``,
-    ``meta`` (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
+def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
+             top: bool = False) -> None:
+    """One op (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
     opened directory's own mode and time may be set (``meta`` with the empty path)."""
-    if not path and not (op == "meta" and top):
+    path = op.path
+    if not path and not (op.kind == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
-    check = expectation(replica, path, expect)
+    check = expectation(replica, path, op.expect)
     fs = replica.fs
-    if op == "mkdir":
-        if not isinstance(arg, int) or not 0 <= arg <= 0o7777:
-            raise Refusal("protocol", message="mkdir needs a mode")
+    if op.kind == "mkdir":
         st = fs.lstat(path)
         if st is not None and not stat.S_ISDIR(st.st_mode):
             if check is None or check.kind == "directory":
@@ -67,13 +51,11 @@ def apply_op(
             st = None
         if st is None:
             # Owner rwx while it is filled; the metadata phase sets the final mode.
-            fs.mkdir(path, arg | 0o700)
-    elif op == "link":
-        if not isinstance(arg, bytes) or not arg or b"\0" in arg or len(arg) > 4096:
-            raise Refusal("protocol", message="link needs a target")
-        fs.symlink(path, arg, expect=check)
+            fs.mkdir(path, op.mode | 0o700)
+    elif op.kind == "link":
+        fs.symlink(path, op.target, expect=check)
         replica.forget(path)
-    elif op == "rm":
+    elif op.kind == "rm":
         st = fs.lstat(path)
         if excludes and excludes.patterns and st is not None and stat.S_ISDIR(st.st_mode):
             if check is not None and check.kind != "directory":
@@ -82,30 +64,16 @@ def apply_op(
         else:
             fs.remove(path, expect=check)
         replica.forget(path)
-    elif op == "rmdir":
+    elif op.kind == "rmdir":
         fs.rmdir(path)
-    elif op == "mv":
-        if not isinstance(arg, bytes):
-            raise Refusal("protocol", message="mv needs a destination path")
-        destination = check_relpath(arg)
-        fs.rename(path, destination, expect=check)
+    elif op.kind == "mv":
+        fs.rename(path, op.destination, expect=check)
         replica.forget(path)
-        replica.forget(destination)
-    elif op == "mode":
-        if not isinstance(arg, int) or not 0 <= arg <= 0o7777:
-            raise Refusal("protocol", message="mode needs a mode")
-        fs.chmod(path, arg)
-    elif op == "meta":
-        if not (isinstance(arg, list) and len(arg) == 2 and all(type(x) is int for x in arg)
-                and 0 <= arg[0] <= 0o7777):
-            raise Refusal("protocol", message="meta needs [mode, mtime]")
-        if arg[1] != clamp_ns(arg[1]):
-            raise Refusal("protocol", message="meta: mtime out of range")
+        replica.forget(op.destination)
+    else:  # meta
         if fs.lstat(path) is None:
-            raise FileNotFoundError(errno.ENOENT, "no such entry", path)
-        replica.set_meta(path, arg[0], arg[1])
-    else:  # pragma: no cover - the schema allows no other op
-        raise Refusal("protocol", message=f"unknown op {op!r}")
+            raise FileNotFoundError(2, "no such entry", path)
+        replica.set_meta(path, op.mode, op.mtime_ns)
 
 
 def _remove_except(replica: Replica, path: str, excludes: Excludes) -> bool:
@@ -130,53 +98,52 @@ def _remove_except(replica: Replica, path: str, excludes: Excludes) -> bool:
 
 
 def apply_ops(
-    replica: Replica,
-    ops: list[tuple[str, str, Any, Any]],
-    excludes: Excludes | None = None,
-    top: bool = False,
-) -> list[list[str] | None]:
-    """Apply ``ops`` in order; one result per op (None, or [code, message]). ``excludes``:
+    replica: Replica, ops: list[m.Op], excludes: Excludes | None = None, top: bool = False
+) -> list[m.Failure | None]:
+    """Apply ``ops`` in order; one result per op (None, or why it failed). ``excludes``:
     the connection's, which a recursive removal spares; ``top`` as for `apply_op`."""
-    results: list[list[str] | None] = []
-    for op, path, arg, expect in ops:
+    results: list[m.Failure | None] = []
+    for op in ops:
         try:
-            apply_op(replica, op, path, arg, expect, excludes, top)
+            apply_op(replica, op, excludes, top)
             results.append(None)
         except ConflictError as exc:
-            results.append(["conflict", str(exc)])
+            results.append(m.Failure("conflict", str(exc)))
         except PathError as exc:
-            results.append(["path", str(exc)])
+            results.append(m.Failure("path", str(exc)))
         except Refusal as exc:
-            results.append([exc.code, str(exc)])
+            results.append(m.Failure(exc.code, str(exc)))
         except OSError as exc:
-            results.append(["io", f"{path}: {exc.strerror or exc}"])
+            results.append(m.Failure("io", f"{op.path}: {exc.strerror or exc}"))
     return results
 
 
 # ---------------------------------------------------------------- listings
 
 
-def listing(tree: Entry, path: str, hb: int, meta: bool = False) -> list | None:
-    """``entries`` of a ``listing`` for the directory at ``path`` (None if it is not one);
-    with ``meta`` each entry also carries its mtime and (directories) meta and sync meta
-    hash prefixes."""
+def listed(name: str, entry: Entry, hb: int, meta: bool = False) -> m.Listed:
+    """How a listing describes ``entry``: with ``meta``, also its mtime and (directories)
+    meta and sync meta hash prefixes."""
+    digest = entry.digest()
+    digest = digest if entry.kind == "l" else digest[:hb]
+    if not meta:
+        return m.Listed(name, entry.kind, entry.mode, digest)
+    return m.Listed(name, entry.kind, entry.mode, digest, entry.mtime_ns, entry.meta[:hb],
+                    entry.smeta[:hb], True)
+
+
+def listing(tree: Entry, path: str, hb: int, meta: bool = False) -> list[m.Listed] | None:
+    """The entries of the directory at ``path`` in a listing (None if it is not one)."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
-    out = []
-    for name, entry in directory.sorted_children():
-        digest = entry.digest()
-        item = [to_wire(name), entry.kind, entry.mode, digest if entry.kind == "l" else digest[:hb]]
-        if meta:
-            item += [entry.mtime_ns, entry.meta[:hb], entry.smeta[:hb]]
-        out.append(item)
-    return out
+    return [listed(name, entry, hb, meta) for name, entry in directory.sorted_children()]
 
 
-def mlisting(tree: Entry, path: str, hb: int) -> list | None:
-    """One ``mlisting`` item for the directory at ``path``: its content hash prefix,
-    whether the vectors cover the whole subtree, the times and modes vectors, and the meta
-    hashes of its subdirectories (when they do not)."""
+def mlisting(tree: Entry, path: str, hb: int) -> m.MetaDir | None:
+    """The metadata of the directory at ``path``: its content hash prefix, whether the
+    vectors cover the whole subtree, the times and modes vectors, and the meta hashes of
+    its subdirectories (when they do not)."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
@@ -185,29 +152,23 @@ def mlisting(tree: Entry, path: str, hb: int) -> list | None:
     metas = b"" if whole else b"".join(
         entry.meta[:hb] for _, entry in directory.sorted_children() if entry.kind == "d"
     )
-    return [
-        to_wire(path), directory.content[:hb], whole,
-        list(encode_values(times)), list(encode_values(modes)), metas,
-    ]
+    return m.MetaDir(path, directory.content[:hb], whole, m.Vector.encode(times),
+                     m.Vector.encode(modes), metas)
 
 
-def apply_meta(
-    replica: Replica, tree: Entry, path: str, content: bytes, whole: bool, times: Any, modes: Any
-) -> tuple[int, int]:
+def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir) -> tuple[int, int]:
     """Set the modification times and modes of a metadata vector where the directory's
     content is the one the vector describes. Returns (entries changed, vectors skipped)."""
-    directory = lookup(tree, path)
-    if directory is None or directory.kind != "d" or not directory.content.startswith(content):
+    directory = lookup(tree, item.path)
+    if directory is None or directory.kind != "d" or not directory.content.startswith(
+        item.content
+    ):
         return 0, 1
     try:
-        new_times = decode_values(times[0], times[1])
-        new_modes = decode_values(modes[0], modes[1])
+        new_times, new_modes = item.times.decode(), item.modes.decode()
     except ValueError as exc:
         raise Refusal("protocol", message=f"bad metadata vector: {exc}") from None
-    if whole:
-        entries = list(iter_entries(directory))
-    else:
-        entries = [(name, entry) for name, entry in directory.sorted_children()]
+    entries = list(iter_entries(directory)) if item.whole else directory.sorted_children()
     if not len(new_times) == len(new_modes) == len(entries):
         return 0, 1
     changed = 0
@@ -216,13 +177,12 @@ def apply_meta(
         # Deepest first, so that a directory's own time is set after its children changed.
         for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
                                                             strict=True))):
-            full = join(path, rel)
             new_mode = entry.kind != "l" and entry.mode != mode
             if new_mode and not 0 <= mode <= 0o7777:
                 raise Refusal("protocol", message=f"bad mode {mode:o}")
             new_time = entry.mtime_ns != mtime
             if new_mode or new_time:
-                replica.set_meta(full, mode if new_mode else None,
+                replica.set_meta(join(item.path, rel), mode if new_mode else None,
                                  mtime if new_time else None, retimed)
                 entry.mode, entry.mtime_ns = (mode if new_mode else entry.mode), mtime
                 changed += new_mode + new_time

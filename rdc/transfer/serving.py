@@ -19,13 +19,14 @@ import trio
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.fs import ConflictError
 from rdc.local.ignore import Excludes
-from rdc.local.paths import PathError, to_wire
+from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
-from rdc.transfer.descent import SourceFile
+from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
-from rdc.transfer.source import offer_fields, serve_wants
-from rdc.transfer.target import NO_CHECK, receive_file
+from rdc.transfer.source import make_offer, serve_wants
+from rdc.transfer.target import receive_file
+from rdc.wire import messages as m
 from rdc.wire.codec import pack
 from rdc.wire.connection import Conversation
 
@@ -34,7 +35,7 @@ LISTING_SPLIT = 8192  # entries of one directory per listing item
 HEARTBEAT = 30.0  # seconds between "changed" messages to a watching client when idle
 
 
-class Opened(Protocol):
+class OpenDirectory(Protocol):
     """One connection's open directory, as the daemon hands it over: its replica, whether
     this connection may write it, the lock that keeps the directory's scans and writes in
     series (shared by every connection that opened it), and the share's change counter."""
@@ -62,7 +63,7 @@ class Opened(Protocol):
 
 
 class Shares(Protocol):
-    async def open(self, share: str, path: str, write: bool, create: bool) -> Opened:
+    async def open(self, share: str, path: str, write: bool, create: bool) -> OpenDirectory:
         """The open directory ``path`` of ``share``; raises Refusal (``share``,
         ``readonly``, ``path``)."""
 
@@ -73,7 +74,7 @@ class ServerSession:
 
     shares: Shares
     peer: str = "?"
-    opened: Opened | None = None
+    opened: OpenDirectory | None = None
     excludes: Excludes = field(default_factory=Excludes)
     tree: Entry | None = None
     dirty: bool = False  # written since the last scan
@@ -83,43 +84,38 @@ class ServerSession:
     top_fixed: bool = True  # the opened directory is a share's own: its mode and time stay
     _opening: bool = False
 
-    async def handle(self, conversation: Conversation, message: dict[str, Any]) -> None:
-        kind = message["t"]
-        if kind == "open":
+    async def handle(self, conversation: Conversation, message: m.Message) -> None:
+        """Answer one request (the connection lets through only requests: `m.Message`
+        ``REQUEST``)."""
+        if isinstance(message, m.Open):
             if self._opening:
                 raise ProtocolError(message="open twice on one connection")
             self._opening = True
             await self._open(conversation, message)
             return
         if self.opened is None:
-            raise ProtocolError(message=f"{kind!r} before open")
-        handler = self._handlers()[kind]
-        await handler(conversation, message)
+            raise ProtocolError(message=f"{message.TYPE!r} before open")
+        await self.handlers()[type(message)](conversation, message)
 
-    def _handlers(self) -> dict[str, Callable[[Conversation, dict[str, Any]], Awaitable[None]]]:
+    def handlers(self) -> dict[type[m.Message], Callable[[Conversation, Any], Awaitable[None]]]:
+        """What answers each request after ``open``."""
         return {
-            "list": self._list,
-            "mlist": self._mlist,
-            "offer": self._offer,
-            "get": self._get,
-            "ops": self._ops,
-            "mset": self._mset,
-            "finish": self._finish,
-            "watch": self._watch,
+            m.List: self._list, m.MetaList: self._mlist, m.Offer: self._offer,
+            m.Get: self._get, m.Ops: self._ops, m.MetaSet: self._mset,
+            m.Finish: self._finish, m.Watch: self._watch,
         }
 
     # ------------------------------------------------------------ open and scans
 
-    async def _open(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _open(self, conversation: Conversation, message: m.Open) -> None:
         try:
-            self.excludes = Excludes(message["excludes"])
+            self.excludes = Excludes(message.excludes)
         except Refusal:
             raise
         except Exception as exc:  # a pattern the library cannot parse
             raise Refusal("path", message=f"bad exclude pattern: {exc}") from None
-        opened = await self.shares.open(
-            message["share"], message["path"], message["write"], message["create"]
-        )
+        opened = await self.shares.open(message.share, message.path, message.write,
+                                        message.create)
         self.opened = opened
         replica = opened.replica
         async with opened.lock:
@@ -131,24 +127,18 @@ class ServerSession:
                 cached = (tree.content, tree.meta, tree.smeta)
             else:  # nothing changed: the tree is scanned only if someone asks for it
                 self.tree, self.unreadable = None, 0
-        log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message["path"],
-                 "read-write" if opened.writable and message["write"] else "read-only")
+        log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message.path,
+                 "read-write" if opened.writable else "read-only")
         content, meta, smeta = cached
         # A share's own top directory belongs to whoever set up the share: clients change
         # the mode and time of a directory they opened inside it, not of the share itself.
-        self.top_fixed = not message["path"]
-        conversation.send(
-            "opened",
-            content=content,
-            meta=meta,
-            smeta=smeta,
-            unreadable=self.unreadable,
-            writable=opened.writable,
-            seq=seq,
-            top=[walked.tree.mode, walked.tree.mtime_ns],
+        self.top_fixed = not message.path
+        conversation.send(m.Opened(
+            content=content, meta=meta, smeta=smeta, unreadable=self.unreadable,
+            writable=opened.writable, seq=seq, top=m.Top(walked.tree.mode, walked.tree.mtime_ns),
             fixed=self.top_fixed,
-        )
-        if walked.temporaries and opened.writable and message["write"]:
+        ))
+        if walked.temporaries and opened.writable:
             # Temporaries of killed transfers (this daemon's or another's) go now.
             async with opened.lock:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
@@ -178,7 +168,7 @@ class ServerSession:
             return await self._scan()
         return self.tree
 
-    def _writable(self) -> Opened:
+    def _writable(self) -> OpenDirectory:
         assert self.opened is not None
         if not self.opened.writable:
             raise Refusal("readonly", message=f"share {self.opened.share!r} is read-only")
@@ -186,22 +176,21 @@ class ServerSession:
 
     # ------------------------------------------------------------ reading
 
-    async def _list(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _list(self, conversation: Conversation, message: m.List) -> None:
         tree = await self._fresh_tree()
-        hb, meta = message["hb"], message["meta"]
-        dirs = [[to_wire(path), listing(tree, path, hb, meta)] for path in message["paths"]]
-        _send_split(conversation, "listing", dirs)
+        dirs = [m.Listing(path, listing(tree, path, message.hb, message.meta))
+                for path in message.paths]
+        _send_split(conversation, m.Listings, _split_large(dirs))
 
-    async def _mlist(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _mlist(self, conversation: Conversation, message: m.MetaList) -> None:
         tree = await self._fresh_tree()
-        items = [mlisting(tree, path, message["hb"]) for path in message["paths"]]
-        dirs = [item for item in items if item is not None]
-        _send_split(conversation, "mlisting", dirs)
+        items = [mlisting(tree, path, message.hb) for path in message.paths]
+        _send_split(conversation, m.MetaListing, [item for item in items if item is not None])
 
-    async def _get(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _get(self, conversation: Conversation, message: m.Get) -> None:
         assert self.opened is not None
         replica = self.opened.replica
-        path = message["path"]
+        path = message.path
         try:
             signature, st, f = await trio.to_thread.run_sync(replica.sign, path)
         except FileNotFoundError:
@@ -214,46 +203,43 @@ class ServerSession:
             def read(offset: int, length: int) -> bytes:
                 return os.pread(fd, length, offset)
 
-            fields = offer_fields(
-                signature, st, read, older_version_likely=message.get("expect") is not None
-            )
-            conversation.send("offer", **fields)
-            if "data" in fields:
-                await conversation.receive("done")
+            try:
+                offer = make_offer(signature, st, read,
+                                   older_version_likely=message.expect not in (None, m.NOTHING))
+            except SourceChanged as exc:
+                raise Refusal("vanished", message=f"{path} changed while read: {exc}") from None
+            conversation.send(offer)
+            if offer.data is not None:
+                await conversation.receive(m.Done)
                 return
             await serve_wants(conversation, SourceFile(signature.tree, read))
 
     # ------------------------------------------------------------ writing
 
-    async def _offer(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _offer(self, conversation: Conversation, message: m.Offer) -> None:
         opened = self._writable()
-        if "path" not in message or not message["path"]:
+        if not message.path:
             raise ProtocolError(message="an offer to the server names its path")
         self._wrote()
-        await receive_file(
-            conversation, opened.replica, message["path"], message,
-            message.get("expect", NO_CHECK),
-        )
+        await receive_file(conversation, opened.replica, message.path, message, message.expect)
 
-    async def _ops(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _ops(self, conversation: Conversation, message: m.Ops) -> None:
         opened = self._writable()
         self._wrote()
         results = await trio.to_thread.run_sync(
-            apply_ops, opened.replica, message["ops"], self.excludes, not self.top_fixed
+            apply_ops, opened.replica, message.ops, self.excludes, not self.top_fixed
         )
-        conversation.send("oks", results=results)
+        conversation.send(m.OpResults(results=results))
 
-    async def _mset(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _mset(self, conversation: Conversation, message: m.MetaSet) -> None:
         opened = self._writable()
         tree = await self._fresh_tree()
         applied = skipped = 0
 
         def run() -> None:
             nonlocal applied, skipped
-            for path, content, whole, times, modes in message["dirs"]:
-                done, missed = apply_meta(
-                    opened.replica, tree, path, content, whole, times, modes
-                )
+            for item in message.dirs:
+                done, missed = apply_meta(opened.replica, tree, item)
                 applied += done
                 skipped += missed
 
@@ -263,24 +249,24 @@ class ServerSession:
             raise Refusal("path", message=str(exc)) from None
         if applied:
             self._wrote()
-        conversation.send("ok", applied=applied, skipped=skipped)
+        conversation.send(m.Ok(applied=applied, skipped=skipped))
 
-    async def _watch(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _watch(self, conversation: Conversation, message: m.Watch) -> None:
         """Tell the client the share's sequence number whenever it changes, and every
         HEARTBEAT seconds anyway (which keeps an idle connection alive). Never ends."""
         assert self.opened is not None
         opened = self.opened
-        last = message["seq"]
+        last = message.seq
         while True:
             current = opened.sequence()
             if current != last:
-                conversation.send("changed", seq=current)
+                conversation.send(m.Changed(seq=current))
                 last = current
             event = opened.next_change()
             with trio.move_on_after(HEARTBEAT) as idle:
                 await event.wait()
             if idle.cancelled_caught:
-                conversation.send("changed", seq=current)
+                conversation.send(m.Changed(seq=current))
 
     def _wrote(self) -> None:
         self.dirty = True
@@ -300,7 +286,7 @@ class ServerSession:
         finally:
             self.opened.release()
 
-    async def _finish(self, conversation: Conversation, message: dict[str, Any]) -> None:
+    async def _finish(self, conversation: Conversation, message: m.Finish) -> None:
         """The server's root hashes now; what this connection wrote is announced to the
         share's watchers (once per finish, not per file)."""
         assert self.opened is not None
@@ -310,35 +296,35 @@ class ServerSession:
             self.opened.changed()
             self.unannounced = False
         tree = await self._scan()
-        conversation.send(
-            "finished", content=tree.content, meta=tree.meta, smeta=tree.smeta,
-            unreadable=self.unreadable, seq=self.opened.sequence(),
-            top=[tree.mode, tree.mtime_ns],
-        )
+        conversation.send(m.Finished(
+            content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
+            seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
+        ))
 
 
-def _send_split(conversation: Conversation, kind: str, dirs: list) -> None:
-    """Send directory items in messages of about 1 MiB (``more`` on all but the last). A
-    directory of many entries is split into several items with the same path."""
+def _send_split(conversation: Conversation, kind: type[m.Listings] | type[m.MetaListing],
+                dirs: list) -> None:
+    """Send directory items in messages of about 1 MiB (``more`` on all but the last)."""
     batch: list = []
     weight = 0
-    for item in _split_large(dirs):
-        size = len(pack(item))
+    for item in dirs:
+        size = len(pack(item.to_wire()))
         if batch and weight + size > 1 << 20:
-            conversation.send(kind, dirs=batch, more=True)
+            conversation.send(kind(dirs=batch, more=True))
             batch, weight = [], 0
         batch.append(item)
         weight += size
-    conversation.send(kind, dirs=batch, more=False)
+    conversation.send(kind(dirs=batch, more=False))
 
 
-def _split_large(dirs: list) -> list:
+def _split_large(dirs: list[m.Listing]) -> list[m.Listing]:
+    """A directory of many entries becomes several items with the same path."""
     out = []
     for item in dirs:
-        entries = item[1] if len(item) == 2 else None
+        entries = item.entries
         if entries is None or len(entries) <= LISTING_SPLIT:
             out.append(item)
             continue
         for start in range(0, len(entries), LISTING_SPLIT):
-            out.append([item[0], entries[start : start + LISTING_SPLIT]])
+            out.append(m.Listing(item.path, entries[start : start + LISTING_SPLIT]))
     return out

@@ -4,7 +4,7 @@ target's wants until the target says ``done``."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
 
 import trio
 
@@ -12,6 +12,7 @@ from rdc.content.signature import FileSignature
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.filestat import mtime_ns
 from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceChanged, SourceFile
+from rdc.wire import messages as m
 from rdc.wire.codec import MAX_PIECE
 from rdc.wire.connection import Conversation
 
@@ -21,62 +22,47 @@ WHOLE_CREDIT = 4 << 20
 MESSAGE_BYTES = 1 << 20
 
 
-def offer_fields(
+def make_offer(
     signature: FileSignature,
     st: os.stat_result,
-    read: Any,
+    read: Callable[[int, int], bytes],
     *,
     older_version_likely: bool = False,
-) -> dict[str, Any]:
-    """The fields of an offer for a file: its root, size and sketch; the content itself for
-    a tiny file; the sub-chunk list of a one-chunk file the target probably holds an older
-    version of (it saves the descent two round trips)."""
+) -> m.Offer:
+    """The offer of a file: its root, size and sketch; the content itself for a tiny file;
+    the sub-chunk list of a one-chunk file the target probably holds an older version of
+    (it saves the descent two round trips)."""
     tree = signature.tree
-    fields: dict[str, Any] = {
-        "size": tree.size,
-        "root": tree.root,
-        "depth": len(tree.levels),
-        "sketch": signature.sketch,
-        "mode": st.st_mode & 0o7777,
-        "mtime": mtime_ns(st),
-    }
+    data = subs = None
     if tree.size < WHOLE_BELOW:
         data = read(0, tree.size)
         if len(data) != tree.size:
             raise Refusal("vanished", message="the file changed while it was being read")
-        fields["data"] = data
     elif older_version_likely and len(tree.leaves) == 1 and tree.size >= SUBS_FROM:
         subs = SourceFile(tree, read).subs(0)
-        fields["subs"] = [subs.prefixes, subs.lengths]
-    return fields
+    return m.Offer(size=tree.size, root=tree.root, depth=len(tree.levels),
+                   sketch=signature.sketch, mode=st.st_mode & 0o7777, mtime_ns=mtime_ns(st),
+                   data=data, subs=subs)
 
 
-async def serve_wants(conversation: Conversation, source: SourceFile) -> dict[str, Any]:
+async def serve_wants(conversation: Conversation, source: SourceFile) -> m.Done:
     """Answer wants until ``done``, which is returned. A want that does not fit the file is
     a protocol error; a file that changed under us ends the conversation (``vanished``)."""
     while True:
-        message = await conversation.receive("want", "done", "more")
-        if message["t"] == "done":
+        message = await conversation.receive(m.Want, m.Done, m.More)
+        if isinstance(message, m.Done):
             return message
-        if message["t"] == "more":  # credit that arrived after the whole file was sent
+        if isinstance(message, m.More):  # credit that arrived after the whole file was sent
             continue
         try:
-            kind = message["k"]
-            if kind == "expand":
-                lists = [source.children(level, i) for level, i in message["nodes"]]
-                conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
-            elif kind == "subs":
-                lists = [source.subs(leaf) for leaf in message["leaves"]]
-                conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
-            elif kind == "fine":
-                lists = [source.fines(leaf, mid) for leaf, mid in message["mids"]]
-                conversation.send("lists", lists=[[e.first, e.prefixes, e.lengths] for e in lists])
-            elif kind == "fetch":
-                await _send_items(conversation, source, message["items"])
-            else:
+            if isinstance(message, m.WantFetch):
+                await _send_items(conversation, source, message.items)
+            elif isinstance(message, m.WantWhole):
                 done = await _send_whole(conversation, source)
                 if done is not None:
                     return done
+            else:
+                conversation.send(m.Lists(lists=source.lists(message)))  # type: ignore[arg-type]
         except SourceChanged as exc:
             changed = f"the file changed while it was sent: {exc}"
             raise Refusal("vanished", message=changed) from None
@@ -94,13 +80,13 @@ async def _send_items(
         pieces.append(data)
         size += len(data)
         if size >= MESSAGE_BYTES or n == len(items) - 1:
-            await conversation.send_data("data", d=pieces, end=n == len(items) - 1)
+            await conversation.send_data(m.Data(d=pieces, end=n == len(items) - 1))
             pieces, size = [], 0
     if not items:
-        conversation.send("data", d=[], end=True)
+        conversation.send(m.Data(d=[], end=True))
 
 
-async def _send_whole(conversation: Conversation, source: SourceFile) -> dict[str, Any] | None:
+async def _send_whole(conversation: Conversation, source: SourceFile) -> m.Done | None:
     """Stream the whole file within the target's credit. Returns ``done`` if the target
     gave up meanwhile."""
     size = source.tree.size
@@ -108,16 +94,16 @@ async def _send_whole(conversation: Conversation, source: SourceFile) -> dict[st
     offset = 0
     while True:
         while credit <= 0:
-            message = await conversation.receive("more", "done")
-            if message["t"] == "done":
+            message = await conversation.receive(m.More, m.Done)
+            if isinstance(message, m.Done):
                 return message
-            credit += message["n"]
+            credit += message.n
         n = min(MAX_PIECE, size - offset)
         data = await trio.to_thread.run_sync(source.read, offset, n) if n else b""
         if len(data) != n:
             raise SourceChanged("the file is shorter than its signature")
         offset += n
         credit -= n
-        await conversation.send_data("data", d=[data] if n else [], end=offset == size)
+        await conversation.send_data(m.Data(d=[data] if n else [], end=offset == size))
         if offset == size:
             return None

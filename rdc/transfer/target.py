@@ -21,25 +21,14 @@ from rdc.errors import ProtocolError, Refusal, RemoteError
 from rdc.local.fs import ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
-from rdc.transfer.descent import (
-    EntryList,
-    Expand,
-    FineLists,
-    Offer,
-    Plan,
-    Reply,
-    SeedFile,
-    SeedMap,
-    SubLists,
-    target_descent,
-)
+from rdc.transfer.descent import Plan, SeedFile, SeedMap, target_descent
 from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
+from rdc.wire import messages as m
 from rdc.wire.connection import Conversation
 
 COPY_PIECE = 1 << 20
 THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
-NO_CHECK = object()  # ``expect`` absent: overwrite whatever is there
 # Nodes or leaves named in one want: a list in a message holds at most MAX_ITEMS, and the
 # answer (a sub-chunk list is up to ~1.3 KB per leaf) must stay well inside one frame.
 WANT_ITEMS = 1024
@@ -96,12 +85,13 @@ async def receive_file(
     conversation: Conversation,
     replica: Replica,
     path: str,
-    offer: dict[str, Any],
-    expect: Any = NO_CHECK,
+    offer: m.Offer,
+    expect: m.Expected | None = None,
 ) -> Outcome:
     """Bring the file at ``path`` to the offered content, talking to the source over
-    ``conversation``, and end the conversation with ``done``. Raises Refusal (after sending
-    ``done`` with the error) if the file could not be brought in."""
+    ``conversation``, and end the conversation with ``done``. ``expect``: what must still
+    be at ``path`` when the new file is put there (None: anything). Raises Refusal (after
+    sending ``done`` with the error) if the file could not be brought in."""
     try:
         outcome = await _receive(conversation, replica, path, offer, expect)
     except (Refusal, ConflictError, PathError, OSError) as exc:
@@ -110,16 +100,17 @@ async def receive_file(
             code = "path"
         message = str(exc) if not isinstance(exc, OSError) else f"{path}: {exc.strerror or exc}"
         if not isinstance(exc, RemoteError):  # the source ended it already
-            conversation.send("done", ok=False, code=code, msg=message)
+            conversation.send(m.Done(ok=False, code=code, msg=message))
         raise Refusal(code, message=message) from None
     conversation.send_last(
-        "done", ok=True, how=outcome.how, literal=outcome.literal, matched=outcome.matched
+        m.Done(ok=True, how=outcome.how, literal=outcome.literal, matched=outcome.matched)
     )
     return outcome
 
 
 async def _receive(
-    conversation: Conversation, replica: Replica, path: str, offer: dict[str, Any], expect: Any
+    conversation: Conversation, replica: Replica, path: str, offer: m.Offer,
+    expect: m.Expected | None,
 ) -> Outcome:
     decided, check, seed_files = await trio.to_thread.run_sync(
         _decide, replica, path, offer, expect
@@ -141,56 +132,51 @@ async def _receive(
     # No seeds, or the rebuilt file did not check out: the whole content, once.
     assembly = _Assembly(replica, path)
     try:
-        await _receive_whole(conversation, assembly, offer["size"])
+        await _receive_whole(conversation, assembly, offer.size)
         await _commit(replica, assembly, path, offer, check)
     finally:
         assembly.abort()
-    return Outcome("whole", literal=offer["size"])
+    return Outcome("whole", literal=offer.size)
 
 
 def _decide(
-    replica: Replica, path: str, offer: dict[str, Any], expect: Any
+    replica: Replica, path: str, offer: m.Offer, expect: m.Expected | None
 ) -> tuple[Outcome | None, Expect | None, list[SeedFile]]:
     """What can be settled without the source, on one worker thread: the expectation, the
     file already here, a copy of another local file with its content, a tiny file whose
     content came in the offer. Otherwise the seeds to descend with."""
-    root = offer["root"]
     check = _expectation(replica, path, expect)
-    if replica.current_root(path) == root:
-        _touch(replica, path, offer)
+    if replica.current_root(path) == offer.root:
+        replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check, []
-    for holder in replica.holders(root):
+    for holder in replica.holders(offer.root):
         if holder != path and _copy_local(replica, holder, path, offer, check) is not None:
-            return Outcome("copy", matched=offer["size"]), check, []
-    if "data" in offer:
+            return Outcome("copy", matched=offer.size), check, []
+    if offer.data is not None:
         assembly = _Assembly(replica, path)
         try:
-            assembly.write(offer["data"])
+            assembly.write(offer.data)
             _finish_file(replica, assembly, path, offer, check, final=True)
         finally:
             assembly.abort()
-        return Outcome("whole", literal=offer["size"]), check, []
-    return None, check, choose_seeds(replica, path, offer["sketch"])
+        return Outcome("whole", literal=offer.size), check, []
+    return None, check, choose_seeds(replica, path, offer.sketch)
 
 
-def _expectation(replica: Replica, path: str, expect: Any) -> Expect | None:
-    """What the file at ``path`` must still be at commit time: the ``expect`` of an offer (a
-    root prefix, or None for "nothing there") made into a check of its current state."""
-    if expect is NO_CHECK:
-        return None
+def _expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expect | None:
+    """What the file at ``path`` must still be at commit time: the ``expect`` of an offer
+    (nothing there, or a version of the file) made into a check of its current state."""
     if expect is None:
+        return None
+    if not expect.kind:
         if replica.fs.lstat(path) is not None:
             raise ConflictError(path=path, expected="nothing", found="an entry")
         return Expect.absent()
-    return replica.expect_version(path, expect)
-
-
-def _touch(replica: Replica, path: str, offer: dict[str, Any]) -> None:
-    replica.set_meta(path, offer["mode"], offer["mtime"])
+    return replica.expect_version(path, expect.digest)
 
 
 def _copy_local(
-    replica: Replica, holder: str, path: str, offer: dict[str, Any], check: Expect | None
+    replica: Replica, holder: str, path: str, offer: m.Offer, check: Expect | None
 ) -> FileSignature | None:
     """Copy another local file with the offered root; None if it no longer has it."""
     try:
@@ -203,29 +189,18 @@ def _copy_local(
             while data := source.read(COPY_PIECE):
                 assembly.write(data)
         signature = assembly.signer.finish()
-        if signature.root != offer["root"]:
+        if signature.root != offer.root:
             return None
-        st = replica.commit(assembly.temp, path, offer["mode"], offer["mtime"], check)
+        st = replica.commit(assembly.temp, path, offer.mode, offer.mtime_ns, check)
         replica.record(path, st, signature)
         return signature
     finally:
         assembly.abort()
 
 
-async def _descend(conversation: Conversation, offer: dict[str, Any], seeds: SeedMap) -> Plan:
-    subs = offer.get("subs")
-    steps = target_descent(
-        Offer(
-            offer["size"],
-            offer["root"],
-            offer["depth"],
-            offer["sketch"],
-            EntryList(0, subs[0], subs[1]) if subs else None,
-        ),
-        seeds,
-        False,
-    )
-    reply = None
+async def _descend(conversation: Conversation, offer: m.Offer, seeds: SeedMap) -> Plan:
+    steps = target_descent(offer, seeds, False)
+    reply: list[m.EntryList] | None = None
     while True:
         try:
             request = steps.send(reply)
@@ -233,20 +208,22 @@ async def _descend(conversation: Conversation, offer: dict[str, Any], seeds: See
             return done.value
         except ValueError as exc:
             raise ProtocolError(message=f"the source's tree does not add up: {exc}") from None
-        if isinstance(request, Expand):
-            kind, key, items = "expand", "nodes", [list(n) for n in request.nodes]
-        elif isinstance(request, SubLists):
-            kind, key, items = "subs", "leaves", list(request.leaves)
-        elif isinstance(request, FineLists):
-            kind, key, items = "fine", "mids", [list(m) for m in request.mids]
-        else:  # pragma: no cover - the descent yields nothing else
-            raise AssertionError(request)
-        lists: list = []
-        for start in range(0, len(items), WANT_ITEMS):  # one want outstanding at a time
-            conversation.send("want", k=kind, **{key: items[start : start + WANT_ITEMS]})
-            message = await conversation.receive("lists")
-            lists.extend(message["lists"])
-        reply = Reply(lists=tuple(EntryList(*item) for item in lists))
+        reply = []
+        for part in _parts(request):  # one want outstanding at a time
+            conversation.send(part)
+            reply.extend((await conversation.receive(m.Lists)).lists)
+
+
+def _parts(request: m.WantExpand | m.WantSubs | m.WantFine) -> list[m.Want]:
+    """``request`` cut into wants of at most WANT_ITEMS nodes, leaves or mids."""
+    if isinstance(request, m.WantExpand):
+        return [m.WantExpand(nodes=request.nodes[i : i + WANT_ITEMS])
+                for i in range(0, len(request.nodes), WANT_ITEMS)]
+    if isinstance(request, m.WantSubs):
+        return [m.WantSubs(leaves=request.leaves[i : i + WANT_ITEMS])
+                for i in range(0, len(request.leaves), WANT_ITEMS)]
+    return [m.WantFine(mids=request.mids[i : i + WANT_ITEMS])
+            for i in range(0, len(request.mids), WANT_ITEMS)]
 
 
 class _Literal:
@@ -275,12 +252,12 @@ class _Literal:
 
     async def leaf(self, leaf: int, length: int) -> bytes:
         """One leaf's bytes, whole (between batches, so no other want is outstanding)."""
-        self.conversation.send("want", k="fetch", items=[[leaf, 0, length]])
+        self.conversation.send(m.WantFetch(items=[(leaf, 0, length)]))
         pieces: list[bytes] = []
         while True:
-            message = await self.conversation.receive("data")
-            pieces.extend(message["d"])
-            if message["end"]:
+            message = await self.conversation.receive(m.Data)
+            pieces.extend(message.d)
+            if message.end:
                 break
         if len(pieces) != 1 or len(pieces[0]) != length:
             raise ProtocolError(message=f"leaf {leaf} came back as other than {length} bytes")
@@ -289,15 +266,15 @@ class _Literal:
 
     async def _fetch_batch(self) -> None:
         batch = self.batches.popleft()
-        items = [[self.plan.fetch[i].leaf, self.plan.fetch[i].start, self.plan.fetch[i].length]
+        items = [(self.plan.fetch[i].leaf, self.plan.fetch[i].start, self.plan.fetch[i].length)
                  for i in batch]
-        self.conversation.send("want", k="fetch", items=items)
+        self.conversation.send(m.WantFetch(items=items))
         while True:
-            message = await self.conversation.receive("data")
-            self.ready.extend(message["d"])
+            message = await self.conversation.receive(m.Data)
+            self.ready.extend(message.d)
             if len(self.ready) > len(batch):
                 raise ProtocolError(message="more data than was fetched")
-            if message["end"]:
+            if message.end:
                 break
         if len(self.ready) != len(batch):
             raise ProtocolError(message="less data than was fetched")
@@ -357,21 +334,21 @@ async def _assemble(
 
 async def _receive_whole(conversation: Conversation, assembly: _Assembly, size: int) -> None:
     """The whole content, granting the source more credit as it is written."""
-    conversation.send("want", k="whole")
+    conversation.send(m.WantWhole())
     received = 0
     unacknowledged = 0
     while True:
-        message = await conversation.receive("data")
-        for piece in message["d"]:
+        message = await conversation.receive(m.Data)
+        for piece in message.d:
             received += len(piece)
             if received > size:
                 raise ProtocolError(message="more data than the offered size")
             await _run(assembly.write, piece, size=len(piece))
             unacknowledged += len(piece)
-        if message["end"]:
+        if message.end:
             break
         if unacknowledged >= WHOLE_CREDIT // 4:
-            conversation.send("more", n=unacknowledged)
+            conversation.send(m.More(n=unacknowledged))
             unacknowledged = 0
     if received != size:
         raise ProtocolError(message=f"received {received} bytes of a {size}-byte file")
@@ -381,7 +358,7 @@ async def _commit(
     replica: Replica,
     assembly: _Assembly,
     path: str,
-    offer: dict[str, Any],
+    offer: m.Offer,
     check: Expect | None,
     final: bool = True,
 ) -> bool:
@@ -396,16 +373,16 @@ def _finish_file(
     replica: Replica,
     assembly: _Assembly,
     path: str,
-    offer: dict[str, Any],
+    offer: m.Offer,
     check: Expect | None,
     final: bool,
 ) -> bool:
     signature = assembly.signer.finish()
-    if signature.root != offer["root"]:
+    if signature.root != offer.root:
         if final:
             raise Refusal("verify", message=f"{path}: the received file does not have the "
                           "offered root (it changed at the source while being sent?)")
         return False
-    st = replica.commit(assembly.temp, path, offer["mode"], offer["mtime"], check)
+    st = replica.commit(assembly.temp, path, offer.mode, offer.mtime_ns, check)
     replica.record(path, st, signature)
     return True

@@ -25,7 +25,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -33,18 +32,12 @@ from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.transfer import sync_base as base_store
-from rdc.transfer.client import (
-    Options,
-    Stats,
-    _finish,
-    _local_ops,
-    _ops,
-    _pull_file,
-    _push_file,
-    count_files,
-)
-from rdc.transfer.compare import Remote, fetch_listings
+from rdc.transfer.files import pull_file, push_file
+from rdc.transfer.oneway import request_open, scan_while_opening
+from rdc.transfer.sides import Hashes, Local, Remote
+from rdc.transfer.stats import Options, Stats, count_files
 from rdc.transfer.sync_base import DIGEST_BYTES, Known
+from rdc.wire import messages as m
 from rdc.wire.connection import Connection
 
 HB = DIGEST_BYTES
@@ -69,7 +62,7 @@ def of_local(entry: Entry | None) -> State | None:
                  digest if entry.kind == "l" else digest[:HB], entry.smeta[:HB])
 
 
-def of_remote(entry: Remote | None) -> State | None:
+def of_remote(entry: m.Listed | None) -> State | None:
     if entry is None:
         return None
     return State(entry.kind, entry.mode, entry.mtime_ns, entry.digest, entry.smeta)
@@ -118,8 +111,8 @@ def conflict_name(path: str, host: str, when: float) -> str:
     return join(directory, f"{stem}.sync-conflict-{stamp}-{host}{ext}")
 
 
-def _spec(state: State | None) -> list:
-    return [] if state is None else [state.kind, state.digest]
+def _spec(state: State | None) -> m.Expected:
+    return m.NOTHING if state is None else m.Expected(state.kind, state.digest)
 
 
 @dataclass
@@ -256,20 +249,22 @@ class TwoWay:
 
     # ------------------------------------------------------------ planning
 
-    async def plan(self, connection: Connection, opened: dict[str, Any]) -> Actions:
-        if self.local.content == opened["content"] and self.local.smeta == opened["smeta"]:
+    async def plan(self, remote: Remote) -> Actions:
+        opened = remote.hashes
+        if self.local.content == opened.content and self.local.smeta == opened.smeta:
             self.new_base = known_of(self.local)
             self.new_base.children = dict(self.new_base.children)
             return self.actions
+        # (path, local entry, base entry, whether the server has a directory there)
         queue: list[tuple[str, Entry | None, Known | None, bool]] = [
             ("", self.local, self.base, True)
         ]
         while queue:
-            wanted = [path for path, _, _, remote in queue if remote]
-            listings = await fetch_listings(connection, wanted, HB, meta=True) if wanted else {}
+            wanted = [path for path, _, _, listed in queue if listed]
+            listings = await remote.listings(wanted, HB, meta=True) if wanted else {}
             next_queue: list[tuple[str, Entry | None, Known | None, bool]] = []
-            for path, here, before, remote in queue:
-                there = (listings.get(path) or {}) if remote else {}
+            for path, here, before, listed in queue:
+                there = (listings.get(path) or {}) if listed else {}
                 mine = here.children if here is not None and here.kind == "d" else {}
                 old = before.children if before is not None and before.kind == "d" else {}
                 for name in sorted(set(mine) | set(there) | set(old), key=to_wire):
@@ -307,7 +302,7 @@ class TwoWay:
         for child, state in self._pending_children.pop(path, []):
             self._record(child, state)
 
-    def _entry(self, path: str, here: Entry | None, there: Remote | None, before: Known | None,
+    def _entry(self, path: str, here: Entry | None, there: m.Listed | None, before: Known | None,
                queue: list) -> None:
         mine, theirs, old = of_local(here), of_remote(there), of_base(before)
         if mine is not None and theirs is not None and mine.kind == theirs.kind == "d":
@@ -433,88 +428,90 @@ class TwoWay:
 # ---------------------------------------------------------------- carrying it out
 
 
-async def execute(
-    connection: Connection, replica: Replica, round_: TwoWay, options: Options
-) -> Stats:
+async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options) -> Stats:
     """Carry out a planned round; failed actions revert their base entries."""
     a = round_.actions
     stats = Stats()
 
-    async def remote(ops: list[list]) -> None:
-        for op, ok in zip(ops, await _ops(connection, ops, stats), strict=True):
-            path = os.fsdecode(op[1])
-            round_.confirm(path) if ok else round_.revert(path)
+    async def apply(side: Local | Remote, ops: list[m.Op]) -> int:
+        """Apply ``ops`` on ``side``; how many succeeded."""
+        ok = stats.ops_done(ops, await side.apply(ops)) if ops else []
+        for op, done in zip(ops, ok, strict=True):
+            round_.confirm(op.path) if done else round_.revert(op.path)
+        return sum(ok)
 
-    async def local(ops: list[tuple]) -> None:
-        for op, ok in zip(ops, await _local_ops(replica, ops, stats), strict=True):
-            round_.confirm(op[1]) if ok else round_.revert(op[1])
-
-    await local([("mv", p, to_wire(new), e) for p, new, e in a.local_moves])
-    await remote([["mv", to_wire(p), to_wire(new), e] for p, new, e in a.remote_moves])
-    await local([("rm", p, None, e) for p, e in a.local_replace])
-    await remote([["rm", to_wire(p), None, e] for p, e in a.remote_replace])
-    depth = lambda item: item[0].count("/")  # noqa: E731 - parents before children
-    await local([("mkdir", p, mode, None) for p, mode in sorted(a.local_mkdirs, key=depth)])
-    await remote([["mkdir", to_wire(p), mode, None]
-                  for p, mode in sorted(a.remote_mkdirs, key=depth)])
+    for side, moves in ((local, a.local_moves), (remote, a.remote_moves)):
+        await apply(side, [m.Op("mv", p, destination=new, expect=e) for p, new, e in moves])
+    for side, replace in ((local, a.local_replace), (remote, a.remote_replace)):
+        await apply(side, [m.Op("rm", p, expect=e) for p, e in replace])
+    for side, mkdirs in ((local, a.local_mkdirs), (remote, a.remote_mkdirs)):
+        parents_first = sorted(mkdirs, key=lambda item: item[0].count("/"))
+        stats.dirs_created += await apply(side, [m.Op("mkdir", p, mode=mode)
+                                                 for p, mode in parents_first])
     limiter = trio.CapacityLimiter(options.concurrency)
+    connection, replica = remote.connection, local.replica
 
-    async def one(push: bool, path: str, expect: bytes | None) -> None:
-        failures = len(stats.failed)
+    async def move(push: bool, path: str, expect: bytes | None) -> None:
         async with limiter:
             if push:
-                await _push_file(connection, replica, path, expect, stats)
+                ok = await push_file(connection, replica, path, expect, stats)
             else:
-                await _pull_file(connection, replica, path, expect, stats)
-        if len(stats.failed) > failures:
-            round_.revert(path)
-        else:
-            round_.confirm(path)
+                ok = await pull_file(connection, replica, path, expect, stats) is not None
+        round_.confirm(path) if ok else round_.revert(path)
 
     async with trio.open_nursery() as nursery:
         for path, expect in a.pushes:
-            nursery.start_soon(one, True, path, expect)
+            nursery.start_soon(move, True, path, expect)
         for path, expect in a.gets:
-            nursery.start_soon(one, False, path, expect)
-    await local([("link", p, target, e) for p, target, e in a.local_links])
-    await remote([["link", to_wire(p), target, e] for p, target, e in a.remote_links])
-    await local([("rm", p, None, e) for p, e in a.local_rms])
-    await remote([["rm", to_wire(p), None, e] for p, e in a.remote_rms])
-    deepest = sorted(a.local_rmdirs, key=lambda p: -p.count("/"))
-    await local([("rmdir", p, None, None) for p in deepest])
-    deepest = sorted(a.remote_rmdirs, key=lambda p: -p.count("/"))
-    await remote([["rmdir", to_wire(p), None, None] for p in deepest])
-    await local([("meta", p, [mode, mtime], None) for p, mode, mtime in a.local_meta])
-    await remote([["meta", to_wire(p), [mode, mtime], None] for p, mode, mtime in a.remote_meta])
-    stats.deleted = len(a.local_rms) + len(a.remote_rms)
+            nursery.start_soon(move, False, path, expect)
+    for side, links in ((local, a.local_links), (remote, a.remote_links)):
+        stats.links += await apply(side, [m.Op("link", p, target=t, expect=e)
+                                          for p, t, e in links])
+    for side, rms in ((local, a.local_rms), (remote, a.remote_rms)):
+        stats.deleted += await apply(side, [m.Op("rm", p, expect=e) for p, e in rms])
+    for side, rmdirs in ((local, a.local_rmdirs), (remote, a.remote_rmdirs)):
+        deepest_first = sorted(rmdirs, key=lambda p: -p.count("/"))
+        await apply(side, [m.Op("rmdir", p) for p in deepest_first])
+    for side, metas in ((local, a.local_meta), (remote, a.remote_meta)):
+        await apply(side, [m.Op("meta", p, mode=mode, mtime_ns=mtime)
+                           for p, mode, mtime in metas])
     stats.conflicts = list(a.conflicts)
-    stats.files_transferred = stats.files_transferred or 0
     return stats
 
 
+async def open_round(connection: Connection, replica: Replica, share: str, path: str,
+                     options: Options, excludes: list[str]) -> tuple[Remote, Entry]:
+    """Open the remote directory for a sync (writable unless a dry run) and scan the local
+    one meanwhile; the remote side and the local tree."""
+    opening = request_open(connection, share, path, not options.dry_run, excludes)
+    answer, tree = await scan_while_opening(replica, opening)
+    return Remote(connection, answer), tree
+
+
 async def sync_round(
-    connection: Connection,
+    remote: Remote,
     replica: Replica,
-    remote_hashes: dict[str, Any],
     base_path: Path,
     hosts: tuple[str, str],
     options: Options,
     tree: Entry | None = None,
 ) -> tuple[Stats, Actions, Entry]:
     """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
-    dry run), store the new base, and check the result. ``remote_hashes`` are the server's
-    current root hashes (from ``opened`` or ``finished``). Returns the stats, the actions
-    and the local tree at the end. ``tree``: the local tree if it was scanned just now."""
+    dry run), store the new base, and check the result. ``remote.hashes`` holds the
+    server's current root hashes (from ``opened`` or ``finished``). Returns the stats, the
+    actions and the local tree at the end. ``tree``: the local tree if it was scanned just
+    now."""
     if tree is None:
         tree = await trio.to_thread.run_sync(replica.scan)
     round_ = TwoWay(tree, base_store.load(base_path), *hosts,
                     unreadable_here=[p for p, _ in replica.errors],
-                    unreadable_there=remote_hashes.get("unreadable", 0))
-    actions = await round_.plan(connection, remote_hashes)
+                    unreadable_there=remote.hashes.unreadable)
+    actions = await round_.plan(remote)
     if options.dry_run:
         return Stats(conflicts=list(actions.conflicts)), actions, tree
+    local = Local(replica, tree)
     try:
-        stats = await execute(connection, replica, round_, options) if actions else Stats()
+        stats = await execute(local, remote, round_, options) if actions else Stats()
     finally:
         # Even when cut off: what was done is recorded, the rest keeps its old base.
         with trio.CancelScope(shield=True):
@@ -523,11 +520,11 @@ async def sync_round(
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(base_store.save, base_path, round_.new_base)
     stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
-    finished = remote_hashes
+    finished: Hashes = remote.hashes
     if actions:
-        finished = await _finish(connection)
+        finished = await remote.refreshed()
         tree = await trio.to_thread.run_sync(replica.scan)
-    stats.seq = finished.get("seq", 0)
-    stats.in_step = tree.content == finished["content"] and tree.smeta == finished["smeta"]
+    stats.seq = finished.seq
+    stats.in_step = tree.content == finished.content and tree.smeta == finished.smeta
     stats.files_total = count_files(tree)
     return stats, actions, tree

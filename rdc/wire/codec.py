@@ -43,23 +43,53 @@ def _no_ext(code: int, data: bytes) -> Any:
     raise ProtocolError(message=f"msgpack ext type {code} is not used by this protocol")
 
 
+_LIMITS = {
+    "raw": False,
+    "use_list": True,
+    "strict_map_key": True,
+    "ext_hook": None,  # set below: no ext types
+    "max_bin_len": MAX_FRAME,
+    "max_str_len": 1 << 16,
+    "max_array_len": 4 * MAX_ITEMS,
+    "max_map_len": 64,
+}
+_LIMITS["ext_hook"] = _no_ext
+_MALFORMED = (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
+              msgpack.StackError, msgpack.OutOfData, RecursionError)
+
+
 def unpack(data: bytes | bytearray | memoryview) -> Any:
     """One msgpack object from a peer, bounded by the frame size; raises ProtocolError for
     anything malformed, truncated, followed by trailing bytes, or over a limit."""
     try:
-        return msgpack.unpackb(
-            data,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            ext_hook=_no_ext,
-            max_bin_len=MAX_FRAME,
-            max_str_len=1 << 16,
-            max_array_len=4 * MAX_ITEMS,
-            max_map_len=64,
-        )
+        return msgpack.unpackb(data, **_LIMITS)
     except ProtocolError:
         raise
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
-            msgpack.StackError, RecursionError) as exc:
+    except _MALFORMED as exc:
         raise ProtocolError(message=f"malformed msgpack: {exc}") from None
+
+
+def unpack_array(data: bytes, limit: int) -> list[tuple[Any, int]]:
+    """The items of one msgpack array from a peer (1 to ``limit`` of them), each with the
+    number of bytes it took: what a message weighs is known exactly, not guessed from its
+    unpacked objects. ProtocolError as for `unpack`."""
+    unpacker = msgpack.Unpacker(max_buffer_size=len(data) or 1, **_LIMITS)
+    try:
+        unpacker.feed(data)
+        count = unpacker.read_array_header()
+        if not 1 <= count <= limit:
+            raise ProtocolError(message=f"a frame body must be an array of 1 to {limit} items")
+        out = []
+        position = unpacker.tell()
+        for _ in range(count):
+            item = unpacker.unpack()
+            end = unpacker.tell()
+            out.append((item, end - position))
+            position = end
+    except ProtocolError:
+        raise
+    except _MALFORMED as exc:
+        raise ProtocolError(message=f"malformed msgpack: {exc}") from None
+    if position != len(data):
+        raise ProtocolError(message="malformed msgpack: trailing bytes after the array")
+    return out

@@ -1,10 +1,10 @@
 """Conversations over one connection (docs/protocol.md section 3).
 
 A `Connection` runs two tasks: a writer that batches every queued message into as few
-frames as possible, and a reader that checks each incoming message against its schema and
-hands it to its conversation. Sending never blocks on the peer, except `send_data`, which
-waits while too much is queued: so a reader is never stuck behind a slow consumer and the
-two sides cannot deadlock each other.
+frames as possible, and a reader that decodes each incoming message (`messages.decode`
+checks every field) and hands it to its conversation. Sending never blocks on the peer,
+except `send_data`, which waits while too much is queued: so a reader is never stuck
+behind a slow consumer and the two sides cannot deadlock each other.
 
 Memory stays bounded by the work in flight: each side asks for bounded amounts, a
 conversation may hold only so much unread input (more than was asked for is a protocol
@@ -12,7 +12,9 @@ error, and so is any input to a conversation that takes none), and the reader st
 reading the socket while the unread input of all conversations together is over
 PAUSE_BYTES, until their handlers have taken some (every handler takes its input without
 waiting for the reader, so this never deadlocks; the peer just sees TCP back-pressure),
-and while its queued output is over OUTPUT_PAUSE, until the peer has read some.
+and while its queued output is over OUTPUT_PAUSE, until the peer has read some. Sizes are
+exact: a message is packed when it is queued, and an incoming one weighs the bytes it took
+in its frame.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TypeVar
 
 import trio
 
 from rdc.errors import ProtocolError, Refusal, RemoteError
-from rdc.wire import messages
+from rdc.wire import messages as m
+from rdc.wire.codec import pack
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
 log = logging.getLogger("rdc.wire.connection")
@@ -43,27 +46,8 @@ SETTLE_PASSES = 8
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
 OUTPUT_PAUSE = 2 * HIGH_WATER  # ... and above which the reader stops taking requests
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
-REQUESTS = frozenset(
-    {"open", "list", "mlist", "offer", "get", "ops", "mset", "finish", "watch"}
-)
-# Requests whose conversations carry more input from the requester after the request
-# itself (a file's answers to wants, or its wants); input to any other is a protocol error.
-WITH_FOLLOW_UPS = frozenset({"offer", "get"})
-
-Handler = Callable[["Conversation", dict[str, Any]], Awaitable[None]]
-
-
-def _size(value: Any) -> int:
-    """What a (checked) message holds in memory, roughly: its strings and byte strings
-    and 16 bytes per other item. Every field counts, not only data: a ``lists`` message
-    of prefixes weighs what it holds."""
-    if isinstance(value, bytes | str):
-        return 16 + len(value)
-    if isinstance(value, list | tuple):
-        return 16 + sum(map(_size, value))
-    if isinstance(value, dict):
-        return 16 + sum(map(_size, value.values()))
-    return 16
+M = TypeVar("M", bound=m.Message)
+Handler = Callable[["Conversation", m.Message], Awaitable[None]]
 
 
 class Conversation:
@@ -76,48 +60,50 @@ class Conversation:
         self.connection = connection
         self.id = conversation_id
         self.takes_input = takes_input
-        self._inbox_send, self._inbox = trio.open_memory_channel[dict[str, Any]](math.inf)
+        self._inbox_send, self._inbox = trio.open_memory_channel[tuple[m.Message, int]](
+            math.inf
+        )
         self.pending_messages = 0
         self.pending_bytes = 0
 
-    def send(self, t: str, **fields: Any) -> None:
+    def send(self, message: m.Message) -> None:
         """Queue a message (never blocks)."""
-        self.connection.post({"t": t, "id": self.id, **fields})
+        self.connection.post(message, self.id)
 
-    def send_last(self, t: str, **fields: Any) -> None:
+    def send_last(self, message: m.Message) -> None:
         """Queue a conversation's final message if the connection still stands: what it
         reports is already done, so a connection lost meanwhile is not this work's
         failure (the peer learns of the loss anyway)."""
         if self.connection.failure is None:
-            self.send(t, **fields)
+            self.send(message)
 
-    async def send_data(self, t: str, **fields: Any) -> None:
+    async def send_data(self, message: m.Message) -> None:
         """Queue a message once the outgoing queue has room: the one place where a bulk
         sender waits for the peer to read."""
         await self.connection.wait_for_room()
-        self.send(t, **fields)
+        self.send(message)
 
-    async def receive(self, *expected: str) -> dict[str, Any]:
+    async def receive(self, *expected: type[M]) -> M:
+        """The next message, which must be of one of the ``expected`` types."""
         try:
-            message = await self._inbox.receive()
+            message, size = await self._inbox.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise self.connection.failure or ConnectionClosed("connection closed") from None
-        size = _size(message)
         self.pending_messages -= 1
         self.pending_bytes -= size
         self.connection._taken(size)
-        if message["t"] == "error":
-            raise RemoteError(code=message["code"], message=message["msg"] or message["code"])
-        if expected and message["t"] not in expected:
+        if isinstance(message, m.Error):
+            raise RemoteError(code=message.code, message=message.msg or message.code)
+        if expected and not isinstance(message, expected):
+            names = " or ".join(t.TYPE for t in expected)
             raise ProtocolError(
-                message=f"expected {' or '.join(expected)} in conversation {self.id}, "
-                f"got {message['t']!r}"
+                message=f"expected {names} in conversation {self.id}, got {message.TYPE!r}"
             )
-        return message
+        return message  # type: ignore[return-value]
 
     def refuse(self, code: str, msg: str) -> None:
         """End the conversation with an error (the connection goes on)."""
-        self.connection.post({"t": "error", "id": self.id, "code": code, "msg": msg})
+        self.connection.post(m.Error(code=code, msg=msg), self.id)
         self.close()
 
     def close(self) -> None:
@@ -135,18 +121,17 @@ class Conversation:
             self.connection._taken(self.pending_bytes)
             self.pending_bytes = 0
 
-    def _deliver(self, message: dict[str, Any]) -> None:
+    def _deliver(self, message: m.Message, size: int) -> None:
         if not self.takes_input:
             raise ProtocolError(
-                message=f"conversation {self.id} takes no further messages, got {message['t']!r}"
+                message=f"conversation {self.id} takes no further messages, got {message.TYPE!r}"
             )
-        size = _size(message)
         self.pending_messages += 1
         self.pending_bytes += size
         if self.pending_messages > PENDING_MESSAGES or self.pending_bytes > PENDING_BYTES:
             raise ProtocolError(message=f"conversation {self.id}: more unread input than asked for")
         self.connection._pending_input += size
-        self._inbox_send.send_nowait(message)
+        self._inbox_send.send_nowait((message, size))
 
 
 class Connection:
@@ -171,28 +156,29 @@ class Connection:
         self.frames = frames
         self.handler = handler
         self.idle_timeout = idle_timeout
-        self._pending_input = 0  # unread input of all conversations
-        self._drained = trio.Event()
         self._conversations: dict[int, Conversation] = {}
-        self._out_send, self._out = trio.open_memory_channel[dict[str, Any]](math.inf)
+        self._out_send, self._out = trio.open_memory_channel[bytes](math.inf)
         self._queued_bytes = 0
         self._room = trio.Condition()
+        self._pending_input = 0  # unread input of all conversations
+        self._drained = trio.Event()
         self._next_id = 1
         self._highest_seen = 0
         self._failure: BaseException | None = None
         self._closing = False
-        self._done = trio.Event()
         # The writer and a final error must not send at once (trio refuses concurrent
         # send_all, and a frame must not be cut by another).
         self._send_lock = trio.Lock()
 
     # ------------------------------------------------------------ sending
 
-    def post(self, message: dict[str, Any]) -> None:
+    def post(self, message: m.Message, conversation: int | None = None) -> None:
+        """Queue ``message`` (of ``conversation``, if it belongs to one), packed now."""
         if self._failure is not None:
             raise self._failure
-        self._queued_bytes += _size(message)
-        self._out_send.send_nowait(message)
+        packed = pack(m.encode(message, conversation))
+        self._queued_bytes += len(packed)
+        self._out_send.send_nowait(packed)
 
     async def wait_for_room(self) -> None:
         async with self._room:
@@ -208,63 +194,60 @@ class Connection:
             with trio.move_on_after(self.idle_timeout / 4) as quiet:
                 first = await self._out.receive()
             if quiet.cancelled_caught:
-                await self.frames.send([{"t": "ping"}])
+                await self.frames.send([m.encode(m.Ping())])
                 continue
             # Scheduler passes first, while they bring more: the conversations woken by the
             # same event (a frame just read) queue their answers, and one frame carries
-            # them all (client frames of a Django upgrade: 3.5% fewer bytes on the wire).
+            # them all (fewer, larger frames compress better: docs/formats.md section 7).
             # Trio shuffles each scheduler batch, so an answer queued in this pass may land
             # just after the writer looked: only two empty passes in a row mean "settled".
             batch = [first]
-            size = _size(batch[0])
+            size = len(first)
             empty = 0
             for _ in range(SETTLE_PASSES):
                 await trio.lowlevel.checkpoint()
                 before = len(batch)
                 while size < BATCH_BYTES:
                     try:
-                        message = self._out.receive_nowait()
+                        packed = self._out.receive_nowait()
                     except trio.WouldBlock:
                         break
-                    batch.append(message)
-                    size += _size(message)
+                    batch.append(packed)
+                    size += len(packed)
                 empty = empty + 1 if len(batch) == before else 0
                 if empty == 2 or size >= BATCH_BYTES:
                     break
             async with self._send_lock:
-                await self.frames.send(batch)
+                await self.frames.send_packed(batch)
             self._queued_bytes -= size
             async with self._room:
                 self._room.notify_all()
 
     # ------------------------------------------------------------ conversations
 
-    def start(self, t: str, **fields: Any) -> Conversation:
-        """A new conversation (client side) opened with its request message."""
+    def start(self, request: m.Message) -> Conversation:
+        """A new conversation (client side) opened with its request."""
         conversation = Conversation(self, self._next_id)
         self._next_id += 1
         self._conversations[conversation.id] = conversation
-        conversation.send(t, **fields)
+        conversation.send(request)
         return conversation
-
-    @property
-    def open_conversations(self) -> int:
-        return len(self._conversations)
 
     # ------------------------------------------------------------ receiving
 
     async def _reader(self, nursery: trio.Nursery) -> None:
         while True:
             with trio.move_on_after(self.idle_timeout) as idle:
-                batch = await self.frames.receive()
+                batch = await self.frames.receive_sized()
             if idle.cancelled_caught:
                 if self._conversations or self.handler is not None:
                     silent = f"no word from the peer in {self.idle_timeout:g} s"
                     self._fail(ConnectionClosed(silent))
                     return
                 continue
-            for raw in batch:
-                self._dispatch(messages.check(raw), nursery)
+            for raw, size in batch:
+                conversation, message = m.decode(raw)
+                self._dispatch(conversation, message, size, nursery)
             while self._pending_input > PAUSE_BYTES:  # let the handlers catch up
                 await self._drained.wait()
                 self._drained = trio.Event()
@@ -280,17 +263,18 @@ class Connection:
         if self._pending_input <= PAUSE_BYTES:
             self._drained.set()
 
-    def _dispatch(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
-        conversation_id = message.get("id")
+    def _dispatch(
+        self, conversation_id: int | None, message: m.Message, size: int, nursery: trio.Nursery
+    ) -> None:
         if conversation_id is None:
-            if message["t"] == "ping":
+            if isinstance(message, m.Ping):
                 return
-            if message["t"] == "error":
-                raise RemoteError(code=message["code"], message=message["msg"] or message["code"])
-            raise ProtocolError(message=f"{message['t']!r} outside a conversation")
+            if isinstance(message, m.Error):
+                raise RemoteError(code=message.code, message=message.msg or message.code)
+            raise ProtocolError(message=f"{message.TYPE!r} outside a conversation")
         conversation = self._conversations.get(conversation_id)
         if conversation is not None:
-            conversation._deliver(message)
+            conversation._deliver(message, size)
             return
         # Input for a conversation this side already ended (for example data still in
         # flight after the target gave up on a file) is dropped.
@@ -298,10 +282,10 @@ class Connection:
             if conversation_id < self._next_id:
                 return
             raise ProtocolError(message=f"message for unknown conversation {conversation_id}")
-        if message["t"] not in REQUESTS:
+        if not message.REQUEST:
             if conversation_id <= self._highest_seen:
                 return  # input still in flight for a conversation this side ended
-            raise ProtocolError(message=f"a conversation cannot start with {message['t']!r}")
+            raise ProtocolError(message=f"a conversation cannot start with {message.TYPE!r}")
         if conversation_id <= self._highest_seen:
             raise ProtocolError(
                 message=f"conversation {conversation_id} reused (ids of new conversations grow)"
@@ -309,14 +293,12 @@ class Connection:
         if len(self._conversations) >= MAX_CONVERSATIONS:
             raise ProtocolError(message=f"more than {MAX_CONVERSATIONS} open conversations")
         self._highest_seen = conversation_id
-        conversation = Conversation(
-            self, conversation_id, takes_input=message["t"] in WITH_FOLLOW_UPS
-        )
+        conversation = Conversation(self, conversation_id, takes_input=message.FOLLOW_UPS)
         self._conversations[conversation_id] = conversation
         nursery.start_soon(self._handle, conversation, message, nursery)
 
     async def _handle(
-        self, conversation: Conversation, message: dict[str, Any], nursery: trio.Nursery
+        self, conversation: Conversation, message: m.Message, nursery: trio.Nursery
     ) -> None:
         """Run the handler of one conversation. A refusal ends the conversation; a protocol
         error or a bug ends the connection (and only it)."""
@@ -337,7 +319,7 @@ class Connection:
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
             nursery.cancel_scope.cancel()
         except Exception as exc:
-            log.exception("conversation %d (%s) failed", conversation.id, message["t"])
+            log.exception("conversation %d (%s) failed", conversation.id, message.TYPE)
             await self._abort(ProtocolError(message=f"internal error: {exc}"), "internal", nursery)
         finally:
             conversation.close()
@@ -358,14 +340,13 @@ class Connection:
                 task_status.started()
                 await self._guard(self._reader, nursery, nursery)
         finally:
-            self._done.set()
             with trio.CancelScope(shield=True):
                 await self.frames.stream.aclose()
         if isinstance(self._failure, ProtocolError | RemoteError):
             raise self._failure
 
     async def _guard(self, task: Callable[..., Awaitable[None]], nursery: trio.Nursery,
-                     *args: Any) -> None:
+                     *args: object) -> None:
         """Run the reader or the writer; however it ends, record why and stop the other."""
         try:
             await task(*args)
@@ -395,7 +376,7 @@ class Connection:
             scope.shield = True
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 async with self._send_lock:
-                    await self.frames.send([{"t": "error", "code": code, "msg": msg}])
+                    await self.frames.send([m.encode(m.Error(code=code, msg=msg))])
 
     async def close(self) -> None:
         """Flush what is queued, then close the stream."""

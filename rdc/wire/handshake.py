@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import trio
 
 from rdc import __version__
 from rdc.errors import AccessDenied, ConnectionFailed, ProtocolError, RemoteError
 from rdc.params import FORMAT, mismatch
-from rdc.wire import messages
+from rdc.wire import messages as m
 from rdc.wire.codec import MAX_FRAME
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
@@ -19,6 +19,8 @@ PROTOCOL_MIN = 1
 PROTOCOL_MAX = 1
 FEATURES = ("zstd",)
 HANDSHAKE_SECONDS = 10
+M = TypeVar("M", bound=m.Message)
+T = TypeVar("T")
 # The largest frame a server reads before the token checked out: a hello (token, agent,
 # features) fits in a few KiB.
 HELLO_FRAME = 16 << 10
@@ -28,79 +30,81 @@ def agent() -> str:
     return f"rdc/{__version__}"
 
 
-async def _one(frames: FrameStream, expected: str) -> dict[str, Any]:
+async def _one(frames: FrameStream, expected: type[M]) -> M:
     batch = await frames.receive()
     if len(batch) != 1:
         raise ProtocolError(message="the handshake is one message per frame")
-    message = messages.check(batch[0])
-    if message["t"] == "error":
-        code = message["code"]
-        text = message["msg"] or code
-        if code in ("auth", "share", "readonly"):
+    conversation, message = m.decode(batch[0])
+    if conversation is not None:
+        raise ProtocolError(message="the handshake has no conversations")
+    if isinstance(message, m.Error):
+        text = message.msg or message.code
+        if message.code in ("auth", "share", "readonly"):
             raise AccessDenied(message=f"server: {text}")
-        raise RemoteError(code=code, message=f"server: {text}")
-    if message["t"] != expected:
-        raise ProtocolError(message=f"expected {expected!r}, got {message['t']!r}")
+        raise RemoteError(code=message.code, message=f"server: {text}")
+    if not isinstance(message, expected):
+        raise ProtocolError(message=f"expected {expected.TYPE!r}, got {message.TYPE!r}")
     return message
 
 
-async def client_handshake(frames: FrameStream, token: str, compress: bool = True) -> dict:
+async def _send(frames: FrameStream, message: m.Message) -> None:
+    await frames.send([m.encode(message)])
+
+
+async def client_handshake(frames: FrameStream, token: str, compress: bool = True) -> m.Welcome:
     """Say hello; return the server's welcome. Compression is switched on if both sides
     have it (and ``compress``)."""
     features = list(FEATURES) if compress else []
-    await frames.send(
-        [{"t": "hello", "proto": [PROTOCOL_MIN, PROTOCOL_MAX], "agent": agent(),
-          "features": features, "token": token, "format": FORMAT}]
-    )
+    await _send(frames, m.Hello(proto=(PROTOCOL_MIN, PROTOCOL_MAX), agent=agent(),
+                                features=features, token=token, format=FORMAT))
     try:
-        welcome = await _one(frames, "welcome")
+        welcome = await _one(frames, m.Welcome)
     except ConnectionClosed:
         raise ConnectionFailed(
             message="the server closed the connection during the handshake"
         ) from None
-    if not PROTOCOL_MIN <= welcome["proto"] <= PROTOCOL_MAX:
-        raise ProtocolError(message=f"the server chose protocol {welcome['proto']}")
-    if welcome["format"] != FORMAT:
+    if not PROTOCOL_MIN <= welcome.proto <= PROTOCOL_MAX:
+        raise ProtocolError(message=f"the server chose protocol {welcome.proto}")
+    if welcome.format != FORMAT:
         raise ProtocolError(message="the server uses other format parameters: "
-                            + mismatch(FORMAT, welcome["format"]))
-    frames.compress = "zstd" in welcome["features"] and "zstd" in features
+                            + mismatch(FORMAT, welcome.format))
+    frames.compress = "zstd" in welcome.features and "zstd" in features
     return welcome
 
 
 async def server_handshake(
-    frames: FrameStream, token_ok: Callable[[str], Any], compress: bool = True
-) -> tuple[dict, Any]:
+    frames: FrameStream, token_ok: Callable[[str], T | None], compress: bool = True
+) -> tuple[m.Hello, T]:
     """Wait for hello (at most HANDSHAKE_SECONDS), check the version and the token; send
     welcome. Returns the hello and what ``token_ok`` returned for the token (the client's
     rights). A bad token gets ``error auth`` and nothing else."""
     frames.max_receive = HELLO_FRAME  # a peer that has not authenticated sends little
     with trio.fail_after(HANDSHAKE_SECONDS):
         try:
-            hello = await _one(frames, "hello")
+            hello = await _one(frames, m.Hello)
         except ProtocolError as exc:  # tell the peer why, if it still listens (section 1)
             with trio.move_on_after(2), contextlib.suppress(
                 trio.BrokenResourceError, trio.ClosedResourceError, OSError
             ):
-                await frames.send([{"t": "error", "code": "protocol", "msg": str(exc)}])
+                await _send(frames, m.Error(code="protocol", msg=str(exc)))
             raise
-    low, high = hello["proto"]
+    low, high = hello.proto
     chosen = min(high, PROTOCOL_MAX)
-    rights = token_ok(hello["token"])
+    rights = token_ok(hello.token)
     if not rights:
-        await frames.send([{"t": "error", "code": "auth", "msg": "authentication failed"}])
+        await _send(frames, m.Error(code="auth", msg="authentication failed"))
         raise AccessDenied(message="authentication failed")
-    if hello["format"] != FORMAT:
-        differs = mismatch(FORMAT, hello["format"])
-        await frames.send([{"t": "error", "code": "version",
-                            "msg": f"this server uses other format parameters: {differs}"}])
+    if hello.format != FORMAT:
+        differs = mismatch(FORMAT, hello.format)
+        await _send(frames, m.Error(
+            code="version", msg=f"this server uses other format parameters: {differs}"))
         raise ProtocolError(message=f"client with other format parameters: {differs}")
     if chosen < max(low, PROTOCOL_MIN):
-        await frames.send([{"t": "error", "code": "version",
-                            "msg": f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"}])
+        await _send(frames, m.Error(
+            code="version", msg=f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"))
         raise ProtocolError(message=f"client speaks protocol {low}..{high}")
-    features = [f for f in hello["features"] if f in FEATURES and compress]
-    await frames.send([{"t": "welcome", "proto": chosen, "agent": agent(), "features": features,
-                        "format": FORMAT}])
+    features = [f for f in hello.features if f in FEATURES and compress]
+    await _send(frames, m.Welcome(proto=chosen, agent=agent(), features=features, format=FORMAT))
     frames.compress = "zstd" in features
     frames.max_receive = MAX_FRAME
     return hello, rights

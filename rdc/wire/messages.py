@@ -1,28 +1,39 @@
-"""Message schemas of docs/protocol.md: every field of every message a peer sends is
-checked (type, size, range) before any code uses it.
+"""The messages of docs/protocol.md, typed: one class per message type.
 
-`check(message)` returns a copy with defaults filled in and paths decoded to the internal
-``str`` form (`rdc.local.paths`), or raises ProtocolError. A field whose absence means something
-(``expect``: "do not check") is left out of the copy when absent.
+A message from a peer becomes an object in one place, `decode`, which checks every field
+(type, size, range) and turns wire forms into internal ones (paths: ``bin`` to rdc's
+``str``; records: small typed values); a message to a peer becomes a map in one place,
+`encode`. Nothing outside rdc.wire reads a message by string key, and a change to one
+message's fields is a change to its class, its users and docs/protocol.md.
+
+Each class lists its fields as dataclass fields whose metadata holds the field's check
+(`read`); a field with a default may be absent on the wire. The conversation id is not a
+field: the connection adds and strips it (`encode`, `decode`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 from rdc.errors import ProtocolError
-from rdc.local.paths import PathError, check_relpath
+from rdc.local.paths import PathError, check_relpath, to_wire
 from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 
 Check = Callable[[Any, str], Any]
-MAX_ENTRIES = 16384  # directory entries in one listing message
-MAX_TIMES = 1 << 16  # entries in one times vector
-ABSENT = object()
+MAX_ENTRIES = 16384  # directory entries in one listing item
+MAX_TIMES = 1 << 16  # entries in one metadata vector
+HASH_BYTES = 32
+INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def _fail(where: str, what: str) -> ProtocolError:
     return ProtocolError(message=f"{where}: {what}")
+
+
+# ---------------------------------------------------------------- checks of wire values
 
 
 def uint(limit: int = (1 << 64) - 1, low: int = 0) -> Check:
@@ -35,7 +46,7 @@ def uint(limit: int = (1 << 64) - 1, low: int = 0) -> Check:
 
 
 def sint(v: Any, where: str) -> int:
-    if type(v) is not int or not -(1 << 63) <= v < 1 << 63:
+    if type(v) is not int or not INT64[0] <= v <= INT64[1]:
         raise _fail(where, "expected a 64-bit integer")
     return v
 
@@ -55,10 +66,12 @@ def text(limit: int) -> Check:
     return check
 
 
-def binary(limit: int, exact: int | None = None) -> Check:
+def binary(limit: int, exact: int | None = None, low: int = 0) -> Check:
     def check(v: Any, where: str) -> bytes:
-        if type(v) is not bytes or len(v) > limit or (exact is not None and len(v) != exact):
-            size = f"exactly {exact}" if exact is not None else f"at most {limit}"
+        if type(v) is not bytes or not low <= len(v) <= limit or (
+            exact is not None and len(v) != exact
+        ):
+            size = f"exactly {exact}" if exact is not None else f"{low} to {limit}"
             raise _fail(where, f"expected binary of {size} bytes")
         return v
 
@@ -90,15 +103,12 @@ def array(item: Check, limit: int = MAX_ITEMS) -> Check:
     return check
 
 
-def record(*items: Check) -> Check:
-    """A fixed-length array whose items have their own checks."""
-
-    def check(v: Any, where: str) -> tuple:
-        if type(v) is not list or len(v) != len(items):
-            raise _fail(where, f"expected an array of {len(items)} items")
-        return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v, strict=True)))
-
-    return check
+def items(v: Any, where: str, count: int | Sequence[int]) -> list:
+    """``v`` as a fixed-length array (one of ``count`` lengths)."""
+    counts = (count,) if isinstance(count, int) else tuple(count)
+    if type(v) is not list or len(v) not in counts:
+        raise _fail(where, f"expected an array of {' or '.join(map(str, counts))} items")
+    return v
 
 
 def path(v: Any, where: str) -> str:
@@ -117,185 +127,646 @@ def name(v: Any, where: str) -> str:
     return result
 
 
-def anything(v: Any, where: str) -> Any:
-    return v
-
-
 def prefix(v: Any, where: str) -> bytes:
-    if type(v) is not bytes or not 8 <= len(v) <= 32:
+    if type(v) is not bytes or not 8 <= len(v) <= HASH_BYTES:
         raise _fail(where, "expected a hash prefix of 8 to 32 bytes")
     return v
 
 
 ID = uint((1 << 32) - 1, low=1)  # conversation ids; 0 is not one
-HASH = binary(32, exact=32)
+HASH = binary(HASH_BYTES, exact=HASH_BYTES)
+MODE = uint(0o7777)
+SKETCH = optional(binary(12, exact=12))
 
 
-def HB(v: Any, where: str) -> int:
-    if v not in (8, 32) or type(v) is not int:
+def hash_bytes(v: Any, where: str) -> int:
+    if type(v) is not int or v not in (8, 32):
         raise _fail(where, "hash bytes must be 8 or 32")
     return v
 
 
-MODE = uint(0o7777)
-TOP = record(MODE, sint)  # the opened directory's own mode and mtime
-VECTOR = record(array(sint, MAX_TIMES), binary(2 * MAX_TIMES))
-ENTRY = record(name, one_of("f", "d", "l"), MODE, binary(4096))
-OP = one_of("mkdir", "link", "rm", "rmdir", "mode", "mv", "meta")
-FULL_ENTRY = record(
-    name, one_of("f", "d", "l"), MODE, binary(4096), sint, binary(32), binary(32)
-)
+# ---------------------------------------------------------------- records inside messages
 
 
-def entry(v: Any, where: str) -> tuple:
-    """A listing entry: 4 items, or 7 with ``meta`` (mtime, meta and sync meta prefixes)."""
-    return FULL_ENTRY(v, where) if type(v) is list and len(v) == 7 else ENTRY(v, where)
+T = TypeVar("T")
 
 
-# (check, default): default ABSENT means required; ``optional_key`` fields are left out of
-# the checked message when absent.
-Field = tuple[Check, Any]
-OPTIONAL_KEY = object()
-
-SCHEMAS: dict[str, dict[str, Field]] = {
-    "hello": {
-        "proto": (record(uint(1 << 16), uint(1 << 16)), ABSENT),
-        "agent": (text(256), ""),
-        "features": (array(text(64), 64), []),
-        "token": (text(1024), ""),
-        "format": (text(512), ""),
-    },
-    "welcome": {
-        "proto": (uint(1 << 16), ABSENT),
-        "agent": (text(256), ""),
-        "features": (array(text(64), 64), []),
-        "format": (text(512), ""),
-    },
-    "error": {
-        "id": (optional(ID), None),
-        "code": (text(32), "internal"),
-        "msg": (text(4096), ""),
-    },
-    "open": {
-        "id": (ID, ABSENT),
-        "share": (text(255), ABSENT),
-        "path": (path, ""),
-        "write": (boolean, False),
-        "create": (boolean, False),
-        "excludes": (array(text(1024), 1000), []),
-    },
-    "opened": {
-        "id": (ID, ABSENT),
-        "content": (HASH, ABSENT),
-        "meta": (HASH, ABSENT),
-        "smeta": (optional(HASH), None),
-        "unreadable": (uint(), 0),
-        "writable": (boolean, False),
-        "seq": (uint(), 0),
-        "top": (optional(TOP), None),
-        "fixed": (boolean, False),
-    },
-    "list": {
-        "id": (ID, ABSENT),
-        "paths": (array(path), ABSENT),
-        "hb": (HB, 8),
-        "meta": (boolean, False),
-    },
-    "listing": {
-        "id": (ID, ABSENT),
-        "dirs": (array(record(path, optional(array(entry, MAX_ENTRIES)))), ABSENT),
-        "more": (boolean, False),
-    },
-    "mlist": {"id": (ID, ABSENT), "paths": (array(path), ABSENT), "hb": (HB, 8)},
-    "mlisting": {
-        "id": (ID, ABSENT),
-        "dirs": (
-            array(record(path, binary(32), boolean, VECTOR, VECTOR, binary(32 * MAX_ENTRIES))),
-            ABSENT,
-        ),
-        "more": (boolean, False),
-    },
-    "mset": {
-        "id": (ID, ABSENT),
-        "dirs": (array(record(path, binary(32), boolean, VECTOR, VECTOR)), ABSENT),
-    },
-    "ok": {"id": (ID, ABSENT), "applied": (uint(), 0), "skipped": (uint(), 0)},
-    "offer": {
-        "id": (ID, ABSENT),
-        "path": (path, OPTIONAL_KEY),
-        "size": (uint(), ABSENT),
-        "root": (HASH, ABSENT),
-        "depth": (uint(64), ABSENT),
-        "sketch": (optional(binary(12, exact=12)), None),
-        "mode": (MODE, 0o644),
-        "mtime": (sint, 0),
-        "expect": (optional(prefix), OPTIONAL_KEY),
-        "data": (binary(255), OPTIONAL_KEY),
-        "subs": (record(binary(MAX_PIECE), binary(MAX_PIECE)), OPTIONAL_KEY),
-    },
-    "get": {
-        "id": (ID, ABSENT),
-        "path": (path, ABSENT),
-        "expect": (optional(prefix), OPTIONAL_KEY),
-    },
-    "want": {
-        "id": (ID, ABSENT),
-        "k": (one_of("whole", "expand", "subs", "fine", "fetch"), ABSENT),
-        "nodes": (array(record(uint(64), uint())), []),
-        "leaves": (array(uint()), []),
-        "mids": (array(record(uint(), uint())), []),
-        "items": (array(record(uint(), uint(), uint())), []),
-    },
-    "lists": {"id": (ID, ABSENT), "lists": (array(record(uint(), binary(MAX_PIECE),
-                                                         binary(MAX_PIECE))), ABSENT)},
-    "data": {"id": (ID, ABSENT), "d": (array(binary(MAX_PIECE)), ABSENT), "end": (boolean, False)},
-    "more": {"id": (ID, ABSENT), "n": (uint(1 << 40), ABSENT)},
-    "done": {
-        "id": (ID, ABSENT),
-        "ok": (boolean, ABSENT),
-        "how": (text(16), ""),
-        "literal": (uint(), 0),
-        "matched": (uint(), 0),
-        "code": (text(32), ""),
-        "msg": (text(4096), ""),
-    },
-    "ops": {
-        "id": (ID, ABSENT),
-        "ops": (
-            array(record(OP, path, anything, anything)),
-            ABSENT,
-        ),
-    },
-    "oks": {"id": (ID, ABSENT), "results": (array(optional(record(text(32), text(4096)))),
-                                            ABSENT)},
-    "finish": {"id": (ID, ABSENT)},
-    "watch": {"id": (ID, ABSENT), "seq": (uint(), 0)},
-    "ping": {},
-    "changed": {"id": (ID, ABSENT), "seq": (uint(), ABSENT)},
-    "finished": {
-        "id": (ID, ABSENT),
-        "content": (HASH, ABSENT),
-        "meta": (HASH, ABSENT),
-        "smeta": (optional(HASH), None),
-        "unreadable": (uint(), 0),
-        "seq": (uint(), 0),
-        "top": (optional(TOP), None),
-    },
-}
+def record(cls: type[T]) -> Check:
+    """The check of a record class: its ``from_wire``."""
+    return cls.from_wire  # type: ignore[attr-defined]
 
 
-def check(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with every known field checked and defaults filled in."""
-    kind = message.get("t")
-    schema = SCHEMAS.get(kind)  # type: ignore[arg-type]
-    if schema is None:
-        raise ProtocolError(message=f"unknown message type {kind!r}")
-    out: dict[str, Any] = {"t": kind}
-    for key, (field_check, default) in schema.items():
-        if key in message:
-            out[key] = field_check(message[key], f"{kind}.{key}")
-        elif default is ABSENT:
-            raise ProtocolError(message=f"{kind}: missing field {key!r}")
-        elif default is not OPTIONAL_KEY:
-            out[key] = list(default) if isinstance(default, list) else default
+@dataclass(frozen=True, slots=True)
+class Top:
+    """The opened directory's own mode and mtime."""
+
+    mode: int
+    mtime_ns: int
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Top:
+        mode, mtime = items(v, where, 2)
+        return cls(MODE(mode, f"{where}[0]"), sint(mtime, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        return [self.mode, self.mtime_ns]
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A directory entry as a listing describes it: kind (f, d, l), mode, and hash
+    prefix (a link's whole target); with ``meta`` listings also its mtime and, for a
+    directory, its meta and sync-meta hash prefixes."""
+
+    name: str
+    kind: str
+    mode: int
+    digest: bytes
+    mtime_ns: int = 0
+    meta: bytes = b""
+    smeta: bytes = b""
+    has_meta: bool = False
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Listed:
+        v = items(v, where, (4, 7))
+        fields = (name(v[0], f"{where}[0]"), one_of("f", "d", "l")(v[1], f"{where}[1]"),
+                  MODE(v[2], f"{where}[2]"), binary(4096)(v[3], f"{where}[3]"))
+        if len(v) == 4:
+            return cls(*fields)
+        return cls(*fields, sint(v[4], f"{where}[4]"), binary(HASH_BYTES)(v[5], f"{where}[5]"),
+                   binary(HASH_BYTES)(v[6], f"{where}[6]"), True)
+
+    def to_wire(self) -> list:
+        item = [to_wire(self.name), self.kind, self.mode, self.digest]
+        if self.has_meta:
+            item += [self.mtime_ns, self.meta, self.smeta]
+        return item
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One directory of a ``listing``: its entries, or None if it is not a directory."""
+
+    path: str
+    entries: list[Listed] | None
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Listing:
+        p, entries = items(v, where, 2)
+        return cls(path(p, f"{where}[0]"),
+                   optional(array(record(Listed), MAX_ENTRIES))(entries, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        entries = None if self.entries is None else [e.to_wire() for e in self.entries]
+        return [to_wire(self.path), entries]
+
+
+@dataclass(frozen=True, slots=True)
+class Vector:
+    """Integers as a table of the distinct values and one index per value (1 byte each
+    for at most 256 distinct values, else 2 bytes big-endian)."""
+
+    table: list[int]
+    index: bytes
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Vector:
+        table, index = items(v, where, 2)
+        return cls(array(sint, MAX_TIMES)(table, f"{where}[0]"),
+                   binary(2 * MAX_TIMES)(index, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        return [self.table, self.index]
+
+    @classmethod
+    def encode(cls, values: Sequence[int]) -> Vector:
+        table = sorted(set(values))
+        at = {t: i for i, t in enumerate(table)}
+        if len(table) <= 256:
+            return cls(table, bytes(at[t] for t in values))
+        return cls(table, b"".join(at[t].to_bytes(2, "big") for t in values))
+
+    def decode(self) -> list[int]:
+        """The values; ValueError if the index does not fit the table."""
+        width = 1 if len(self.table) <= 256 else 2
+        if len(self.index) % width:
+            raise ValueError("vector index has a partial entry")
+        out = []
+        for i in range(0, len(self.index), width):
+            k = int.from_bytes(self.index[i : i + width], "big")
+            if k >= len(self.table):
+                raise ValueError("vector index points past its table")
+            out.append(self.table[k])
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MetaDir:
+    """One directory of an ``mlisting`` (``metas`` set) or an ``mset`` (empty)."""
+
+    path: str
+    content: bytes  # content hash prefix: the vectors apply only where it matches
+    whole: bool  # the vectors cover the whole subtree, depth-first
+    times: Vector
+    modes: Vector
+    metas: bytes = b""  # meta hash prefixes of the subdirectories (not whole)
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> MetaDir:
+        v = items(v, where, (5, 6))
+        out = cls(path(v[0], f"{where}[0]"), binary(HASH_BYTES)(v[1], f"{where}[1]"),
+                  boolean(v[2], f"{where}[2]"), Vector.from_wire(v[3], f"{where}[3]"),
+                  Vector.from_wire(v[4], f"{where}[4]"))
+        if len(v) == 6:
+            out = dataclasses.replace(
+                out, metas=binary(HASH_BYTES * MAX_ENTRIES)(v[5], f"{where}[5]"))
+        return out
+
+    def to_wire(self, with_metas: bool = True) -> list:
+        item = [to_wire(self.path), self.content, self.whole, self.times.to_wire(),
+                self.modes.to_wire()]
+        return [*item, self.metas] if with_metas else item
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What a request expects at a path (docs/protocol.md ``expect``): nothing there
+    (``kind`` ""), or an entry as a listing showed it (kind and hash prefix; a link's
+    whole target). A request without one (None) checks nothing."""
+
+    kind: str = ""
+    digest: bytes = b""
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Expected:
+        if v == []:
+            return cls()
+        kind, digest = items(v, where, 2)
+        return cls(one_of("f", "d", "l")(kind, f"{where}[0]"),
+                   binary(4096)(digest, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        return [self.kind, self.digest] if self.kind else []
+
+
+NOTHING = Expected()
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation of ``ops``: what it does (``kind``), where, with what, and what it
+    expects to find there first."""
+
+    KINDS: ClassVar[tuple[str, ...]] = ("mkdir", "link", "rm", "rmdir", "mv", "meta")
+    kind: str
+    path: str
+    mode: int = 0  # mkdir, meta
+    mtime_ns: int = 0  # meta
+    target: bytes = b""  # link: the link's target
+    destination: str = ""  # mv
+    expect: Expected | None = None
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Op:
+        kind, p, arg, expect = items(v, where, 4)
+        kind = one_of(*cls.KINDS)(kind, f"{where}[0]")
+        out = cls(kind, path(p, f"{where}[1]"),
+                  expect=optional(record(Expected))(expect, f"{where}[3]"))
+        at = f"{where}[2]"
+        if kind == "mkdir":
+            return dataclasses.replace(out, mode=MODE(arg, at))
+        if kind == "link":
+            return dataclasses.replace(out, target=binary(4096, low=1)(arg, at))
+        if kind == "mv":
+            destination = path(arg, at)
+            if not destination:
+                raise _fail(at, "mv needs a destination path")
+            return dataclasses.replace(out, destination=destination)
+        if kind == "meta":
+            mode, mtime = items(arg, at, 2)
+            return dataclasses.replace(out, mode=MODE(mode, at), mtime_ns=sint(mtime, at))
+        if arg is not None:
+            raise _fail(at, f"{kind} takes no argument")
+        return out
+
+    def to_wire(self) -> list:
+        arg: Any = None
+        if self.kind == "mkdir":
+            arg = self.mode
+        elif self.kind == "link":
+            arg = self.target
+        elif self.kind == "mv":
+            arg = to_wire(self.destination)
+        elif self.kind == "meta":
+            arg = [self.mode, self.mtime_ns]
+        expect = None if self.expect is None else self.expect.to_wire()
+        return [self.kind, to_wire(self.path), arg, expect]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why one op (or one file of a batch) failed: an error code and a message."""
+
+    code: str
+    msg: str
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> Failure:
+        code, msg = items(v, where, 2)
+        return cls(text(32)(code, f"{where}[0]"), text(4096)(msg, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        return [self.code, self.msg]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryList:
+    """Entries as they travel: hash prefixes, concatenated, and their lengths as LEB128
+    varints. ``first`` is the index of the first one in its level (0 for sub-chunks)."""
+
+    first: int
+    prefixes: bytes
+    lengths: bytes
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> EntryList:
+        first, prefixes, lengths = items(v, where, 3)
+        return cls(uint()(first, f"{where}[0]"), binary(MAX_PIECE)(prefixes, f"{where}[1]"),
+                   binary(MAX_PIECE)(lengths, f"{where}[2]"))
+
+    def to_wire(self) -> list:
+        return [self.first, self.prefixes, self.lengths]
+
+
+def node(v: Any, where: str) -> tuple[int, int]:
+    level, index = items(v, where, 2)
+    return uint(64)(level, f"{where}[0]"), uint()(index, f"{where}[1]")
+
+
+def mid(v: Any, where: str) -> tuple[int, int]:
+    leaf, k = items(v, where, 2)
+    return uint()(leaf, f"{where}[0]"), uint()(k, f"{where}[1]")
+
+
+def fetch_item(v: Any, where: str) -> tuple[int, int, int]:
+    leaf, start, length = items(v, where, 3)
+    return (uint()(leaf, f"{where}[0]"), uint()(start, f"{where}[1]"),
+            uint()(length, f"{where}[2]"))
+
+
+# ---------------------------------------------------------------- message classes
+
+
+def wire(check: Check, default: Any = dataclasses.MISSING, *, key: str | None = None,
+         out: Callable[[Any], Any] | None = None, factory: Callable[[], Any] | None = None,
+         omit: Any = dataclasses.MISSING) -> Any:
+    """A message field: ``check`` reads it from the wire, ``out`` writes it (default: as
+    is, or ``to_wire()`` of a record); ``key`` is its wire name if not the field's; a
+    field equal to ``omit`` is left out of the map."""
+    metadata = {"check": check, "key": key, "out": out, "omit": omit}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class Message:
+    """A message of the protocol. ``TYPE`` is its ``t``; ``KIND`` its ``k`` where one
+    type has several (``want``). ``REQUEST``: it starts a conversation (client to server;
+    docs/protocol.md section 3's table), and ``FOLLOW_UPS``: the client sends more in that
+    conversation after it."""
+
+    TYPE: ClassVar[str]
+    KIND: ClassVar[str | None] = None
+    REQUEST: ClassVar[bool] = False
+    FOLLOW_UPS: ClassVar[bool] = False
+
+
+M = TypeVar("M", bound=Message)
+_BY_TYPE: dict[str, type[Message] | dict[str, type[Message]]] = {}
+
+
+def message(t: str, kind: str | None = None) -> Callable[[type[M]], type[M]]:
+    def register(cls: type[M]) -> type[M]:
+        cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+        cls.TYPE, cls.KIND = t, kind
+        if kind is None:
+            _BY_TYPE[t] = cls
+        else:
+            kinds = _BY_TYPE.setdefault(t, {})
+            assert isinstance(kinds, dict)
+            kinds[kind] = cls
+        return cls
+
+    return register
+
+
+def _write(value: Any) -> Any:
+    if hasattr(value, "to_wire"):
+        return value.to_wire()
+    if isinstance(value, list):
+        return [_write(item) for item in value]
+    return value
+
+
+def encode(msg: Message, conversation: int | None = None) -> dict[str, Any]:
+    """The map of ``msg`` as it travels, with ``id`` if it belongs to a conversation."""
+    out: dict[str, Any] = {"t": msg.TYPE}
+    if conversation is not None:
+        out["id"] = conversation
+    if msg.KIND is not None:
+        out["k"] = msg.KIND
+    for f in dataclasses.fields(msg):  # type: ignore[arg-type]
+        value = getattr(msg, f.name)
+        meta = f.metadata
+        if meta.get("omit", dataclasses.MISSING) is not dataclasses.MISSING and (
+            value == meta["omit"]
+        ):
+            continue
+        writer = meta.get("out")
+        out[meta.get("key") or f.name] = writer(value) if writer else _write(value)
     return out
+
+
+def decode(raw: dict[str, Any]) -> tuple[int | None, Message]:
+    """The conversation id (None if there is none) and the checked message of one map
+    from a peer; ProtocolError for anything that does not fit docs/protocol.md."""
+    t = raw.get("t")
+    cls = _BY_TYPE.get(t) if isinstance(t, str) else None
+    if isinstance(cls, dict):
+        kind = raw.get("k")
+        cls = cls.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            raise ProtocolError(message=f"{t}: unknown or missing k {raw.get('k')!r}")
+    if cls is None:
+        raise ProtocolError(message=f"unknown message type {t!r}")
+    conversation = ID(raw["id"], f"{t}.id") if raw.get("id") is not None else None
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f.metadata.get("key") or f.name
+        if key in raw:
+            values[f.name] = f.metadata["check"](raw[key], f"{t}.{key}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ProtocolError(message=f"{t}: missing field {key!r}")
+    return conversation, cls(**values)
+
+
+# -- the handshake
+
+
+def versions(v: Any, where: str) -> tuple[int, int]:
+    low, high = items(v, where, 2)
+    return uint(1 << 16)(low, f"{where}[0]"), uint(1 << 16)(high, f"{where}[1]")
+
+
+def file_expect(v: Any, where: str) -> Expected:
+    """A file's ``expect`` (offer, get): nil for nothing there, else a root prefix."""
+    return NOTHING if v is None else Expected("f", prefix(v, where))
+
+
+def sub_list(v: Any, where: str) -> EntryList:
+    """An offer's ``subs``: [prefixes, lengths] of the file's one chunk."""
+    prefixes, lengths = items(v, where, 2)
+    return EntryList(0, binary(MAX_PIECE)(prefixes, f"{where}[0]"),
+                     binary(MAX_PIECE)(lengths, f"{where}[1]"))
+
+
+@message("hello")
+class Hello(Message):
+    proto: tuple[int, int] = wire(versions, out=list)
+    agent: str = wire(text(256), "")
+    features: list[str] = wire(array(text(64), 64), factory=list)
+    token: str = wire(text(1024), "")
+    format: str = wire(text(512), "")
+
+
+@message("welcome")
+class Welcome(Message):
+    proto: int = wire(uint(1 << 16))
+    agent: str = wire(text(256), "")
+    features: list[str] = wire(array(text(64), 64), factory=list)
+    format: str = wire(text(512), "")
+
+
+@message("error")
+class Error(Message):
+    """Ends a conversation (with an id) or the connection (without)."""
+
+    code: str = wire(text(32), "internal")
+    msg: str = wire(text(4096), "")
+
+
+@message("ping")
+class Ping(Message):
+    pass
+
+
+# -- open, listings, metadata, ops, finish, watch
+
+
+@message("open")
+class Open(Message):
+    REQUEST = True
+    share: str = wire(text(255))
+    path: str = wire(path, "", out=to_wire)
+    write: bool = wire(boolean, False)
+    create: bool = wire(boolean, False)
+    excludes: list[str] = wire(array(text(1024), 1000), factory=list)
+
+
+@message("opened")
+class Opened(Message):
+    content: bytes = wire(HASH)
+    meta: bytes = wire(HASH)
+    smeta: bytes | None = wire(optional(HASH), None)
+    unreadable: int = wire(uint(), 0)
+    writable: bool = wire(boolean, False)
+    seq: int = wire(uint(), 0)
+    top: Top | None = wire(optional(record(Top)), None)
+    fixed: bool = wire(boolean, False)
+
+
+@message("list")
+class List(Message):
+    REQUEST = True
+    paths: list[str] = wire(array(path), out=lambda ps: [to_wire(p) for p in ps])
+    hb: int = wire(hash_bytes, 8)
+    meta: bool = wire(boolean, False)
+
+
+@message("listing")
+class Listings(Message):
+    dirs: list[Listing] = wire(array(record(Listing)))
+    more: bool = wire(boolean, False)
+
+
+@message("mlist")
+class MetaList(Message):
+    REQUEST = True
+    paths: list[str] = wire(array(path), out=lambda ps: [to_wire(p) for p in ps])
+    hb: int = wire(hash_bytes, 8)
+
+
+@message("mlisting")
+class MetaListing(Message):
+    dirs: list[MetaDir] = wire(array(record(MetaDir)))
+    more: bool = wire(boolean, False)
+
+
+@message("mset")
+class MetaSet(Message):
+    REQUEST = True
+    dirs: list[MetaDir] = wire(array(record(MetaDir)),
+                               out=lambda ds: [d.to_wire(with_metas=False) for d in ds])
+
+
+@message("ok")
+class Ok(Message):
+    applied: int = wire(uint(), 0)
+    skipped: int = wire(uint(), 0)
+
+
+@message("ops")
+class Ops(Message):
+    REQUEST = True
+    ops: list[Op] = wire(array(record(Op)))
+
+
+@message("oks")
+class OpResults(Message):
+    results: list[Failure | None] = wire(array(optional(record(Failure))),
+                                         out=lambda rs: [r and r.to_wire() for r in rs])
+
+
+@message("finish")
+class Finish(Message):
+    REQUEST = True
+    pass
+
+
+@message("finished")
+class Finished(Message):
+    content: bytes = wire(HASH)
+    meta: bytes = wire(HASH)
+    smeta: bytes | None = wire(optional(HASH), None)
+    unreadable: int = wire(uint(), 0)
+    seq: int = wire(uint(), 0)
+    top: Top | None = wire(optional(record(Top)), None)
+
+
+@message("watch")
+class Watch(Message):
+    REQUEST = True
+    seq: int = wire(uint(), 0)
+
+
+@message("changed")
+class Changed(Message):
+    seq: int = wire(uint())
+
+
+# -- files
+
+
+@message("offer")
+class Offer(Message):
+    """What the source says of a file (``path`` and ``expect`` in a push only)."""
+
+    REQUEST = FOLLOW_UPS = True
+    size: int = wire(uint())
+    root: bytes = wire(HASH)
+    depth: int = wire(uint(64))
+    sketch: bytes | None = wire(SKETCH, None)
+    mode: int = wire(MODE, 0o644)
+    mtime_ns: int = wire(sint, 0, key="mtime")
+    path: str | None = wire(path, None, out=to_wire, omit=None)
+    # push: what the source believes is at ``path`` (NOTHING, or a version of a file);
+    # None: overwrite whatever is there.
+    expect: Expected | None = wire(file_expect, None, out=lambda e: e.digest or None, omit=None)
+    data: bytes | None = wire(binary(255), None, omit=None)
+    subs: EntryList | None = wire(sub_list, None, out=lambda s: [s.prefixes, s.lengths],
+                                  omit=None)
+
+
+@message("get")
+class Get(Message):
+    REQUEST = FOLLOW_UPS = True
+    path: str = wire(path, out=to_wire)
+    expect: Expected | None = wire(file_expect, None, out=lambda e: e.digest or None, omit=None)
+
+
+class Want(Message):
+    """What the target asks of the source for one file (``k`` says what)."""
+
+    TYPE = "want"
+
+
+@message("want", "whole")
+class WantWhole(Want):
+    """Send all the content."""
+
+
+@message("want", "expand")
+class WantExpand(Want):
+    """Send the children of these nodes, each (level, index)."""
+
+    nodes: list[tuple[int, int]] = wire(array(node), factory=list,
+                                        out=lambda ns: [list(n) for n in ns])
+
+
+@message("want", "subs")
+class WantSubs(Want):
+    """Send the mid lists of these leaves."""
+
+    leaves: list[int] = wire(array(uint()), factory=list)
+
+
+@message("want", "fine")
+class WantFine(Want):
+    """Send the fine sub-chunk lists of these mids, each (leaf, mid index)."""
+
+    mids: list[tuple[int, int]] = wire(array(mid), factory=list,
+                                       out=lambda ms: [list(m) for m in ms])
+
+
+@message("want", "fetch")
+class WantFetch(Want):
+    """Send data: per item (leaf, start, length), bytes of a leaf."""
+
+    items: list[tuple[int, int, int]] = wire(array(fetch_item), factory=list,
+                                             out=lambda its: [list(i) for i in its])
+
+
+@message("lists")
+class Lists(Message):
+    lists: list[EntryList] = wire(array(record(EntryList)))
+
+
+@message("data")
+class Data(Message):
+    d: list[bytes] = wire(array(binary(MAX_PIECE)))
+    end: bool = wire(boolean, False)
+
+
+@message("more")
+class More(Message):
+    n: int = wire(uint(1 << 40))
+
+
+@message("done")
+class Done(Message):
+    """The target ends a file's conversation: how it went."""
+
+    ok: bool = wire(boolean)
+    how: str = wire(text(16), "")
+    literal: int = wire(uint(), 0)
+    matched: int = wire(uint(), 0)
+    code: str = wire(text(32), "")
+    msg: str = wire(text(4096), "")
+
+
+# Every message type, for tests and the fuzzer.
+TYPES: tuple[str, ...] = tuple(sorted(_BY_TYPE))
+KINDS: dict[str, tuple[str, ...]] = {
+    t: tuple(sorted(cls)) for t, cls in _BY_TYPE.items() if isinstance(cls, dict)
+}

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from rdc.errors import UsageError
+from rdc.wire import DEFAULT_PORT
 from rdc_server.limits import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS
 from rdc_server.shares import Rights, Share
 
-DEFAULT_PORT = 8730
 MIN_TOKEN = 16
 
 

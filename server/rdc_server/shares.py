@@ -155,7 +155,7 @@ class ClientShares:
         self.registry = registry
         self.rights = rights
 
-    async def open(self, name: str, path: str, write: bool, create: bool) -> OpenedShare:
+    async def open(self, name: str, path: str, write: bool, create: bool) -> GrantedDirectory:
         share = self.registry.shares.get(name)
         mode = self.rights.mode(share) if share is not None else None
         if share is None or mode is None:
@@ -167,11 +167,11 @@ class ClientShares:
         )
         # A connection that opened without ``write`` stays read-only, whatever its token
         # allows.
-        return OpenedShare(self.registry, name, directory, writable=write and mode == "rw")
+        return GrantedDirectory(self.registry, name, directory, writable=write and mode == "rw")
 
 
-class OpenedShare:
-    """One connection's open directory (implements `rdc.transfer.serving.Opened`)."""
+class GrantedDirectory:
+    """One connection's open directory (implements `rdc.transfer.serving.OpenDirectory`)."""
 
     def __init__(
         self, registry: Registry, share: str, directory: _Directory, writable: bool

@@ -26,8 +26,8 @@ from rdc.local.filestat import Stamp, mtime_ns, stamp
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
 SCHEMA_VERSION = 1
-# Candidate defaults, measured by tests/test_sketch_index.py: 4 matching traits of 12 keep
-# chance matches rare among 10,000 files while finding near-duplicates (J >= 0.5).
+# Candidate defaults: 4 matching traits of 12 keep chance matches rare among 10,000 files
+# while finding near-duplicates (J >= 0.5); docs/formats.md section 4.
 CANDIDATE_THRESHOLD = 4
 CANDIDATE_LIMIT = 5
 # Seconds to wait for another connection's write lock before giving up with an error.

@@ -170,7 +170,7 @@ def _sign_all(db, opener, paths, on_disk, workers, racy, stats, progress) -> Non
     done_bytes = 0
     pending: dict[Future, str] = {}
     # Small files are signed on this thread: their cost is mostly Python, and two threads
-    # contending for the GIL on two cores took 1.6x the CPU (Django, 6.8k files). Larger
+    # contending for the GIL cost more than they save (docs/formats.md section 7). Larger
     # ones go to the pool, where the chunker and BLAKE3 run without the GIL.
     small = [p for p in reversed(paths) if on_disk[p].st_size < INLINE_BYTES]
     large = [p for p in reversed(paths) if on_disk[p].st_size >= INLINE_BYTES]

@@ -1,0 +1,243 @@
+"""One-way sync (``rdc push`` and ``rdc pull``): make a target directory a copy of a source
+directory. Push and pull are one algorithm over two sides (`rdc.transfer.sides`): the
+local directory is the source of a push and the target of a pull, the remote one the
+other; only the moving of file content differs by direction.
+
+The steps, each in docs/protocol.md: open the remote directory while the local one is
+scanned; stop if both root hashes (and the opened directory's own mode and time) agree;
+compare top-down; on the target, replace entries of another kind and make directories;
+move files (many in flight); make links; delete (``--delete``); bring modes and times in
+step; compare the root hashes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+
+import trio
+
+from rdc.local.index import Progress as ScanProgress
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry, Walk
+from rdc.transfer import metadata
+from rdc.transfer.compare import Changes, compare
+from rdc.transfer.files import pull_file, push_file
+from rdc.transfer.sides import Hashes, Local, Remote, Side
+from rdc.transfer.stats import Options, Progress, Stats, count_files
+from rdc.wire import messages as m
+from rdc.wire.connection import Connection, Conversation, unwrap_group
+
+
+def request_open(connection: Connection, share: str, path: str, write: bool,
+                 excludes: list[str]) -> Conversation:
+    """Send ``open`` (creating ``path`` if it writes); the server starts scanning its
+    tree, which the client overlaps with its own scan before it waits for ``opened``."""
+    return connection.start(m.Open(share=share, path=path, write=write, create=write,
+                                   excludes=excludes))
+
+
+async def receive_opened(conversation: Conversation) -> m.Opened:
+    try:
+        return await conversation.receive(m.Opened)
+    finally:
+        conversation.close()
+
+
+class ScanAbandoned(Exception):
+    """Raised from a scan's progress callback to stop the scan at the next file."""
+
+
+async def scan_while_opening(
+    replica: Replica,
+    opening: Conversation,
+    progress: Callable[[ScanProgress], None] | None = None,
+    walked: Walk | None = None,
+) -> tuple[m.Opened, Entry]:
+    """The server's answer to ``open`` and the local tree, scanned meanwhile: the two scans
+    are independent, and in series a cold push paid for both. A refused open stops the
+    local scan at its next file."""
+    stop = threading.Event()
+
+    def report(event: ScanProgress) -> None:
+        if stop.is_set():
+            raise ScanAbandoned
+        if progress is not None:
+            progress(event)
+
+    tree: Entry | None = None
+
+    async def scan() -> None:
+        nonlocal tree
+        with contextlib.suppress(ScanAbandoned):  # the open was refused
+            tree = await trio.to_thread.run_sync(replica.scan, None, report, walked)
+
+    with unwrap_group():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(scan)
+            try:
+                answer = await receive_opened(opening)
+            except BaseException:
+                stop.set()
+                raise
+    assert tree is not None
+    return answer, tree
+
+
+async def run(
+    connection: Connection, replica: Replica, share: str, path: str, push: bool,
+    options: Options, excludes: list[str],
+    progress: Callable[[ScanProgress], None] | None = None,
+) -> Stats:
+    """A whole push (``push``) or pull between ``replica`` and directory ``path`` of
+    ``share``: open it, scan the local tree meanwhile, and sync. ``excludes``: the
+    patterns both sides leave out; ``progress``: of the local scan."""
+    answer, tree, walked = await open_and_scan(
+        connection, replica, share, path, push, options, excludes, progress
+    )
+    if tree is None:  # neither side changed since both were last in step
+        return Stats(files_total=len(walked.files), in_step=True, seq=answer.seq)
+    return await one_way(connection, replica, tree, answer, push, options)
+
+
+async def open_and_scan(
+    connection: Connection, replica: Replica, share: str, path: str, push: bool,
+    options: Options, excludes: list[str],
+    progress: Callable[[ScanProgress], None] | None = None,
+) -> tuple[m.Opened, Entry | None, Walk]:
+    """Open the remote directory and scan the local one. When neither side changed since
+    its last scan (stat says so for this side, the server's answer for its own), the
+    local tree is not scanned at all: None, with the walk that showed it."""
+    write = push and not options.dry_run
+    opening = request_open(connection, share, path, write, excludes)
+    # The local walk runs while the server scans its side.
+    cached, walked = await trio.to_thread.run_sync(replica.quick)
+    if walked.temporaries and not push and not options.dry_run:
+        await trio.to_thread.run_sync(replica.fs.clean_temporaries)
+    if cached is None:
+        return (*await scan_while_opening(replica, opening, progress, walked), walked)
+    answer = await receive_opened(opening)
+    theirs = Hashes.of_message(answer)
+    mine = Hashes(*cached, m.Top(walked.tree.mode, walked.tree.mtime_ns))
+    if (mine.content, mine.meta) == (theirs.content, theirs.meta) and not _top_differs(
+        mine, theirs, push
+    ):
+        return answer, None, walked
+    return answer, await trio.to_thread.run_sync(replica.scan, None, progress, walked), walked
+
+
+def synced_top(hashes: Hashes, push: bool) -> m.Top | None:
+    """The opened directory's own mode and time on the server, if this sync keeps them in
+    step: a push leaves a share's top directory alone."""
+    return None if hashes.top is None or (push and hashes.fixed) else hashes.top
+
+
+def _top_differs(mine: Hashes, theirs: Hashes, push: bool) -> bool:
+    top = synced_top(theirs, push)
+    return top is not None and top != mine.top
+
+
+async def one_way(connection: Connection, replica: Replica, tree: Entry, answer: m.Opened,
+                  push: bool, options: Options) -> Stats:
+    """Bring the target (the server's directory in a push, ``replica`` scanned as ``tree``
+    in a pull) to the source's content, modes and times."""
+    started = time.monotonic()
+    local, remote = Local(replica, tree), Remote(connection, answer)
+    source, target = (local, remote) if push else (remote, local)
+    stats = Stats(files_total=count_files(tree))
+    if push:
+        stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
+    mine, theirs = local.hashes(), remote.hashes
+    src, dst = (mine, theirs) if push else (theirs, mine)
+    # The opened directory's own mode and time, where this sync keeps them in step: set
+    # last, as every write inside it moves its time.
+    top = src.top if synced_top(theirs, push) is not None else None
+    last = [] if top is None else [m.Op("meta", "", mode=top.mode, mtime_ns=top.mtime_ns)]
+    if (src.content, src.meta) == (dst.content, dst.meta):
+        if top is None or top == dst.top:
+            stats.in_step = not stats.failed
+        elif options.dry_run:
+            stats.changes = Changes(meta=[("", _top_what(top, dst.top))])
+        else:
+            stats.in_step = all(stats.ops_done(last, await target.apply(last)))
+            stats.in_step = stats.in_step and not stats.failed
+        return _done(stats, started)
+    for hb in (8, 32):
+        stats.changes = changes = await compare(source, target, hb)
+        if options.dry_run:
+            vectors, singles = await metadata.walk(remote, local.tree)
+            changes.meta = metadata.differences(vectors, singles)
+            if top is not None and top != dst.top:
+                changes.meta.append(("", _top_what(top, dst.top)))
+            return _done(stats, started)
+        try:
+            await _content(target, connection, replica, changes, options, stats, push,
+                           theirs.unreadable)
+        finally:
+            if not push:
+                await trio.to_thread.run_sync(replica.sync_dirs)
+        if not push:
+            await local.refreshed()
+        ops, results = await metadata.bring_in_step(local, remote, push, last)
+        stats.ops_done(ops, results)
+        dst = await target.refreshed()
+        stats.in_step = (src.content, src.meta) == (dst.content, dst.meta) and (
+            top is None or dst.top == top
+        )
+        if stats.in_step or stats.failed or dst.content == src.content:
+            break
+        # A hash prefix matched by accident: compare again, in full.
+    stats.seq = remote.hashes.seq if not push else dst.seq
+    if not push:
+        stats.files_total = count_files(local.tree)
+    return _done(stats, started)
+
+
+def _done(stats: Stats, started: float) -> Stats:
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _top_what(mine: m.Top | None, theirs: m.Top | None) -> str:
+    if mine is None or theirs is None:
+        return ""
+    return metadata.what(mine.mode != theirs.mode, mine.mtime_ns != theirs.mtime_ns)
+
+
+async def _content(target: Side, connection: Connection, replica: Replica, changes: Changes,
+                   options: Options, stats: Stats, push: bool, unreadable_there: int) -> None:
+    """The target's entries made like the source's: replacements and directories first,
+    then files (many in flight) and links, then deletions."""
+    prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
+    prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
+    ok = stats.ops_done(prelude, await target.apply(prelude))
+    stats.dirs_created += sum(ok[len(changes.replace):])
+    progress = Progress(options, len(changes.files), sum(changes.sizes.values()))
+    limiter = trio.CapacityLimiter(options.concurrency)
+
+    async def move(path: str, there: bytes | None) -> None:
+        async with limiter:
+            if push:
+                await push_file(connection, replica, path, there, stats)
+                size = changes.sizes.get(path, 0)
+            else:
+                size = await pull_file(connection, replica, path, there, stats) or 0
+        progress.file_done(path, size)
+
+    async with trio.open_nursery() as nursery:
+        for path, there in changes.files:
+            nursery.start_soon(move, path, there)
+    links = [m.Op("link", p, target=t, expect=e) for p, t, e in changes.links]
+    stats.links += sum(stats.ops_done(links, await target.apply(links)))
+    if not options.delete:
+        return
+    unreadable = [p for p, _ in replica.errors] if push else unreadable_there
+    if unreadable:
+        what = ("some files could not be read" if push else
+                f"the server could not read {unreadable_there} entries")
+        stats.warnings.append(f"{what}: nothing was deleted" + ("" if push else " here"))
+        return
+    removals = [m.Op("rm", p, expect=e) for p, e in changes.removals]
+    stats.deleted += sum(stats.ops_done(removals, await target.apply(removals)))

@@ -1,0 +1,182 @@
+"""The two ends of a sync as the one-way and two-way algorithms see them: this machine's
+directory (`Local`: a replica and its scanned tree) and the opened remote directory
+(`Remote`: requests over a connection). Both answer the same questions (listings, root
+hashes) and take the same changes (ops, metadata vectors); only where the work happens
+differs. Sending and receiving files is not a side's: it needs both (`rdc.transfer.files`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry, lookup
+from rdc.transfer.ops import apply_meta, apply_ops, listing
+from rdc.wire import messages as m
+from rdc.wire.codec import MAX_ITEMS
+from rdc.wire.connection import Connection
+
+# Directories asked for in one list request, and metadata vectors sent in one mset.
+LIST_BATCH = 512
+MSET_BATCH = 256
+
+Listings = dict[str, dict[str, m.Listed] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Hashes:
+    """A side's root hashes (docs/formats.md section 5), its top directory's own mode and
+    time (None where they are not synced), and what its scan could not read."""
+
+    content: bytes
+    meta: bytes
+    smeta: bytes
+    top: m.Top | None = None
+    unreadable: int = 0
+    seq: int = 0  # the share's change sequence number (remote only)
+    fixed: bool = False  # the top is a share's own: a push leaves its mode and time alone
+
+    @classmethod
+    def of_tree(cls, tree: Entry, unreadable: int = 0) -> Hashes:
+        return cls(tree.content, tree.meta, tree.smeta, m.Top(tree.mode, tree.mtime_ns),
+                   unreadable)
+
+    @classmethod
+    def of_message(cls, message: m.Opened | m.Finished) -> Hashes:
+        return cls(message.content, message.meta, message.smeta or b"", message.top,
+                   message.unreadable, message.seq, getattr(message, "fixed", False))
+
+
+class Side(Protocol):
+    """One end of a sync."""
+
+    async def listings(self, paths: list[str], hb: int, meta: bool = False) -> Listings:
+        """Per directory, its entries by name (None if it is not a directory there)."""
+
+    async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
+        """Apply ``ops`` in order; one result per op."""
+
+    async def set_vectors(self, items: list[m.MetaDir]) -> None:
+        """Set the modes and times of metadata vectors (where the content matches)."""
+
+    async def refreshed(self) -> Hashes:
+        """The root hashes now, after this run's writes."""
+
+    def size(self, path: str) -> int | None:
+        """The size of the file at ``path`` if this side knows it without asking."""
+
+
+class Local:
+    """This machine's directory: a replica, scanned as ``tree``."""
+
+    def __init__(self, replica: Replica, tree: Entry) -> None:
+        self.replica = replica
+        self.tree = tree
+
+    @property
+    def unreadable(self) -> list[str]:
+        """What the last scan could not read (left out of ``tree``)."""
+        return [path for path, _ in self.replica.errors]
+
+    async def listings(self, paths: list[str], hb: int, meta: bool = False) -> Listings:
+        out: Listings = {}
+        for path in paths:
+            entries = listing(self.tree, path, hb, meta)
+            out[path] = None if entries is None else {e.name: e for e in entries}
+        return out
+
+    async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
+        if not ops:
+            return []
+        replica = self.replica
+        return await trio.to_thread.run_sync(apply_ops, replica, ops, replica.excludes, True)
+
+    async def set_vectors(self, items: list[m.MetaDir]) -> None:
+        def run() -> None:
+            for item in items:
+                apply_meta(self.replica, self.tree, item)
+
+        if items:
+            await trio.to_thread.run_sync(run)
+
+    async def refreshed(self) -> Hashes:
+        """Rescan (renames made durable first)."""
+        await trio.to_thread.run_sync(self.replica.sync_dirs)
+        self.tree = await trio.to_thread.run_sync(self.replica.scan)
+        return Hashes.of_tree(self.tree, len(self.replica.errors))
+
+    def hashes(self) -> Hashes:
+        return Hashes.of_tree(self.tree, len(self.replica.errors))
+
+    def size(self, path: str) -> int | None:
+        entry = lookup(self.tree, path)
+        return entry.size if entry is not None and entry.kind == "f" else None
+
+
+class Remote:
+    """The opened remote directory, reached over ``connection``."""
+
+    def __init__(self, connection: Connection, opened: m.Opened | m.Finished) -> None:
+        self.connection = connection
+        self.hashes = Hashes.of_message(opened)
+
+    async def listings(self, paths: list[str], hb: int, meta: bool = False) -> Listings:
+        """Batched (LIST_BATCH directories a request), the requests overlapping."""
+        result: Listings = {}
+        conversations = [
+            self.connection.start(m.List(paths=paths[i : i + LIST_BATCH], hb=hb, meta=meta))
+            for i in range(0, len(paths), LIST_BATCH)
+        ]
+        for conversation in conversations:
+            while True:
+                message = await conversation.receive(m.Listings)
+                for item in message.dirs:
+                    if item.entries is None:
+                        result[item.path] = None
+                        continue
+                    found = result.get(item.path) or {}
+                    result[item.path] = found
+                    found.update((entry.name, entry) for entry in item.entries)
+                if not message.more:
+                    break
+            conversation.close()
+        return result
+
+    async def metadata(self, paths: list[str], hb: int) -> list[m.MetaDir]:
+        conversation = self.connection.start(m.MetaList(paths=paths, hb=hb))
+        items: list[m.MetaDir] = []
+        while True:
+            message = await conversation.receive(m.MetaListing)
+            items.extend(message.dirs)
+            if not message.more:
+                break
+        conversation.close()
+        return items
+
+    async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
+        results: list[m.Failure | None] = []
+        for start in range(0, len(ops), MAX_ITEMS):
+            conversation = self.connection.start(m.Ops(ops=ops[start : start + MAX_ITEMS]))
+            results += (await conversation.receive(m.OpResults)).results
+            conversation.close()
+        return results
+
+    async def set_vectors(self, items: list[m.MetaDir]) -> None:
+        for start in range(0, len(items), MSET_BATCH):
+            conversation = self.connection.start(m.MetaSet(dirs=items[start : start + MSET_BATCH]))
+            await conversation.receive(m.Ok)
+            conversation.close()
+
+    async def refreshed(self) -> Hashes:
+        """The server's hashes after what this connection wrote (``finish``)."""
+        conversation = self.connection.start(m.Finish())
+        try:
+            return Hashes.of_message(await conversation.receive(m.Finished))
+        finally:
+            conversation.close()
+
+    def size(self, path: str) -> int | None:
+        return None
