@@ -289,34 +289,51 @@ ALWAYS_INLINE uint64_t warm_up(const uint8_t *src, const unsigned S, size_t w) {
  * position k from position k - 1, whose state is *hp, or with `scratch` the gear of the
  * window bytes before src. The gear hash forgets everything older than its window, so the
  * second half can start from scratch too and be rolled in the same loop as the first
- * half: two independent dependency chains, each one shift-and-add per byte. */
+ * half: two independent dependency chains, each one shift-and-add per byte. Unrolled
+ * eight times, as the sparse loop below. */
 ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, int scratch,
                             uint8_t *dst, const unsigned S, size_t w) {
     const uint64_t *gear = rdc_gear;
     uint64_t h = scratch ? warm_up(src, S, w) : *hp;
-    if (n < SPLIT_MIN) {
-        for (size_t k = 0; k < n; k++) {
+    size_t k = 0;
+    if (n >= SPLIT_MIN) {
+        size_t half = n / 2, stop = half - half % 8;
+        const uint8_t *src2 = src + half;
+        uint8_t *dst2 = dst + half;
+        uint64_t g = warm_up(src2, S, w);
+#define DENSE_STEP(u)                             \
+    h = (h << S) + gear[src[k + (u)]];            \
+    g = (g << S) + gear[src2[k + (u)]];           \
+    dst[k + (u)] = (uint8_t)(h >> 56);            \
+    dst2[k + (u)] = (uint8_t)(g >> 56)
+        for (; k < stop; k += 8) {
+            DENSE_STEP(0);
+            DENSE_STEP(1);
+            DENSE_STEP(2);
+            DENSE_STEP(3);
+            DENSE_STEP(4);
+            DENSE_STEP(5);
+            DENSE_STEP(6);
+            DENSE_STEP(7);
+        }
+#undef DENSE_STEP
+        for (; k < half; k++) {
             h = (h << S) + gear[src[k]];
             dst[k] = (uint8_t)(h >> 56);
+            g = (g << S) + gear[src2[k]];
+            dst2[k] = (uint8_t)(g >> 56);
         }
-        *hp = h;
-        return;
+        /* The second half continues to the end. */
+        h = g;
+        src = src2;
+        dst = dst2;
+        n -= half;
     }
-    size_t half = n / 2;
-    const uint8_t *src2 = src + half;
-    uint8_t *dst2 = dst + half;
-    uint64_t g = warm_up(src2, S, w);
-    for (size_t k = 0; k < half; k++) {
+    for (; k < n; k++) {
         h = (h << S) + gear[src[k]];
-        g = (g << S) + gear[src2[k]];
         dst[k] = (uint8_t)(h >> 56);
-        dst2[k] = (uint8_t)(g >> 56);
     }
-    if (n & 1) {
-        g = (g << S) + gear[src2[half]];
-        dst2[half] = (uint8_t)(g >> 56);
-    }
-    *hp = g;
+    *hp = h;
 }
 
 /* Dense: leads of positions rolled+1 .. target; byte j-1 makes position j. scratch: the
@@ -350,47 +367,102 @@ static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint6
 #define REC_POS(r) ((r) & POS_MASK)
 #define REC_LEAD(r) ((unsigned)((r) >> 56))
 
+/* Sparse rolling. A run of positions is cut into parts, one per chain (the later ones
+ * warmed up from scratch), rolled in one loop unrolled eight times: the loop's own
+ * counting, not the chains, was what limited it. Each chain keeps its records in its part
+ * of rec (n entries in all); they are joined at the end. Two chains suffice where a step
+ * is one LEA (shift 1 or 2); shift 4 (window 16) takes a shift and an add, so three. */
+#define SPARSE_UNROLL 8
+
+/* Stream i's position at p + u: roll, and record it if its lead is small. */
+#define ROLL(x, i, u) x = (x << S) + gear[p[(i) * part + (u)]]
+#define CHECK(x, i, u)                                                                     \
+    if (UNLIKELY(x <= lim))                                                                \
+    rec[(i) * part + count##i++] = RECORD(pos + (i) * part + (size_t)(p - src) + (u), x)
+#define STEP2(u)         \
+    ROLL(h, 0, u);       \
+    ROLL(g, 1, u);       \
+    CHECK(h, 0, u);      \
+    CHECK(g, 1, u)
+#define STEP3(u)         \
+    ROLL(h, 0, u);       \
+    ROLL(g, 1, u);       \
+    ROLL(e, 2, u);       \
+    CHECK(h, 0, u);      \
+    CHECK(g, 1, u);      \
+    CHECK(e, 2, u)
+#define UNROLLED(step) \
+    step(0);           \
+    step(1);           \
+    step(2);           \
+    step(3);           \
+    step(4);           \
+    step(5);           \
+    step(6);           \
+    step(7)
+
+/* One chain over src[0..n) from state h, its records appended at rec[count..]. */
+ALWAYS_INLINE size_t sparse_one(const uint8_t *src, size_t n, uint64_t *hp, uint64_t pos,
+                                uint64_t lim, uint64_t *rec, size_t count, const unsigned S) {
+    const uint64_t *gear = rdc_gear;
+    uint64_t h = *hp;
+    for (size_t k = 0; k < n; k++) {
+        h = (h << S) + gear[src[k]];
+        if (UNLIKELY(h <= lim)) rec[count++] = RECORD(pos + k, h);
+    }
+    *hp = h;
+    return count;
+}
+
 /* Sparse: records (RECORD) of the positions among n consecutive ones whose gear state is
- * at most lim, into rec[0..), and their count; src[k] makes position pos + k, as in
- * roll_run. Three chains, over thirds of the run: each stream keeps its records in its
- * third of rec (n entries in all), joined at the end. */
+ * at most lim, into rec[0..n), and their count; src[k] makes position pos + k, as in
+ * roll_run. */
 ALWAYS_INLINE size_t sparse_run(const uint8_t *src, size_t n, uint64_t *hp, int scratch,
                                 uint64_t pos, uint64_t lim, uint64_t *rec, const unsigned S,
                                 size_t w) {
     const uint64_t *gear = rdc_gear;
     uint64_t h = scratch ? warm_up(src, S, w) : *hp;
     if (n < SPLIT_MIN) {
-        size_t count = 0;
-        for (size_t k = 0; k < n; k++) {
-            h = (h << S) + gear[src[k]];
-            if (UNLIKELY(h <= lim)) rec[count++] = RECORD(pos + k, h);
-        }
         *hp = h;
-        return count;
+        return sparse_one(src, n, hp, pos, lim, rec, 0, S);
     }
-    size_t third = n / 3;
-    const uint8_t *src1 = src + third, *src2 = src + 2 * third;
-    uint64_t *rec1 = rec + third, *rec2 = rec + 2 * third;
-    uint64_t pos1 = pos + third, pos2 = pos + 2 * third;
-    uint64_t g = warm_up(src1, S, w), e = warm_up(src2, S, w);
-    size_t n0 = 0, n1 = 0, n2 = 0;
-    for (size_t k = 0; k < third; k++) {
-        h = (h << S) + gear[src[k]];
-        g = (g << S) + gear[src1[k]];
-        e = (e << S) + gear[src2[k]];
-        if (UNLIKELY(h <= lim)) rec[n0++] = RECORD(pos + k, h);
-        if (UNLIKELY(g <= lim)) rec1[n1++] = RECORD(pos1 + k, g);
-        if (UNLIKELY(e <= lim)) rec2[n2++] = RECORD(pos2 + k, e);
+    const size_t chains = S == 4 ? 3 : 2, part = n / chains;
+    const uint8_t *p = src, *stop = src + part - part % SPARSE_UNROLL;
+    uint64_t g = warm_up(src + part, S, w), e = chains == 3 ? warm_up(src + 2 * part, S, w) : 0;
+    size_t count0 = 0, count1 = 0, count2 = 0;
+    if (chains == 3) {
+        for (; p < stop; p += SPARSE_UNROLL) {
+            UNROLLED(STEP3);
+        }
+    } else {
+        for (; p < stop; p += SPARSE_UNROLL) {
+            UNROLLED(STEP2);
+        }
     }
-    for (size_t k = third; k < n - 2 * third; k++) {
-        e = (e << S) + gear[src2[k]];
-        if (UNLIKELY(e <= lim)) rec2[n2++] = RECORD(pos2 + k, e);
+    /* The rest of each part; the last part runs to the end of the run. */
+    size_t done = (size_t)(p - src);
+    count0 = sparse_one(p, part - done, &h, pos + done, lim, rec, count0, S);
+    if (chains == 2) {
+        count1 = sparse_one(p + part, n - part - done, &g, pos + part + done, lim, rec + part,
+                            count1, S);
+        memmove(rec + count0, rec + part, count1 * sizeof *rec);
+        *hp = g;
+        return count0 + count1;
     }
-    memmove(rec + n0, rec1, n1 * sizeof *rec);
-    memmove(rec + n0 + n1, rec2, n2 * sizeof *rec);
+    count1 = sparse_one(p + part, part - done, &g, pos + part + done, lim, rec + part, count1, S);
+    count2 = sparse_one(p + 2 * part, n - 2 * part - done, &e, pos + 2 * part + done, lim,
+                        rec + 2 * part, count2, S);
+    memmove(rec + count0, rec + part, count1 * sizeof *rec);
+    memmove(rec + count0 + count1, rec + 2 * part, count2 * sizeof *rec);
     *hp = e;
-    return n0 + n1 + n2;
+    return count0 + count1 + count2;
 }
+
+#undef ROLL
+#undef CHECK
+#undef STEP2
+#undef STEP3
+#undef UNROLLED
 
 /* Sparse: records of positions rolled+1 .. target, after those of earlier positions. */
 static void roll_sparse(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t target,
@@ -548,11 +620,32 @@ static inline uint64_t ext_at(rdc_chunker *c, uint64_t j, const uint8_t *window)
 }
 
 /* The rightmost candidate of minimal ext among cand[0..n) (increasing, n >= 1). Every ext
- * first, then one pass: the evaluations do not wait on each other's comparisons. */
+ * first (those not cached in one kernel call, where the evaluations do not wait on each
+ * other or on comparisons), then one pass. */
 static uint64_t decide_batch(rdc_chunker *c, const uint8_t *data, uint64_t base,
                              const uint64_t *cand, size_t n) {
-    uint64_t e[BATCH_MAX];
-    for (size_t i = 0; i < n; i++) e[i] = ext_at(c, cand[i], data + (cand[i] - c->window - base));
+    uint64_t e[BATCH_MAX], fresh[BATCH_MAX];
+    const uint8_t *todo[BATCH_MAX];
+    size_t slot[BATCH_MAX], nt = 0, w = c->window;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = (size_t)(cand[i] & (EXT_CACHE - 1));
+        if (c->ext_cache[at].pos == cand[i]) {
+            e[i] = c->ext_cache[at].val;
+        } else {
+            todo[nt] = data + (cand[i] - w - base);
+            slot[nt++] = i;
+        }
+    }
+    if (nt) {
+        c->kern->ext_many(todo, nt, w, fresh);
+        c->stats.ext_evaluations += nt;
+        for (size_t t = 0; t < nt; t++) {
+            size_t i = slot[t], at = (size_t)(cand[i] & (EXT_CACHE - 1));
+            e[i] = fresh[t];
+            c->ext_cache[at].pos = cand[i];
+            c->ext_cache[at].val = fresh[t];
+        }
+    }
     size_t best = n - 1;
     for (size_t i = n - 1; i-- > 0;)
         if (e[i] < e[best]) best = i;

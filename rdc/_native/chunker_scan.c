@@ -15,6 +15,10 @@ uint64_t rdc_ext_table(const uint8_t *window, size_t n) {
     return f;
 }
 
+void rdc_ext_table_many(const uint8_t *const *windows, size_t count, size_t n, uint64_t *out) {
+    for (size_t i = 0; i < count; i++) out[i] = rdc_ext_table(windows[i], n);
+}
+
 static uint8_t min_leads_portable(const uint8_t *a, size_t n) {
     uint8_t m = 255;
     for (size_t i = 0; i < n; i++) m = a[i] < m ? a[i] : m;
@@ -65,6 +69,7 @@ static size_t period_start_portable(const uint8_t *d, size_t end, size_t limit, 
 
 static const struct rdc_scan_kernel rdc_scan_portable = {
     min_leads_portable, find_leads_portable, period_start_portable, rdc_ext_table,
+    rdc_ext_table_many,
 };
 
 static const char *const path_names[RDC_CHUNKER_PATHS] = {"portable", "sse2", "avx2"};

@@ -27,6 +27,8 @@ struct rdc_scan_kernel {
     size_t (*period_start)(const uint8_t *d, size_t end, size_t limit, size_t dist);
     /* The Rabin fingerprint of one window of n bytes, 16 <= n <= 64, n a multiple of 8. */
     uint64_t (*ext)(const uint8_t *window, size_t n);
+    /* The same of count windows into out[0..count): independent, so they overlap. */
+    void (*ext_many)(const uint8_t *const *windows, size_t count, size_t n, uint64_t *out);
 };
 
 #define RDC_POLY_Q 0xF6E5D788CB1A4257ULL /* x^64 + q is primitive; see rdc/rabin.py */
@@ -43,8 +45,10 @@ static inline uint64_t rdc_times_x64(uint64_t f) {
            rdc_rabin[1][(f >> 48) & 0xff] ^ rdc_rabin[0][f >> 56];
 }
 
-/* chunker_scan.c: the table fingerprint (any n), and the kernels of an available path. */
+/* chunker_scan.c: the table fingerprint (any n), of many windows, and the kernels of an
+ * available path. */
 uint64_t rdc_ext_table(const uint8_t *window, size_t n);
+void rdc_ext_table_many(const uint8_t *const *windows, size_t count, size_t n, uint64_t *out);
 const struct rdc_scan_kernel *rdc_scan_kernel_of(int path);
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)

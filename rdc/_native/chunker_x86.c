@@ -110,7 +110,7 @@ TARGET_SSE2 static size_t period_start_sse2(const uint8_t *d, size_t end, size_t
 }
 
 const struct rdc_scan_kernel rdc_scan_sse2 = {
-    min_leads_sse2, find_leads_sse2, period_start_sse2, rdc_ext_table,
+    min_leads_sse2, find_leads_sse2, period_start_sse2, rdc_ext_table, rdc_ext_table_many,
 };
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -178,30 +178,57 @@ TARGET_AVX2 static size_t period_start_avx2(const uint8_t *d, size_t end, size_t
     return y;
 }
 
+/* floor(x^128 / p) - x^64 in the book's (reflected) bit order: Barrett's constant for
+ * reducing a 128-bit product mod p (p = x^64 + q). */
+#define BARRETT_MU 0x3EF08D6EA3069C89ULL
+
+TARGET_CLMUL static inline __m128i clmul64(uint64_t a, uint64_t b) {
+    return _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)a), _mm_cvtsi64_si128((long long)b),
+                                0x00);
+}
+
+/* L * x^64 mod p by Barrett reduction: the quotient is L + floor(L mu' / x^64), the
+ * remainder the low 64 coefficients of quotient * q. PCLMULQDQ's result (lo, hi) is the
+ * product times x as lo * x^64 + hi (below), so each half read is shifted by one place. */
+TARGET_CLMUL static inline uint64_t times_x64_clmul(uint64_t l) {
+    uint64_t quotient = l ^ (uint64_t)_mm_cvtsi128_si64(clmul64(l, BARRETT_MU)) << 1;
+    __m128i r = clmul64(quotient, RDC_POLY_Q);
+    uint64_t lo = (uint64_t)_mm_cvtsi128_si64(r);
+    uint64_t hi = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(r, r));
+    return hi << 1 | lo >> 63;
+}
+
 /* The fingerprint of n = 8 * words bytes (2 <= words <= 8) with carry-less multiplies.
  * With D_0 .. D_{words-1} the little-endian words of the window,
  *   ext = (q + D_0) x^(64 words) + D_1 x^(64 (words - 1)) + ... + D_{words-1} x^64  mod p.
  * In the book's bit order PCLMULQDQ of a and b gives a * b * x as 128 bits (lo, hi) =
  * lo * x^64 + hi, so D_{words-1-t} x^(64 t + 64) is clmul(D, x^(64 t + 63) mod p): the
  * terms are independent, where the table method chains one x^64 step per word. Their sum
- * (lo, hi) leaves one step: ext = times_x64(lo) + hi. */
-TARGET_CLMUL static uint64_t ext_clmul(const uint8_t *window, size_t n) {
+ * (lo, hi) leaves one step: ext = lo * x^64 + hi, reduced by two more multiplies. */
+TARGET_CLMUL static inline uint64_t ext_clmul(const uint8_t *window, size_t n) {
     size_t words = n / 8;
     __m128i acc = _mm_cvtsi64_si128((long long)load64le(window + n - 8));
     for (size_t t = 1; t < words; t++) {
         uint64_t d = load64le(window + n - 8 - 8 * t);
         if (t == words - 1) d ^= RDC_POLY_Q;
-        acc = _mm_xor_si128(acc, _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)d),
-                                                      _mm_cvtsi64_si128((long long)rdc_clmul_k[t]),
-                                                      0x00));
+        acc = _mm_xor_si128(acc, clmul64(d, rdc_clmul_k[t]));
     }
     uint64_t lo = (uint64_t)_mm_cvtsi128_si64(acc);
     uint64_t hi = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc));
-    return rdc_times_x64(lo) ^ hi;
+    return times_x64_clmul(lo) ^ hi;
+}
+
+TARGET_CLMUL static uint64_t ext_clmul_one(const uint8_t *window, size_t n) {
+    return ext_clmul(window, n);
+}
+
+TARGET_CLMUL static void ext_clmul_many(const uint8_t *const *windows, size_t count, size_t n,
+                                        uint64_t *out) {
+    for (size_t i = 0; i < count; i++) out[i] = ext_clmul(windows[i], n);
 }
 
 const struct rdc_scan_kernel rdc_scan_avx2 = {
-    min_leads_avx2, find_leads_avx2, period_start_avx2, ext_clmul,
+    min_leads_avx2, find_leads_avx2, period_start_avx2, ext_clmul_one, ext_clmul_many,
 };
 
 #endif
