@@ -39,6 +39,17 @@ static int path_by_name(const char *name) {
     return -1;
 }
 
+/* The path named by a `path=` argument, or -1 with ValueError set. */
+static int requested_path(const char *name) {
+    int path = path_by_name(name);
+    if (path < 0 || !rdc_chunker_path_available(path)) {
+        PyErr_Format(PyExc_ValueError, "path=%s: not a code path this CPU can run (see paths())",
+                     name);
+        return -1;
+    }
+    return path;
+}
+
 static int Scanner_init(ScannerObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"window", "min_size", "max_size", "filter", "path", "sparse_lead",
                              NULL};
@@ -53,15 +64,8 @@ static int Scanner_init(ScannerObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "Scanner is in use");
         return -1;
     }
-    int path = default_path;
-    if (path_name) {
-        path = path_by_name(path_name);
-        if (path < 0 || !rdc_chunker_path_available(path)) {
-            PyErr_Format(PyExc_ValueError, "path=%s: not a code path this CPU can run (see paths())",
-                         path_name);
-            return -1;
-        }
-    }
+    int path = path_name ? requested_path(path_name) : default_path;
+    if (path_name && path < 0) return -1;
     int sparse_lead = RDC_SPARSE_AUTO;
     if (sparse_obj != Py_None) {
         long v = PyLong_AsLong(sparse_obj);
@@ -210,15 +214,12 @@ static PyObject *py_ext(PyObject *module, PyObject *args, PyObject *kwds) {
     Py_buffer view;
     const char *path_name = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|$z", kwlist, &view, &path_name)) return NULL;
-    int path = rdc_chunker_best_path();
-    if (path_name) {
-        path = path_by_name(path_name);
-        if (path < 0 || !rdc_chunker_path_available(path)) {
-            PyBuffer_Release(&view);
-            PyErr_Format(PyExc_ValueError, "path=%s: not a code path this CPU can run (see paths())",
-                         path_name);
-            return NULL;
-        }
+    int path = path_name          ? requested_path(path_name)
+               : default_path >= 0 ? default_path
+                                   : rdc_chunker_best_path();
+    if (path < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
     }
     uint64_t f = rdc_ext_on(path, view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
@@ -263,7 +264,8 @@ static PyObject *py_default_path(PyObject *module, PyObject *unused) {
 static PyMethodDef module_methods[] = {
     {"lead", py_lead, METH_VARARGS, "lead(window, shift) -> lead byte of one window"},
     {"ext", (PyCFunction)(void (*)(void))py_ext, METH_VARARGS | METH_KEYWORDS,
-     "ext(window, *, path=None) -> Rabin fingerprint of one window (by a code path's method)"},
+     "ext(window, *, path=None) -> Rabin fingerprint of one window, by a code path's method "
+     "(default_path() for None)"},
     {"gear_table", py_gear_table, METH_NOARGS, "the 256 gear constants"},
     {"paths", py_paths, METH_NOARGS, "paths() -> the code paths this CPU can run, slowest first"},
     {"default_path", py_default_path, METH_NOARGS,

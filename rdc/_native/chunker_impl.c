@@ -3,26 +3,26 @@
  * Filter path. Positions up to p + min_size are never candidates and never rolled (after a
  * cut the roll restarts from scratch on the window bytes before p + min_size + 1); every
  * other position is rolled once. Rolling is the bulk of the work, and it runs in one of two
- * modes, switched per window; neither changes a cut.
+ * modes, switched per window; neither changes a cut. Its loops run two or three
+ * independent gear chains over parts of a run (the later parts started from scratch: the
+ * gear hash forgets all but its window), unrolled eight times, and the bytes of the next
+ * window are prefetched while one is rolled.
  *
  * Sparse mode. On data like random bytes nearly every window of a few thousand positions
  * has a lead of 0 (a position in 256 has one), and then only the positions of lead 0 can
  * win. So the roll compares each gear state with a threshold and records the rare
- * positions below it: three independent shift-and-add chains in one loop (a long run cut
- * in thirds, the later ones started from scratch, since the gear hash forgets all but its
- * window) and a branch that is almost never taken, where storing every lead cost a store
+ * positions below it, a branch almost never taken, where storing every lead cost a store
  * per position. A window whose records hold a lead at or below the threshold is decided
  * from them alone. One without is rolled again in dense mode, which then stays on for a
  * while (longer after each such miss): low-entropy data (zeros, short periods) rarely has
  * a small lead, and a window with very many candidates goes dense too.
  *
- * Dense mode. Every lead is stored in a ring (two chains per loop). A decision over
- * (lo, hi] takes the minimum stored lead and the 64-lead blocks holding it (SIMD, branch
- * free, in the code path's kernels: chunker_scan.h). The candidates of the last window
- * that lie past the new lo are kept, so no lead is scanned twice. Storing the leads
- * replaces the book's per-position monotone ring, whose data-dependent branches cost more
- * than the roll itself. A dense window whose minimum is small, with few candidates,
- * switches back to sparse.
+ * Dense mode. Every lead is stored in a ring. A decision over (lo, hi] takes the minimum
+ * stored lead and the 64-lead blocks holding it (SIMD, branch free, in the code path's
+ * kernels: chunker_scan.h). The candidates of the last window that lie past the new lo are
+ * kept, so no lead is scanned twice. Storing the leads replaces the book's per-position
+ * monotone ring, whose data-dependent branches cost more than the roll itself. A dense
+ * window whose minimum is small, with few candidates, switches back to sparse.
  *
  * Either way the candidates (the positions of minimal lead) are compared by ext. A few are
  * all evaluated at once, independent computations the core overlaps, and the rightmost
@@ -665,7 +665,8 @@ static inline int same_window(const uint8_t *a, const uint8_t *b, size_t w) {
 static int batch_suits(const rdc_chunker *c, const uint8_t *data, uint64_t base,
                        const uint64_t *cand, size_t n) {
     size_t w = c->window;
-    return n < 2 || !same_window(data + (cand[n - 1] - w - base), data + (cand[n - 2] - w - base), w);
+    if (n < 2) return 1;
+    return !same_window(data + (cand[n - 1] - w - base), data + (cand[n - 2] - w - base), w);
 }
 
 /* The rightmost candidate of minimal ext among blocks[0..nb) (nb >= 1), all in (lo, ...],
@@ -865,7 +866,7 @@ static uint64_t decide_baseline(const rdc_chunker *c, uint64_t lo, uint64_t hi) 
 }
 
 /* Ask for the bytes of the window after (..., hi] while this one is rolled, each cache line
- * once: the roll reads three places at once and jumps the gaps after cuts, which the
+ * once: the roll reads two or three places at once and jumps the gaps after cuts, which the
  * hardware prefetcher follows late (out of cache, random data ran 10-15% slower). */
 static void prefetch_next(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t hi,
                           uint64_t end) {
