@@ -182,21 +182,15 @@ static size_t max_blocks(uint32_t min_size, uint32_t max_size) {
     return (bound < n ? bound : n) + 1;
 }
 
-/* The sparse setting: the threshold, and room for the records of one window. */
-static int set_sparse(rdc_chunker *c, int lead) {
+/* The sparse setting. Room for the records is made at the first sparse roll: a file
+ * shorter than min_size never needs it. */
+static void set_sparse(rdc_chunker *c, int lead) {
     if (lead == RDC_SPARSE_AUTO)
         lead = c->max_size - c->min_size >= SPARSE_MIN_SPAN ? 0 : RDC_SPARSE_OFF;
     if (!c->filter) lead = RDC_SPARSE_OFF;
     c->sparse_lead = lead;
     c->sparse = lead >= 0;
     c->lim = lead >= 0 ? (uint64_t)lead << 56 | 0x00FFFFFFFFFFFFFFULL : 0;
-    if (lead >= 0 && !c->recs) {
-        /* Live records lie in [first, rolled] and a roll adds at most target - rolled, with
-         * target <= hi: no more than max_size - min_size in all. */
-        c->recs = malloc(((size_t)(c->max_size - c->min_size) + 1) * sizeof *c->recs);
-        if (!c->recs) return RDC_ENOMEM;
-    }
-    return RDC_OK;
 }
 
 int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint32_t max_size,
@@ -225,11 +219,11 @@ int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint3
     } else {
         c->keys = malloc(ring * sizeof(rdc_key));
     }
-    if ((c->filter ? (!c->leads || !c->blocks) : !c->keys) ||
-        set_sparse(c, RDC_SPARSE_AUTO) != RDC_OK) {
+    if (c->filter ? (!c->leads || !c->blocks) : !c->keys) {
         rdc_chunker_free(c);
         return RDC_ENOMEM;
     }
+    set_sparse(c, RDC_SPARSE_AUTO);
     if (c->filter) memset(c->ext_cache, 0xff, sizeof c->ext_cache);
     uint8_t zeros[65] = {0};
     uint64_t lead_one = extend(RDC_POLY_Q, zeros, window + 1) ^ extend(RDC_POLY_Q, zeros, window);
@@ -257,7 +251,8 @@ int rdc_chunker_configure(rdc_chunker *c, int path, int sparse_lead) {
         c->path = path;
         c->kern = rdc_scan_kernel_of(path);
     }
-    return set_sparse(c, sparse_lead);
+    set_sparse(c, sparse_lead);
+    return RDC_OK;
 }
 
 size_t rdc_chunker_max_cuts(const rdc_chunker *c, uint64_t end) {
@@ -534,6 +529,16 @@ static void roll_to(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t
         if (c->rolled < first) restart_keys(c, data, base, first);
         roll_keys(c, data, base, target);
         return;
+    }
+    if (c->sparse && !c->recs) {
+        /* Live records lie in [first, rolled] and a roll adds at most target - rolled, with
+         * target <= hi: no more than max_size - min_size in all. Without the memory, stay
+         * dense: nothing was rolled sparse yet. */
+        c->recs = malloc(((size_t)(c->max_size - c->min_size) + 1) * sizeof *c->recs);
+        if (!c->recs) {
+            c->sparse_lead = RDC_SPARSE_OFF;
+            c->sparse = 0;
+        }
     }
     int scratch = c->rolled < first;
     if (scratch) c->rolled = first - 1;

@@ -12,7 +12,9 @@
  * one; rdc_chunker_configure picks another (tests, benchmarks).
  *
  * Return codes of the int functions (0 is success):
- *   RDC_ENOMEM  an allocation failed. Free memory, or use a smaller max_size.
+ *   RDC_ENOMEM  an allocation failed. Free memory, or use a smaller max_size. (Sparse
+ *               rolling's records are allocated at its first use; without them the chunker
+ *               stores every lead instead, with the same cuts.)
  *   RDC_EPARAM  bad parameters. window must be 16, 32 or 64 and
  *               window <= min_size < max_size <= RDC_MAX_CHUNK; a sparse lead is
  *               RDC_SPARSE_AUTO, RDC_SPARSE_OFF or 0..255.
