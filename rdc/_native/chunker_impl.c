@@ -370,8 +370,8 @@ static void roll_leads(rdc_chunker *c, const uint8_t *data, uint64_t base, uint6
  * is one LEA (shift 1 or 2); shift 4 (window 16) takes a shift and an add, so three.
  *
  * Each step of the loop (here and in roll_run) also asks for a cache line past the end of
- * the run, half a line further each time (twice the run's length ahead in all; further
- * cost as much): the bytes of the next windows arrive while this one is rolled. The hardware prefetcher follows the two streams and the jumps after cuts late;
+ * the run, half a line further each time (up to twice the run's length ahead; reaching
+ * further did not pay): the bytes of the next windows arrive while this one is rolled. The hardware prefetcher follows the two streams and the jumps after cuts late;
  * out of cache, random data ran 10-15% slower without. (A prefetch never faults, so one
  * past the end of the buffer is harmless.) */
 #define SPARSE_UNROLL 8
