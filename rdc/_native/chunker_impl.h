@@ -87,7 +87,8 @@ void rdc_chunker_free(rdc_chunker *c);
 #define RDC_SPARSE_OFF (-1)
 
 /* Choose the code path (path < 0: keep the best) and the sparse setting of a new chunker,
- * before its first scan. */
+ * before its first scan. Returns 0, RDC_EPATH, RDC_EPARAM or RDC_ESTATE (then nothing
+ * changed). */
 int rdc_chunker_configure(rdc_chunker *c, int path, int sparse_lead);
 int rdc_chunker_path(const rdc_chunker *c);
 
