@@ -6,8 +6,17 @@ setup(
     ext_modules=[
         Extension(
             "rdc._native._chunker",
-            sources=["rdc/_native/_chunker.c", "rdc/_native/chunker_impl.c"],
-            depends=["rdc/_native/chunker_impl.h", "rdc/_native/le_bytes.h"],
+            sources=[
+                "rdc/_native/_chunker.c",
+                "rdc/_native/chunker_impl.c",
+                "rdc/_native/chunker_scan.c",
+                "rdc/_native/chunker_x86.c",
+            ],
+            depends=[
+                "rdc/_native/chunker_impl.h",
+                "rdc/_native/chunker_scan.h",
+                "rdc/_native/le_bytes.h",
+            ],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(

@@ -3,6 +3,7 @@ the frozen format."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -294,3 +295,227 @@ def test_boundaries_are_frozen() -> None:
                 boundaries(data, p)
             )
     assert found == GOLDEN
+
+
+# ---------------------------------------------------------------- code paths, sparse rolling
+#
+# Every code path the CPU runs (portable, sse2, avx2) and every sparse setting (automatic;
+# off: every lead stored; forced thresholds, which also make short windows roll sparse and
+# miss often) must cut exactly where the reference does.
+
+C_ONLY = pytest.mark.skipif(PURE, reason="the C code paths; the pure run tests the reference")
+if PURE:
+    PATHS: list[str] = []
+else:
+    from rdc._native import _chunker
+
+    PATHS = _chunker.paths()
+SPARSE = [None, -1, 0, 3, 255]
+CONFIGS = [(path, sparse) for path in PATHS for sparse in SPARSE]
+config_ids = [f"{path}-sparse{sparse}" for path, sparse in CONFIGS]
+
+
+def config_scanner(params: ChunkParams, path: str, sparse: int | None) -> _native.Scanner:
+    return _chunker.Scanner(
+        params.window, params.min_size, params.max_size, path=path, sparse_lead=sparse
+    )
+
+
+def config_cuts(data: bytes, params: ChunkParams, path: str, sparse: int | None) -> list[int]:
+    return config_scanner(params, path, sparse).scan(data, 0, True)
+
+
+def config_stream_cuts(
+    data: bytes, splits: list[int], params: ChunkParams, path: str, sparse: int | None
+) -> list[int]:
+    """Feed `data` in pieces of the given sizes (then the rest), keeping only the bytes
+    from the last cut, as `Chunker` does."""
+    scanner = config_scanner(params, path, sparse)
+    pending, base, start, cuts = b"", 0, 0, []
+    for size in [*splits, len(data)]:
+        pending += data[start : start + size]
+        start += size
+        new = scanner.scan(pending, base, False)
+        if new:
+            pending = pending[new[-1] - base :]
+            base = new[-1]
+        cuts += new
+    return cuts + scanner.scan(pending, base, True)
+
+
+def mixed_segments(seed: int, size: int, random_run: int = 30000) -> bytes:
+    """Random stretches between zeros and short periods: windows flip between sparse rolling
+    and stored leads, and some sparse windows find no small lead and roll again."""
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < size:
+        kind = rng.randrange(3)
+        if kind == 0:
+            out += rng.randbytes(rng.randrange(2000, random_run))
+            continue
+        n = rng.randrange(2000, 30000)
+        if kind == 1:
+            out += bytes(n)
+        else:
+            out += (rng.randbytes(rng.randrange(1, 80)) * n)[:n]
+    return bytes(out[:size])
+
+
+CLASS_PARAMS = [GRID[1], GRID[2], ChunkParams(32, 1024, 5000), DEFAULT_CHUNKS]
+
+
+@functools.cache
+def classes_with_reference_cuts() -> list[tuple[str, bytes, ChunkParams, list[int]]]:
+    """The data classes (a few of the periods) and a mix, with the reference's cuts under
+    each of CLASS_PARAMS: computed once for all the configurations that compare with them."""
+    classes = data_classes(60_000)
+    chosen = {k: v for k, v in classes.items() if not k.startswith("period-")}
+    for period in (1, 2, 3, 4, 5, 8, 13, 32, 63, 64):
+        chosen[f"period-{period}"] = classes[f"period-{period}"]
+    chosen["mixed"] = mixed_segments(1, 240_000)
+    return [
+        (name, data, params, reference_cuts(data, params))
+        for name, data in chosen.items()
+        for params in CLASS_PARAMS
+    ]
+
+
+@C_ONLY
+@pytest.mark.parametrize(("path", "sparse"), CONFIGS, ids=config_ids)
+def test_every_path_and_sparse_setting_matches_reference_on_data_classes(path, sparse) -> None:
+    for name, data, params, expected in classes_with_reference_cuts():
+        assert config_cuts(data, params, path, sparse) == expected, (name, params)
+
+
+@C_ONLY
+@pytest.mark.parametrize(("path", "sparse"), CONFIGS, ids=config_ids)
+def test_every_path_and_sparse_setting_matches_reference_on_sorted_keys(
+    fixtures_dir, path, sparse
+) -> None:
+    for order in ("up", "down"):
+        with open(os.path.join(fixtures_dir, f"sorted_keys_{order}.bin"), "rb") as f:
+            data = f.read()
+        for lo, hi in ((16, 40), (30, 1007), (64, 3000)):
+            params = ChunkParams(16, lo, hi)
+            assert config_cuts(data, params, path, sparse) == reference_cuts(data, params)
+        # Tiled, with the default sizes: windows span whole sorted runs.
+        tiled = data * 40
+        params = ChunkParams(16, DEFAULT_CHUNKS.min_size, DEFAULT_CHUNKS.max_size)
+        assert config_cuts(tiled, params, path, sparse) == reference_cuts(tiled, params)
+
+
+@C_ONLY
+@given(
+    st.binary(max_size=20000),
+    params_strategy,
+    st.sampled_from(CONFIGS or [("portable", None)]),
+)
+def test_every_path_matches_reference_on_arbitrary_data(data, params, config) -> None:
+    assert config_cuts(data, params, *config) == reference_cuts(data, params)
+
+
+@C_ONLY
+@given(
+    st.binary(max_size=3000),
+    params_strategy,
+    st.sampled_from(CONFIGS or [("portable", None)]),
+)
+def test_every_path_matches_reference_on_low_entropy_data(data, params, config) -> None:
+    data = low_entropy(data)
+    assert config_cuts(data, params, *config) == reference_cuts(data, params)
+
+
+@C_ONLY
+@given(
+    st.integers(0, 2**32),
+    st.integers(1000, 60000),
+    params_strategy,
+    st.sampled_from(CONFIGS or [("portable", None)]),
+)
+def test_every_path_matches_reference_on_mixed_segments(seed, size, params, config) -> None:
+    data = mixed_segments(seed, size)
+    assert config_cuts(data, params, *config) == reference_cuts(data, params)
+
+
+@C_ONLY
+@given(
+    st.binary(max_size=30000),
+    st.lists(st.integers(0, 5000), max_size=40),
+    params_strategy,
+    st.sampled_from(CONFIGS or [("portable", None)]),
+)
+def test_every_path_streams_to_the_same_cuts(data, splits, params, config) -> None:
+    assert config_stream_cuts(data, splits, params, *config) == reference_cuts(data, params)
+
+
+@C_ONLY
+@pytest.mark.parametrize(("path", "sparse"), CONFIGS, ids=config_ids)
+def test_every_path_fed_one_byte_at_a_time(path, sparse) -> None:
+    params = ChunkParams(32, 64, 2600)
+    data = mixed_segments(7, 12_000) + random.Random(9).randbytes(8000)
+    expected = reference_cuts(data, params)
+    assert config_stream_cuts(data, [1] * len(data), params, path, sparse) == expected
+
+
+@C_ONLY
+@pytest.mark.parametrize("path", PATHS)
+def test_scans_may_start_before_the_last_cut(path) -> None:
+    """Each scan passes the stream from its start, growing: bytes before the last cut are
+    there again, and ignored."""
+    params = ChunkParams(32, 512, 4000)
+    data = mixed_segments(3, 80_000)
+    scanner = config_scanner(params, path, None)
+    cuts = []
+    for end in range(0, len(data), 7919):
+        cuts += scanner.scan(data[:end], 0, False)
+    cuts += scanner.scan(data, 0, True)
+    assert cuts == reference_cuts(data, params)
+
+
+@C_ONLY
+@pytest.mark.parametrize("path", PATHS)
+def test_random_data_is_rolled_sparse_and_zeros_densely(path) -> None:
+    rand = random.Random(5).randbytes(4 << 20)
+    scanner = config_scanner(DEFAULT_CHUNKS, path, None)
+    scanner.scan(rand, 0, True)
+    assert scanner.sparse_windows > 0
+    assert scanner.dense_windows == scanner.rerolled == 0
+    assert scanner.ext_evaluations < 0.01 * len(rand)
+    zeros = config_scanner(DEFAULT_CHUNKS, path, None)
+    zeros.scan(bytes(4 << 20), 0, True)
+    # Zeros have no small lead: the first window is rolled again, then all stay dense.
+    assert zeros.sparse_windows == 0
+    assert zeros.rerolled <= 1
+    assert zeros.dense_windows > 300
+    assert zeros.ext_evaluations == 0
+
+
+@C_ONLY
+@pytest.mark.parametrize("path", PATHS)
+def test_mixed_data_switches_modes_without_moving_cuts(path) -> None:
+    data = mixed_segments(11, 3 << 20, random_run=300_000)
+    scanner = config_scanner(DEFAULT_CHUNKS, path, None)
+    cuts = scanner.scan(data, 0, True)
+    assert scanner.sparse_windows > 20
+    assert scanner.dense_windows > 20
+    assert scanner.rerolled > 0
+    dense = config_scanner(DEFAULT_CHUNKS, path, -1)
+    assert cuts == dense.scan(data, 0, True)
+    assert dense.sparse_windows == dense.rerolled == 0
+
+
+@C_ONLY
+def test_sparse_rolling_is_automatic_only_for_long_windows() -> None:
+    data = random.Random(6).randbytes(1 << 20)
+    long_windows = config_scanner(ChunkParams(32, 1024, 3072), PATHS[-1], None)
+    long_windows.scan(data, 0, True)
+    assert long_windows.sparse_windows > 0
+    short = ChunkParams(32, 256, 1024)
+    automatic = config_scanner(short, PATHS[-1], None)
+    cuts = automatic.scan(data, 0, True)
+    assert automatic.sparse_windows == 0
+    forced = config_scanner(short, PATHS[-1], 0)
+    assert forced.scan(data, 0, True) == cuts
+    # About one such window in twenty has no lead of 0 and is rolled again.
+    assert forced.sparse_windows > 0
+    assert forced.rerolled > 0

@@ -3,7 +3,11 @@ reference on its constants and keys."""
 
 from __future__ import annotations
 
+import os
+import platform
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -67,3 +71,76 @@ def test_scan_releases_the_gil() -> None:
     scan_seconds = time.perf_counter() - scan_started_at
     thread.join()
     assert other_ran_at[0] - scan_started_at < scan_seconds / 2
+
+
+# ---------------------------------------------------------------- the chunker's code paths
+
+
+def c_chunker():
+    """The compiled chunker, also in the pure run where it was built."""
+    if PURE:
+        return pytest.importorskip("rdc._native._chunker")
+    from rdc._native import _chunker
+
+    return _chunker
+
+
+def test_paths_are_the_portable_one_and_what_the_cpu_runs() -> None:
+    _chunker = c_chunker()
+    paths = _chunker.paths()
+    assert paths[0] == "portable"
+    assert set(paths) <= {"portable", "sse2", "avx2"}
+    assert _chunker.default_path() in paths
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert "sse2" in paths  # every x86-64 has it
+    for path in paths:
+        assert _chunker.Scanner(32, 64, 128, path=path).path == path
+    assert _chunker.Scanner(32, 64, 128).path == _chunker.default_path()
+
+
+def test_every_path_computes_ext_like_the_reference() -> None:
+    _chunker = c_chunker()
+    rng = random.Random(12)
+    for path in _chunker.paths():
+        for n in (16, 24, 32, 40, 48, 56, 64, 0, 5, 33):
+            for _ in range(50):
+                data = rng.randbytes(n)
+                assert _chunker.ext(data, path=path) == chunker_ref.ext(data), (path, n)
+
+
+def test_unknown_paths_and_sparse_settings_are_refused() -> None:
+    _chunker = c_chunker()
+    with pytest.raises(ValueError, match="paths"):
+        _chunker.Scanner(32, 64, 128, path="neon9000")
+    with pytest.raises(ValueError, match="paths"):
+        _chunker.ext(bytes(32), path="neon9000")
+    for bad in (-2, 256, 10**6):
+        with pytest.raises(ValueError, match="sparse_lead"):
+            _chunker.Scanner(32, 64, 128, sparse_lead=bad)
+    with pytest.raises(TypeError):
+        _chunker.Scanner(32, 64, 128, sparse_lead="0")
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_environment_forces_a_path_for_the_whole_process() -> None:
+    _chunker = c_chunker()
+    code = (
+        "from rdc._native import _chunker; "
+        "print(_chunker.default_path(), _chunker.Scanner(32, 64, 128).path)"
+    )
+    for path in _chunker.paths():
+        done = run_python(code, RDC_CHUNKER_PATH=path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [path, path]
+    refused = run_python(code, RDC_CHUNKER_PATH="neon9000")
+    assert refused.returncode != 0
+    assert "RDC_CHUNKER_PATH=neon9000: not a code path this CPU can run" in refused.stderr
