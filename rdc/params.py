@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from rdc._native import constants as _native
 from rdc._native.constants import check_limits
 
+MAX_CHUNK_LIMIT = _native.MAX_CHUNK_LIMIT  # the largest chunk any parameters allow
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkParams:

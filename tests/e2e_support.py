@@ -485,7 +485,7 @@ class RawClient:
         return out
 
     def hello(self, token: str = TOKEN, format: str = FORMAT) -> dict[str, Any]:
-        self.send({"t": "hello", "proto": [1, 1], "agent": "e2e/0", "features": [],
+        self.send({"t": "hello", "proto": [2, 2], "agent": "e2e/0", "features": [],
                    "token": token, "format": format})
         batch = self.receive()
         assert batch is not None, "the server closed the connection after hello"

@@ -159,7 +159,7 @@ BAD_MESSAGES: dict[str, list[dict[str, Any]]] = {
     "data as request": [{"t": "data", "id": 50, "d": [b"x"], "end": True}],
     "second open": [{"t": "open", "id": 50, "share": "s", "path": b"", "write": False,
                      "create": False, "excludes": []}],
-    "hello again": [{"t": "hello", "proto": [1, 1], "token": TOKEN}],
+    "hello again": [{"t": "hello", "proto": [2, 2], "token": TOKEN}],
     "mistyped field": [{"t": "list", "id": 50, "paths": b"", "hb": 8}],
     "value over a limit": [{"t": "list", "id": 50, "paths": [b""], "hb": 9}],
     "missing field": [{"t": "get", "id": 50}],
@@ -202,7 +202,7 @@ BEFORE_HELLO: dict[str, list[dict[str, Any]]] = {
                     "create": True, "excludes": []}],
     "ops first": [{"t": "ops", "id": 1, "ops": [["mkdir", b"new", 0o755, None]]}],
     "unknown first": [{"t": "gimme"}],
-    "hello twice in a frame": [{"t": "hello", "proto": [1, 1], "token": TOKEN}] * 2,
+    "hello twice in a frame": [{"t": "hello", "proto": [2, 2], "token": TOKEN}] * 2,
     "hello without proto": [{"t": "hello", "token": TOKEN}],
 }
 
@@ -220,7 +220,7 @@ def test_messages_before_the_handshake_end_only_that_connection(w: World, case: 
 def test_a_wrong_token_gets_auth_and_nothing_else(w: World) -> None:
     bystander = w.bystander()
     client = RawClient(w.server.port, timeout=5)
-    client.send({"t": "hello", "proto": [1, 1], "agent": "x", "features": [],
+    client.send({"t": "hello", "proto": [2, 2], "agent": "x", "features": [],
                  "token": "not-the-token-at-all"})
     messages = client.until_closed()
     assert [(m["t"], m["code"]) for m in messages] == [("error", "auth")], messages
@@ -417,7 +417,7 @@ def test_a_server_that_dies_mid_transfer_is_a_lost_connection(e2e: E2E, cut: str
 
     def script(connection: socket.socket) -> None:
         connection.recv(65536)  # hello
-        connection.sendall(frame({"t": "welcome", "proto": 1, "agent": "fake",
+        connection.sendall(frame({"t": "welcome", "proto": 2, "agent": "fake",
                                   "features": [], "format": FORMAT}))
         connection.recv(65536)  # open
         opened = frame({"t": "opened", "id": 1, "content": b"\1" * 32, "meta": b"\2" * 32,

@@ -134,26 +134,34 @@ async def test_a_file_where_the_other_side_made_a_directory(tmp_path) -> None:
 async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch) -> None:
     """A round in which a push fails stores a base that still tells both sides' changes
     apart, so the next round completes them and overwrites nothing."""
-    from rdc.errors import Refusal
-    from rdc.transfer import serving
-    from rdc.wire.messages import Done
+    import errno
+
+    from rdc.local.replica import Replica
 
     pair, local = await start(tmp_path)
     write(local / "a.txt", b"edited here\n", T0 + 300)
     write(pair.share / "dir" / "b.txt", b"edited there\n", T0 + 400)
-    real = serving.receive_file
+    real_commit, real_install = Replica.commit, Replica.install
 
-    async def failing(conversation, replica, path, offer, expect):
-        if path == "a.txt":
-            conversation.send(Done(ok=False, code="io", msg="disk full (simulated)"))
-            raise Refusal("io", message="disk full (simulated)")
-        return await real(conversation, replica, path, offer, expect)
+    def full(path: str) -> None:
+        if path == "a.txt":  # wherever a.txt is put in place (batched, inline or alone)
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)", path)
 
-    monkeypatch.setattr(serving, "receive_file", failing)
+    def commit(self, temp, path, *args):
+        full(path)
+        return real_commit(self, temp, path, *args)
+
+    def install(self, temp, path, *args):
+        full(path)
+        return real_install(self, temp, path, *args)
+
+    monkeypatch.setattr(Replica, "commit", commit)
+    monkeypatch.setattr(Replica, "install", install)
     stats = await pair.run("sync", local)
     assert stats.failed and not stats.in_step
     assert (local / "dir" / "b.txt").read_bytes() == b"edited there\n"
-    monkeypatch.setattr(serving, "receive_file", real)
+    monkeypatch.setattr(Replica, "commit", real_commit)
+    monkeypatch.setattr(Replica, "install", real_install)
     stats = await pair.run("sync", local)
     assert stats.in_step and not stats.failed and not stats.conflicts
     assert (pair.share / "a.txt").read_bytes() == b"edited here\n"

@@ -93,7 +93,7 @@ def test_any_garbage_message_is_accepted_or_a_protocol_error(value, kind) -> Non
 
 
 EXAMPLES: list[m.Message] = [
-    m.Hello(proto=(1, 1), agent="rdc/x", features=["zstd"], token="t" * 20, format="f"),
+    m.Hello(proto=(2, 2), agent="rdc/x", features=["zstd"], token="t" * 20, format="f"),
     m.Welcome(proto=1, agent="rdc/x", features=[], format="f"),
     m.Error(code="path", msg="caf\\xe9: nope"),
     m.Ping(),
@@ -135,6 +135,20 @@ EXAMPLES: list[m.Message] = [
     m.Data(d=[b"x", b""], end=True),
     m.More(n=1 << 20),
     m.Done(ok=False, code="io", msg="disk full"),
+    m.Offers(files=[m.FileOffer("a", 3, b"r" * 32, 2, None, 0o644, 5, m.NOTHING, b"abc"),
+                    m.FileOffer("b", 9999, b"s" * 32, 3, b"k" * 12, 0o600, -5,
+                                m.Expected("f", b"12345678")),
+                    m.FileOffer("c", 10, b"t" * 32, 2, None, 0o644, 0),
+                    m.Failure("vanished", "d is gone")]),
+    m.Gets(files=[m.FileRequest("a", m.NOTHING), m.FileRequest("b"),
+                  m.FileRequest("c", m.Expected("f", b"87654321"))]),
+    m.Verdicts(verdicts=["have", "copy", "done", "send", "descend",
+                         m.Failure("conflict", "x")]),
+    m.Results(results=[None, m.Failure("verify", "root")]),
+    m.List(paths=[""], hb=8, sizes=True),
+    m.Listings(dirs=[m.Listing("", [m.Listed("f", "f", 0o644, b"12345678", size=77),
+                                    m.Listed("d", "d", 0o755, b"8" * 8, 1, b"m" * 8, b"s" * 8,
+                                             True, 0)])]),
 ]
 
 
@@ -400,8 +414,9 @@ def test_the_server_answers_every_request_and_nothing_else() -> None:
     requests = {cls for cls in _all_message_classes() if cls.REQUEST}
     assert requests == {*ServerSession(shares=None).handlers(), m.Open}  # type: ignore[arg-type]
     assert {cls.TYPE for cls in requests} == {
-        "open", "list", "mlist", "offer", "get", "ops", "mset", "finish", "watch"}
-    assert {cls for cls in requests if cls.FOLLOW_UPS} == {m.Offer, m.Get}
+        "open", "list", "mlist", "offer", "get", "offers", "gets", "ops", "mset", "finish",
+        "watch"}
+    assert {cls for cls in requests if cls.FOLLOW_UPS} == {m.Offer, m.Get, m.Offers, m.Gets}
 
 
 def _all_message_classes() -> set[type[m.Message]]:

@@ -23,12 +23,13 @@ their errno, ``filename`` set to the relative path.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
@@ -793,6 +794,32 @@ def _remove_stale(dfd: int, entry: str) -> int:
         return 0  # gone meanwhile, or not removable now: the next clean tries again
 
 
+def sync_all(root: SafeRoot, temps: list[TempFile]) -> None:
+    """Make the data and metadata of ``temps`` durable before any of them is installed:
+    one ``syncfs`` of ``root``'s file system where there is one (Linux), which costs about
+    one ``fsync`` for the whole batch instead of one per file, else an ``fsync`` each.
+    A crash after this and before an install leaves temporaries; after an install, a
+    complete new file: never a mix."""
+    if _syncfs is not None and _syncfs(root.fileno()) == 0:
+        return
+    for temp in temps:
+        os.fsync(temp.fileno())
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_syncfs = _load_syncfs()
+
+
 class TempFile:
     """A new file being written beside its destination (from ``SafeRoot.create_temp``).
     ``commit`` puts it in place; ``abort``, an error in ``write`` or ``commit``, or leaving
@@ -844,11 +871,33 @@ class TempFile:
         ``replace_dir`` moves the directory to a temporary name, renames the file in, then
         removes the directory tree: between the two renames the path is empty, and a
         process killed just there leaves neither (both under temporary names)."""
+        self.prepare(mode, mtime_ns)
+        try:
+            os.fsync(self._fd)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        return self.install(expect, replace_dir=replace_dir, sync_dir=sync_dir)
+
+    def prepare(self, mode: int, mtime_ns: int) -> None:
+        """Give the file its final ``mode`` and mtime, not yet durable: the first half of
+        `commit`, for callers that make many temporaries durable at once (`sync_all`)
+        before they `install` any. On error the temporary is gone."""
         self._check_open()
         try:
             os.fchmod(self._fd, _file_mode(mode))
             os.utime(self._fd, ns=(mtime_ns, mtime_ns))
-            os.fsync(self._fd)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def install(
+        self, expect: Expect | None = None, *, replace_dir: bool = False, sync_dir: bool = True
+    ) -> os.stat_result:
+        """The second half of `commit`: check ``expect`` and rename the (durable) file into
+        place; as `commit` says."""
+        self._check_open()
+        try:
             _install(self._dfd, self.temp_name, leaf_name(self.path), self.path, self._st,
                      expect, replace_dir, sync_dir)
             final = os.fstat(self._fd)

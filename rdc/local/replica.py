@@ -191,6 +191,16 @@ class Replica:
                     continue
         return trees
 
+    def has_seeds(self, path: str | None, sketch: bytes | None) -> bool:
+        """Whether `seed_trees` would find any (without reading a tree): the file at
+        ``path`` is indexed, or some file's sketch resembles ``sketch``."""
+        with self.lock:
+            if path is not None and self.db.get(path) is not None:
+                return True
+            return sketch is not None and bool(
+                self.db.candidates(sketch, CANDIDATE_THRESHOLD, 1)
+            )
+
     def reader(self, path: str) -> Callable[[int, int], bytes] | None:
         """(offset, length) -> bytes of the file at ``path``, opened once; None if it
         cannot be opened. The descriptor closes when the reader is garbage."""
@@ -211,10 +221,19 @@ class Replica:
         self, path: str, st: os.stat_result, signature: FileSignature, racy: bool | None = None
     ) -> None:
         """Store the signature of a file just written or read."""
-        if racy is None:
-            racy = mtime_ns(st) >= time.time_ns() - RACY_NS
+        self.record_many([(path, st, signature)], racy)
+
+    def record_many(
+        self, files: list[tuple[str, os.stat_result, FileSignature]], racy: bool | None = None
+    ) -> None:
+        """Store the signatures of files just written or read, in one transaction."""
+        if not files:
+            return
+        now = time.time_ns()
         with self.lock, self.db.transaction():
-            self.db.put(path, st, signature, racy)
+            for path, st, signature in files:
+                is_racy = mtime_ns(st) >= now - RACY_NS if racy is None else racy
+                self.db.put(path, st, signature, is_racy)
 
     def commit(
         self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None
@@ -222,6 +241,14 @@ class Replica:
         """Commit a temporary over ``path``, leaving the fsync of its directory to
         `sync_dirs` (once per directory, not once per file)."""
         st = temp.commit(mode, mtime_ns, expect, sync_dir=False)
+        with self.lock:
+            self._unsynced.add(path.rpartition("/")[0])
+        return st
+
+    def install(self, temp: TempFile, path: str, expect: Expect | None) -> os.stat_result:
+        """Install a temporary that `TempFile.prepare` and `rdc.local.fs.sync_all` made
+        durable, leaving the fsync of its directory to `sync_dirs` as `commit` does."""
+        st = temp.install(expect, sync_dir=False)
         with self.lock:
             self._unsynced.add(path.rpartition("/")[0])
         return st

@@ -43,7 +43,7 @@ async def compare(source: Side, target: Side, hb: int) -> Changes:
     changes = Changes()
     frontier: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
     while frontier:
-        mine = await source.listings([path for path, _ in frontier], hb)
+        mine = await source.listings([path for path, _ in frontier], hb, sizes=True)
         theirs = await target.listings([path for path, has in frontier if has], hb)
         next_frontier: list[tuple[str, bool]] = []
         for path, has in frontier:
@@ -51,7 +51,7 @@ async def compare(source: Side, target: Side, hb: int) -> Changes:
             dst = (theirs.get(path) or {}) if has else {}
             for name in sorted(set(src) | set(dst), key=to_wire):
                 rel = join(path, name)
-                descend = _compare_entry(rel, src.get(name), dst.get(name), source, changes)
+                descend = _compare_entry(rel, src.get(name), dst.get(name), changes)
                 if descend is not None:
                     next_frontier.append((rel, descend))
         frontier = next_frontier
@@ -59,7 +59,7 @@ async def compare(source: Side, target: Side, hb: int) -> Changes:
 
 
 def _compare_entry(rel: str, source: m.Listed | None, target: m.Listed | None,
-                   side: Side, changes: Changes) -> bool | None:
+                   changes: Changes) -> bool | None:
     """Record what the target lacks at ``rel``; for a directory to look into next, return
     whether the target has it."""
     if source is None:
@@ -77,9 +77,8 @@ def _compare_entry(rel: str, source: m.Listed | None, target: m.Listed | None,
         return None
     if source.kind == "f":
         changes.files.append((rel, None if target is None else target.digest))
-        size = side.size(rel)
-        if size is not None:
-            changes.sizes[rel] = size
+        if source.size is not None:
+            changes.sizes[rel] = source.size
     else:
         changes.links.append((rel, source.digest, expected(target)))
     return None

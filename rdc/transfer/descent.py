@@ -203,6 +203,13 @@ def _region(
     return (seed, start, stop) if stop > start else None
 
 
+def whole_is_best(size: int, depth: int, seeded: bool) -> bool:
+    """Whether a target should ask for a file whole rather than descend its tree: with no
+    seeds, for a file too small to describe more cheaply than to send (under WHOLE_BELOW,
+    or a single chunk under SUBS_FROM)."""
+    return not seeded or size < WHOLE_BELOW or (depth == 2 and size < SUBS_FROM)
+
+
 def target_descent(
     offer: Offer, seeds: SeedMap, have_root: bool
 ) -> Generator[Request, Reply | None, Plan]:
@@ -211,8 +218,7 @@ def target_descent(
     fetches)."""
     if have_root:
         return Plan(have=True, root=offer.root, size=offer.size)
-    single_small_leaf = offer.depth == 2 and offer.size < SUBS_FROM
-    if not seeds or offer.size < WHOLE_BELOW or single_small_leaf:
+    if whole_is_best(offer.size, offer.depth, bool(seeds)):
         return Plan(whole=True, root=offer.root, size=offer.size)
 
     prefix = seeds.prefix

@@ -23,12 +23,16 @@ from rdc.local.index import Progress as ScanProgress
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, Walk
 from rdc.transfer import metadata
+from rdc.transfer.batch import Files, batches, pull_batch, push_batch
 from rdc.transfer.compare import Changes, compare
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation, unwrap_group
+
+# Batches of small files in flight at once (each up to BATCH_FILES files).
+BATCHES_IN_FLIGHT = 4
 
 
 def request_open(connection: Connection, share: str, path: str, write: bool,
@@ -195,6 +199,39 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
     return _done(stats, started)
 
 
+async def move_files(connection: Connection, replica: Replica, files: Files,
+                     sizes: dict[str, int], push: bool, options: Options, stats: Stats,
+                     done: Callable[[str, int, bool], None]) -> None:
+    """Move ``files`` (path, root prefix the target holds there) to the target: small ones
+    in batches, the rest (and those a batch sends back) one by one; many of each in
+    flight. ``done(path, size, arrived)`` is called once per file."""
+    groups, alone = batches(files, sizes)
+    limiter = trio.CapacityLimiter(options.concurrency)
+    batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)
+
+    async def one(path: str, there: bytes | None) -> None:
+        async with limiter:
+            if push:
+                ok = await push_file(connection, replica, path, there, stats)
+                size = sizes.get(path, 0)
+            else:
+                got = await pull_file(connection, replica, path, there, stats)
+                ok, size = got is not None, got or 0
+        done(path, size, ok)
+
+    async def batch(group: Files, nursery: trio.Nursery) -> None:
+        async with batch_limiter:
+            move = push_batch if push else pull_batch
+            for path, there in await move(connection, replica, group, stats, done):
+                nursery.start_soon(one, path, there)
+
+    async with trio.open_nursery() as nursery:
+        for group in groups:
+            nursery.start_soon(batch, group, nursery)
+        for path, there in alone:
+            nursery.start_soon(one, path, there)
+
+
 def _done(stats: Stats, started: float) -> Stats:
     stats.seconds = time.monotonic() - started
     return stats
@@ -215,20 +252,8 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
     ok = stats.ops_done(prelude, await target.apply(prelude))
     stats.dirs_created += sum(ok[len(changes.replace):])
     progress = Progress(options, len(changes.files), sum(changes.sizes.values()))
-    limiter = trio.CapacityLimiter(options.concurrency)
-
-    async def move(path: str, there: bytes | None) -> None:
-        async with limiter:
-            if push:
-                await push_file(connection, replica, path, there, stats)
-                size = changes.sizes.get(path, 0)
-            else:
-                size = await pull_file(connection, replica, path, there, stats) or 0
-        progress.file_done(path, size)
-
-    async with trio.open_nursery() as nursery:
-        for path, there in changes.files:
-            nursery.start_soon(move, path, there)
+    await move_files(connection, replica, changes.files, changes.sizes, push, options, stats,
+                     lambda path, size, _: progress.file_done(path, size))
     links = [m.Op("link", p, target=t, expect=e) for p, t, e in changes.links]
     stats.links += sum(stats.ops_done(links, await target.apply(links)))
     if not options.delete:

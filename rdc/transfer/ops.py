@@ -121,23 +121,27 @@ def apply_ops(
 # ---------------------------------------------------------------- listings
 
 
-def listed(name: str, entry: Entry, hb: int, meta: bool = False) -> m.Listed:
+def listed(name: str, entry: Entry, hb: int, meta: bool = False,
+           sizes: bool = False) -> m.Listed:
     """How a listing describes ``entry``: with ``meta``, also its mtime and (directories)
-    meta and sync meta hash prefixes."""
+    meta and sync meta hash prefixes; with ``sizes``, its size (0 but for files)."""
     digest = entry.digest()
     digest = digest if entry.kind == "l" else digest[:hb]
+    size = (entry.size if entry.kind == "f" else 0) if sizes else None
     if not meta:
-        return m.Listed(name, entry.kind, entry.mode, digest)
+        return m.Listed(name, entry.kind, entry.mode, digest, size=size)
     return m.Listed(name, entry.kind, entry.mode, digest, entry.mtime_ns, entry.meta[:hb],
-                    entry.smeta[:hb], True)
+                    entry.smeta[:hb], True, size)
 
 
-def listing(tree: Entry, path: str, hb: int, meta: bool = False) -> list[m.Listed] | None:
+def listing(tree: Entry, path: str, hb: int, meta: bool = False,
+            sizes: bool = False) -> list[m.Listed] | None:
     """The entries of the directory at ``path`` in a listing (None if it is not one)."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
-    return [listed(name, entry, hb, meta) for name, entry in directory.sorted_children()]
+    return [listed(name, entry, hb, meta, sizes)
+            for name, entry in directory.sorted_children()]
 
 
 def mlisting(tree: Entry, path: str, hb: int) -> m.MetaDir | None:

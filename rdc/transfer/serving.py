@@ -22,6 +22,7 @@ from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
+from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
 from rdc.transfer.source import make_offer, serve_wants
@@ -101,8 +102,8 @@ class ServerSession:
         """What answers each request after ``open``."""
         return {
             m.List: self._list, m.MetaList: self._mlist, m.Offer: self._offer,
-            m.Get: self._get, m.Ops: self._ops, m.MetaSet: self._mset,
-            m.Finish: self._finish, m.Watch: self._watch,
+            m.Get: self._get, m.Offers: self._offers, m.Gets: self._gets, m.Ops: self._ops,
+            m.MetaSet: self._mset, m.Finish: self._finish, m.Watch: self._watch,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -178,7 +179,7 @@ class ServerSession:
 
     async def _list(self, conversation: Conversation, message: m.List) -> None:
         tree = await self._fresh_tree()
-        dirs = [m.Listing(path, listing(tree, path, message.hb, message.meta))
+        dirs = [m.Listing(path, listing(tree, path, message.hb, message.meta, message.sizes))
                 for path in message.paths]
         _send_split(conversation, m.Listings, _split_large(dirs))
 
@@ -222,6 +223,15 @@ class ServerSession:
             raise ProtocolError(message="an offer to the server names its path")
         self._wrote()
         await receive_file(conversation, opened.replica, message.path, message, message.expect)
+
+    async def _offers(self, conversation: Conversation, message: m.Offers) -> None:
+        opened = self._writable()
+        self._wrote()
+        await receive_offers(conversation, opened.replica, message)
+
+    async def _gets(self, conversation: Conversation, message: m.Gets) -> None:
+        assert self.opened is not None
+        await serve_gets(conversation, self.opened.replica, message)
 
     async def _ops(self, conversation: Conversation, message: m.Ops) -> None:
         opened = self._writable()

@@ -13,7 +13,7 @@ from typing import Protocol
 import trio
 
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, lookup
+from rdc.local.snapshot import Entry
 from rdc.transfer.ops import apply_meta, apply_ops, listing
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS
@@ -53,8 +53,10 @@ class Hashes:
 class Side(Protocol):
     """One end of a sync."""
 
-    async def listings(self, paths: list[str], hb: int, meta: bool = False) -> Listings:
-        """Per directory, its entries by name (None if it is not a directory there)."""
+    async def listings(self, paths: list[str], hb: int, meta: bool = False,
+                       sizes: bool = False) -> Listings:
+        """Per directory, its entries by name (None if it is not a directory there); with
+        ``sizes``, each file's size."""
 
     async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
         """Apply ``ops`` in order; one result per op."""
@@ -65,8 +67,6 @@ class Side(Protocol):
     async def refreshed(self) -> Hashes:
         """The root hashes now, after this run's writes."""
 
-    def size(self, path: str) -> int | None:
-        """The size of the file at ``path`` if this side knows it without asking."""
 
 
 class Local:
@@ -81,10 +81,11 @@ class Local:
         """What the last scan could not read (left out of ``tree``)."""
         return [path for path, _ in self.replica.errors]
 
-    async def listings(self, paths: list[str], hb: int, meta: bool = False) -> Listings:
+    async def listings(self, paths: list[str], hb: int, meta: bool = False,
+                       sizes: bool = False) -> Listings:
         out: Listings = {}
         for path in paths:
-            entries = listing(self.tree, path, hb, meta)
+            entries = listing(self.tree, path, hb, meta, sizes)
             out[path] = None if entries is None else {e.name: e for e in entries}
         return out
 
@@ -111,10 +112,6 @@ class Local:
     def hashes(self) -> Hashes:
         return Hashes.of_tree(self.tree, len(self.replica.errors))
 
-    def size(self, path: str) -> int | None:
-        entry = lookup(self.tree, path)
-        return entry.size if entry is not None and entry.kind == "f" else None
-
 
 class Remote:
     """The opened remote directory, reached over ``connection``."""
@@ -123,11 +120,13 @@ class Remote:
         self.connection = connection
         self.hashes = Hashes.of_message(opened)
 
-    async def listings(self, paths: list[str], hb: int, meta: bool = False) -> Listings:
+    async def listings(self, paths: list[str], hb: int, meta: bool = False,
+                       sizes: bool = False) -> Listings:
         """Batched (LIST_BATCH directories a request), the requests overlapping."""
         result: Listings = {}
         conversations = [
-            self.connection.start(m.List(paths=paths[i : i + LIST_BATCH], hb=hb, meta=meta))
+            self.connection.start(m.List(paths=paths[i : i + LIST_BATCH], hb=hb, meta=meta,
+                                         sizes=sizes))
             for i in range(0, len(paths), LIST_BATCH)
         ]
         for conversation in conversations:
@@ -178,5 +177,3 @@ class Remote:
         finally:
             conversation.close()
 
-    def size(self, path: str) -> int | None:
-        return None

@@ -139,19 +139,20 @@ async def _receive(
     return Outcome("whole", literal=offer.size)
 
 
-def _decide(
-    replica: Replica, path: str, offer: m.Offer, expect: m.Expected | None
-) -> tuple[Outcome | None, Expect | None, list[SeedFile]]:
-    """What can be settled without the source, on one worker thread: the expectation, the
-    file already here, a copy of another local file with its content, a tiny file whose
-    content came in the offer. Otherwise the seeds to descend with."""
+def settle(
+    replica: Replica, path: str, offer: m.Offer | m.FileOffer, expect: m.Expected | None
+) -> tuple[Outcome | None, Expect | None]:
+    """What can be settled without the source (blocking): the file already here (its mode
+    and time set), a copy of another local file with its content, a tiny file whose
+    content came in the offer. Also the check of what must still be at ``path`` when the
+    new file is put there. ConflictError if ``expect`` does not hold now."""
     check = _expectation(replica, path, expect)
     if replica.current_root(path) == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
-        return Outcome("have"), check, []
+        return Outcome("have"), check
     for holder in replica.holders(offer.root):
         if holder != path and _copy_local(replica, holder, path, offer, check) is not None:
-            return Outcome("copy", matched=offer.size), check, []
+            return Outcome("copy", matched=offer.size), check
     if offer.data is not None:
         assembly = _Assembly(replica, path)
         try:
@@ -159,7 +160,17 @@ def _decide(
             _finish_file(replica, assembly, path, offer, check, final=True)
         finally:
             assembly.abort()
-        return Outcome("whole", literal=offer.size), check, []
+        return Outcome("whole", literal=offer.size), check
+    return None, check
+
+
+def _decide(
+    replica: Replica, path: str, offer: m.Offer, expect: m.Expected | None
+) -> tuple[Outcome | None, Expect | None, list[SeedFile]]:
+    """`settle`, or the seeds to descend with (on one worker thread)."""
+    outcome, check = settle(replica, path, offer, expect)
+    if outcome is not None:
+        return outcome, check, []
     return None, check, choose_seeds(replica, path, offer.sketch)
 
 
@@ -176,7 +187,7 @@ def _expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expe
 
 
 def _copy_local(
-    replica: Replica, holder: str, path: str, offer: m.Offer, check: Expect | None
+    replica: Replica, holder: str, path: str, offer: m.Offer | m.FileOffer, check: Expect | None
 ) -> FileSignature | None:
     """Copy another local file with the offered root; None if it no longer has it."""
     try:
@@ -373,7 +384,7 @@ def _finish_file(
     replica: Replica,
     assembly: _Assembly,
     path: str,
-    offer: m.Offer,
+    offer: m.Offer | m.FileOffer,
     check: Expect | None,
     final: bool,
 ) -> bool:

@@ -30,10 +30,9 @@ import trio
 
 from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry
+from rdc.local.snapshot import Entry, lookup
 from rdc.transfer import sync_base as base_store
-from rdc.transfer.files import pull_file, push_file
-from rdc.transfer.oneway import request_open, scan_while_opening
+from rdc.transfer.oneway import move_files, request_open, scan_while_opening
 from rdc.transfer.sides import Hashes, Local, Remote
 from rdc.transfer.stats import Options, Stats, count_files
 from rdc.transfer.sync_base import DIGEST_BYTES, Known
@@ -174,6 +173,7 @@ class TwoWay:
         # Actions still to succeed per path: its new base entry stands only when none is left.
         self.pending: dict[str, int] = {}
         self._remote_side: set[str] = set()
+        self.remote_sizes: dict[str, int] = {}  # the server's files' sizes, from listings
         self._pending_children: dict[str, list[tuple[str, Known | None]]] = {}
 
     # ------------------------------------------------------------ the base
@@ -261,10 +261,14 @@ class TwoWay:
         ]
         while queue:
             wanted = [path for path, _, _, listed in queue if listed]
-            listings = await remote.listings(wanted, HB, meta=True) if wanted else {}
+            listings = await remote.listings(wanted, HB, meta=True, sizes=True) if wanted else {}
             next_queue: list[tuple[str, Entry | None, Known | None, bool]] = []
             for path, here, before, listed in queue:
                 there = (listings.get(path) or {}) if listed else {}
+                self.remote_sizes.update(
+                    (join(path, name), entry.size) for name, entry in there.items()
+                    if entry.kind == "f" and entry.size is not None
+                )
                 mine = here.children if here is not None and here.kind == "d" else {}
                 old = before.children if before is not None and before.kind == "d" else {}
                 for name in sorted(set(mine) | set(there) | set(old), key=to_wire):
@@ -448,22 +452,18 @@ async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options
         parents_first = sorted(mkdirs, key=lambda item: item[0].count("/"))
         stats.dirs_created += await apply(side, [m.Op("mkdir", p, mode=mode)
                                                  for p, mode in parents_first])
-    limiter = trio.CapacityLimiter(options.concurrency)
     connection, replica = remote.connection, local.replica
 
-    async def move(push: bool, path: str, expect: bytes | None) -> None:
-        async with limiter:
-            if push:
-                ok = await push_file(connection, replica, path, expect, stats)
-            else:
-                ok = await pull_file(connection, replica, path, expect, stats) is not None
+    def arrived(path: str, size: int, ok: bool) -> None:
         round_.confirm(path) if ok else round_.revert(path)
 
+    local_sizes = {path: entry.size for path, _ in a.pushes
+                   if (entry := lookup(local.tree, path)) is not None and entry.kind == "f"}
     async with trio.open_nursery() as nursery:
-        for path, expect in a.pushes:
-            nursery.start_soon(move, True, path, expect)
-        for path, expect in a.gets:
-            nursery.start_soon(move, False, path, expect)
+        nursery.start_soon(move_files, connection, replica, a.pushes, local_sizes, True,
+                           options, stats, arrived)
+        nursery.start_soon(move_files, connection, replica, a.gets, round_.remote_sizes,
+                           False, options, stats, arrived)
     for side, links in ((local, a.local_links), (remote, a.remote_links)):
         stats.links += await apply(side, [m.Op("link", p, target=t, expect=e)
                                           for p, t, e in links])

@@ -15,8 +15,8 @@ from rdc.wire import messages as m
 from rdc.wire.codec import MAX_FRAME
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
-PROTOCOL_MIN = 1
-PROTOCOL_MAX = 1
+PROTOCOL_MIN = 2
+PROTOCOL_MAX = 2
 FEATURES = ("zstd",)
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)

@@ -175,8 +175,9 @@ class Top:
 @dataclass(frozen=True, slots=True)
 class Listed:
     """A directory entry as a listing describes it: kind (f, d, l), mode, and hash
-    prefix (a link's whole target); with ``meta`` listings also its mtime and, for a
-    directory, its meta and sync-meta hash prefixes."""
+    prefix (a link's whole target); with ``sizes`` listings also a file's size; with
+    ``meta`` listings also its mtime and, for a directory, its meta and sync-meta hash
+    prefixes."""
 
     name: str
     kind: str
@@ -186,19 +187,26 @@ class Listed:
     meta: bytes = b""
     smeta: bytes = b""
     has_meta: bool = False
+    size: int | None = None  # None: not asked for
 
     @classmethod
     def from_wire(cls, v: Any, where: str) -> Listed:
-        v = items(v, where, (4, 7))
+        v = items(v, where, (4, 5, 7, 8))
         fields = (name(v[0], f"{where}[0]"), one_of("f", "d", "l")(v[1], f"{where}[1]"),
                   MODE(v[2], f"{where}[2]"), binary(4096)(v[3], f"{where}[3]"))
+        size = None
+        if len(v) in (5, 8):
+            size = uint()(v[4], f"{where}[4]")
+            v = v[:4] + v[5:]
         if len(v) == 4:
-            return cls(*fields)
+            return cls(*fields, size=size)
         return cls(*fields, sint(v[4], f"{where}[4]"), binary(HASH_BYTES)(v[5], f"{where}[5]"),
-                   binary(HASH_BYTES)(v[6], f"{where}[6]"), True)
+                   binary(HASH_BYTES)(v[6], f"{where}[6]"), True, size)
 
     def to_wire(self) -> list:
         item = [to_wire(self.name), self.kind, self.mode, self.digest]
+        if self.size is not None:
+            item.append(self.size)
         if self.has_meta:
             item += [self.mtime_ns, self.meta, self.smeta]
         return item
@@ -592,6 +600,7 @@ class List(Message):
     paths: list[str] = wire(array(path), out=lambda ps: [to_wire(p) for p in ps])
     hb: int = wire(hash_bytes, 8)
     meta: bool = wire(boolean, False)
+    sizes: bool = wire(boolean, False, omit=False)
 
 
 @message("listing")
@@ -763,6 +772,113 @@ class Done(Message):
     matched: int = wire(uint(), 0)
     code: str = wire(text(32), "")
     msg: str = wire(text(4096), "")
+
+
+# -- small files in batches
+
+
+def _expect_in_batch(v: Any, where: str) -> Expected | None:
+    """A file offer's ``expect``: nil (overwrite), empty (nothing there) or a prefix."""
+    if v is None:
+        return None
+    if v == b"":
+        return NOTHING
+    return Expected("f", prefix(v, where))
+
+
+def _expect_out(expect: Expected | None) -> bytes | None:
+    return None if expect is None else expect.digest
+
+
+@dataclass(frozen=True, slots=True)
+class FileOffer:
+    """One file of a batch, as an ``offer`` describes it."""
+
+    path: str
+    size: int
+    root: bytes
+    depth: int
+    sketch: bytes | None
+    mode: int
+    mtime_ns: int
+    expect: Expected | None = None
+    data: bytes | None = None
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> FileOffer | Failure:
+        if type(v) is list and len(v) == 2:
+            return Failure.from_wire(v, where)
+        v = items(v, where, 9)
+        return cls(path(v[0], f"{where}[0]"), uint()(v[1], f"{where}[1]"),
+                   HASH(v[2], f"{where}[2]"), uint(64)(v[3], f"{where}[3]"),
+                   SKETCH(v[4], f"{where}[4]"), MODE(v[5], f"{where}[5]"),
+                   sint(v[6], f"{where}[6]"), _expect_in_batch(v[7], f"{where}[7]"),
+                   optional(binary(255))(v[8], f"{where}[8]"))
+
+    def to_wire(self) -> list:
+        return [to_wire(self.path), self.size, self.root, self.depth, self.sketch, self.mode,
+                self.mtime_ns, _expect_out(self.expect), self.data]
+
+    def as_offer(self) -> Offer:
+        """The same file as a single ``offer`` (for the per-file exchange)."""
+        return Offer(size=self.size, root=self.root, depth=self.depth, sketch=self.sketch,
+                     mode=self.mode, mtime_ns=self.mtime_ns, path=self.path,
+                     expect=self.expect, data=self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class FileRequest:
+    """One file of a ``gets``: its path and what the client holds there."""
+
+    path: str
+    expect: Expected | None = None
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> FileRequest:
+        p, expect = items(v, where, 2)
+        return cls(path(p, f"{where}[0]"), _expect_in_batch(expect, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        return [to_wire(self.path), _expect_out(self.expect)]
+
+
+VERDICTS = ("have", "copy", "done", "send", "descend")
+
+
+def verdict(v: Any, where: str) -> str | Failure:
+    if type(v) is str:
+        return one_of(*VERDICTS)(v, where)
+    return Failure.from_wire(v, where)
+
+
+@message("offers")
+class Offers(Message):
+    """A batch of small files: the client's in a push, the server's answer to ``gets``."""
+
+    REQUEST = FOLLOW_UPS = True
+    files: list[FileOffer | Failure] = wire(array(record(FileOffer)))
+
+
+@message("gets")
+class Gets(Message):
+    REQUEST = FOLLOW_UPS = True
+    files: list[FileRequest] = wire(array(record(FileRequest)))
+
+
+@message("verdicts")
+class Verdicts(Message):
+    """What the target makes of each file of a batch, in order."""
+
+    verdicts: list[str | Failure] = wire(array(verdict),
+                                         out=lambda vs: [_write(v) for v in vs])
+
+
+@message("results")
+class Results(Message):
+    """How each file whose content was sent ended up: None (written) or why not."""
+
+    results: list[Failure | None] = wire(array(optional(record(Failure))),
+                                         out=lambda rs: [r and r.to_wire() for r in rs])
 
 
 # Every message type, for tests and the fuzzer.

@@ -1,0 +1,380 @@
+"""Small files in batches (docs/protocol.md, "Small files in batches").
+
+A source tree is mostly small files, and what they cost a sync is not their bytes but their
+number: a conversation, a few thread hops, a sync and an index transaction each. Here up to
+BATCH_FILES of them (and BATCH_BYTES of content) go in one conversation: offered in one
+message, decided by the target in one worker-thread hop, their contents sent in a few data
+messages, written, checked, made durable at once and renamed into place in one more hop,
+and recorded in one index transaction. A file the target has seeds for (an older version,
+similar files) is answered ``descend`` and goes by the per-file exchange instead, which
+sends only what differs.
+
+The blocking halves (`offer_batch` on the source, `decide_batch` and `write_batch` on the
+target) run on one worker thread per batch; the four conversation flows wire them to the
+two roles: `push_batch` and `receive_offers` (a push), `pull_batch` and `serve_gets` (a
+pull).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from rdc.content.signature import FileSignature, signature_of_bytes
+from rdc.errors import ProtocolError, Refusal
+from rdc.local.filestat import mtime_ns
+from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
+from rdc.local.paths import PathError
+from rdc.local.replica import Replica
+from rdc.transfer.descent import WHOLE_BELOW, whole_is_best
+from rdc.transfer.stats import Stats
+from rdc.transfer.target import settle
+from rdc.wire import messages as m
+from rdc.wire.connection import Connection, Conversation
+
+# A file goes in a batch if it is smaller than this (by the size the source knows) ...
+SMALL_FILE = 64 << 10
+# ... and a batch holds at most this many files and this much content.
+BATCH_FILES = 256
+BATCH_BYTES = 1 << 20
+# Content sent in one data message.
+DATA_MESSAGE = 1 << 20
+
+Verdict = str | m.Failure
+Files = list[tuple[str, bytes | None]]  # (path, root prefix the target holds there)
+
+
+def expected(digest: bytes | None) -> m.Expected:
+    """What the target holds at a path: nothing, or a file whose root starts so."""
+    return m.NOTHING if digest is None else m.Expected("f", digest)
+
+
+def batches(files: Files, sizes: dict[str, int]) -> tuple[list[Files], Files]:
+    """``files`` cut into batches of small files, and the rest (larger, or of unknown
+    size), each in their original order."""
+    out: list[Files] = []
+    alone: Files = []
+    count = size = 0
+    for path, there in files:
+        n = sizes.get(path)
+        if n is None or n >= SMALL_FILE:
+            alone.append((path, there))
+            continue
+        if not out or count == BATCH_FILES or size + n > BATCH_BYTES:
+            out.append([])
+            count = size = 0
+        out[-1].append((path, there))
+        count += 1
+        size += n
+    return out, alone
+
+
+def _failure(exc: BaseException, path: str) -> m.Failure:
+    if isinstance(exc, ConflictError):
+        return m.Failure("conflict", str(exc))
+    if isinstance(exc, PathError | IsADirectoryError | NotADirectoryError):
+        return m.Failure("path", str(exc))
+    if isinstance(exc, Refusal):
+        return m.Failure(exc.code, str(exc))
+    if isinstance(exc, FileNotFoundError):
+        return m.Failure("vanished", f"{path} is gone")
+    assert isinstance(exc, OSError)
+    return m.Failure("io", f"{path}: {exc.strerror or exc}")
+
+
+_EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
+
+
+# ---------------------------------------------------------------- the blocking halves
+
+
+def offer_batch(
+    replica: Replica, files: list[tuple[str, m.Expected | None]]
+) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
+    """The source's offer of each file, with its content if it is small (blocking). A
+    file that cannot be read (gone, through a symlink now) is a Failure in its place."""
+    out: list[tuple[m.FileOffer | m.Failure, bytes | None]] = []
+    for path, expect in files:
+        try:
+            signature, st, f = replica.sign(path)
+            with f:
+                data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
+        except _EXPECTED_ERRORS as exc:
+            out.append((_failure(exc, path), None))
+            continue
+        if data is not None and len(data) != signature.size:
+            out.append((m.Failure("vanished", f"{path} changed while it was read"), None))
+            continue
+        tree = signature.tree
+        inline = data if data is not None and tree.size < WHOLE_BELOW else None
+        offer = m.FileOffer(path, tree.size, tree.root, len(tree.levels), signature.sketch,
+                            st.st_mode & 0o7777, mtime_ns(st), expect, inline)
+        out.append((offer, data))
+    return out
+
+
+def decide_batch(
+    replica: Replica, offers: list[tuple[m.FileOffer, m.Expected | None]]
+) -> list[tuple[Verdict, Expect | None]]:
+    """The target's verdict on each offered file (blocking; see docs/protocol.md), with
+    the check of what must still be at its path when its content is put there."""
+    out: list[tuple[Verdict, Expect | None]] = []
+    for offer, expect in offers:
+        try:
+            outcome, check = settle(replica, offer.path, offer, expect)
+            if outcome is not None:
+                how = {"have": "have", "copy": "copy"}.get(outcome.how, "done")
+                out.append((how, check))
+            elif offer.size >= SMALL_FILE or not whole_is_best(
+                offer.size, offer.depth, replica.has_seeds(offer.path, offer.sketch)
+            ):
+                out.append(("descend", check))
+            else:
+                out.append(("send", check))
+        except _EXPECTED_ERRORS as exc:
+            out.append((_failure(exc, offer.path), None))
+    return out
+
+
+def write_batch(
+    replica: Replica, files: list[tuple[m.FileOffer, Expect | None, bytes]]
+) -> list[m.Failure | None]:
+    """Write each file's content beside its destination, check its root, make them all
+    durable at once, then install each where its check still holds, and record them in
+    one index transaction (blocking). One result per file."""
+    results: list[m.Failure | None] = [None] * len(files)
+    prepared: list[tuple[int, TempFile, FileSignature]] = []
+    try:
+        for i, (offer, _, data) in enumerate(files):
+            signature = signature_of_bytes(data)
+            if signature.root != offer.root:
+                results[i] = m.Failure("verify", f"{offer.path}: the content does not have "
+                                       "the offered root (it changed at the source?)")
+                continue
+            try:
+                temp = replica.fs.create_temp(offer.path)
+                temp.write(data)
+                temp.prepare(offer.mode, offer.mtime_ns)
+            except _EXPECTED_ERRORS as exc:
+                results[i] = _failure(exc, offer.path)
+                continue
+            prepared.append((i, temp, signature))
+        sync_all(replica.fs, [temp for _, temp, _ in prepared])
+        recorded = []
+        for i, temp, signature in prepared:
+            offer, check, _ = files[i]
+            try:
+                st = replica.install(temp, offer.path, check)
+            except _EXPECTED_ERRORS as exc:
+                results[i] = _failure(exc, offer.path)
+                continue
+            recorded.append((offer.path, st, signature))
+        replica.record_many(recorded)
+    finally:
+        for _, temp, _ in prepared:
+            temp.abort()  # nothing for those installed
+    return results
+
+
+# ---------------------------------------------------------------- the conversations
+
+
+async def _send_contents(conversation: Conversation, contents: list[bytes]) -> None:
+    pieces: list[bytes] = []
+    size = 0
+    for n, data in enumerate(contents):
+        pieces.append(data)
+        size += len(data)
+        last = n == len(contents) - 1
+        if size >= DATA_MESSAGE or last:
+            await conversation.send_data(m.Data(d=pieces, end=last))
+            pieces, size = [], 0
+
+
+async def _receive_contents(conversation: Conversation, sizes: list[int]) -> list[bytes]:
+    """One piece per file, of its offered size, over ``data`` messages up to ``end``."""
+    contents: list[bytes] = []
+    while True:
+        message = await conversation.receive(m.Data)
+        contents.extend(message.d)
+        if len(contents) > len(sizes):
+            raise ProtocolError(message="more file contents than were asked for")
+        if message.end:
+            break
+    if [len(d) for d in contents] != sizes:
+        raise ProtocolError(message="file contents that do not have their offered sizes")
+    return contents
+
+
+def _count(stats: Stats, path: str, verdict: Verdict, size: int) -> None:
+    """Count a file whose verdict settles it (``send`` is counted by its result)."""
+    if isinstance(verdict, m.Failure):
+        stats.failed.append((path, f"{verdict.code}: {verdict.msg}"))
+    elif verdict == "copy":
+        stats.file_done(path, m.Done(ok=True, how="copy", matched=size))
+    elif verdict == "done":
+        stats.file_done(path, m.Done(ok=True, how="whole", literal=size))
+
+
+def _sent(stats: Stats, path: str, result: m.Failure | None, size: int) -> None:
+    if result is None:
+        stats.file_done(path, m.Done(ok=True, how="whole", literal=size))
+    else:
+        stats.failed.append((path, f"{result.code}: {result.msg}"))
+
+
+async def push_batch(connection: Connection, replica: Replica, files: Files, stats: Stats,
+                     done: Callable[[str, int, bool], None]) -> Files:
+    """Push a batch of small local files (the client is the source); the files the server
+    wants by the per-file exchange are returned. ``done(path, size, arrived)`` is called for
+    each file settled here."""
+    signed = await trio.to_thread.run_sync(
+        offer_batch, replica, [(path, expected(there)) for path, there in files]
+    )
+    offered: list[tuple[m.FileOffer, bytes | None, bytes | None]] = []  # offer, data, there
+    for (path, there), (offer, data) in zip(files, signed, strict=True):
+        if isinstance(offer, m.Failure):
+            _count(stats, path, offer, 0)
+            done(path, 0, False)
+        else:
+            offered.append((offer, data, there))
+    if not offered:
+        return []
+    conversation = connection.start(m.Offers(files=[offer for offer, _, _ in offered]))
+    alone: Files = []
+    try:
+        verdicts = (await conversation.receive(m.Verdicts)).verdicts
+        if len(verdicts) != len(offered):
+            raise ProtocolError(message="verdicts that do not match the offers")
+        sends = []
+        for (offer, data, there), verdict in zip(offered, verdicts, strict=True):
+            if verdict == "descend":
+                alone.append((offer.path, there))
+            elif verdict == "send":
+                if data is None:
+                    raise ProtocolError(message=f"send asked for {offer.path}, too large")
+                sends.append((offer, data))
+            else:
+                _count(stats, offer.path, verdict, offer.size)
+                done(offer.path, offer.size, not isinstance(verdict, m.Failure))
+        if sends:
+            await _send_contents(conversation, [data for _, data in sends])
+            results = (await conversation.receive(m.Results)).results
+            if len(results) != len(sends):
+                raise ProtocolError(message="results that do not match the files sent")
+            for (offer, _), result in zip(sends, results, strict=True):
+                _sent(stats, offer.path, result, offer.size)
+                done(offer.path, offer.size, result is None)
+    except Refusal as exc:  # the server refused the whole batch (read-only, say)
+        for offer, _, _ in offered:
+            stats.failed.append((offer.path, str(exc)))
+            done(offer.path, 0, False)
+        return []
+    finally:
+        conversation.close()
+    return alone
+
+
+async def receive_offers(conversation: Conversation, replica: Replica,
+                         message: m.Offers) -> None:
+    """The server's side of a pushed batch (it is the target)."""
+    offers: list[m.FileOffer] = []
+    for offer in message.files:
+        if isinstance(offer, m.Failure):
+            raise ProtocolError(message="a pushed batch offers files, not errors")
+        if not offer.path:
+            raise ProtocolError(message="an offer to the server names its path")
+        offers.append(offer)
+    decided = await trio.to_thread.run_sync(
+        decide_batch, replica, [(offer, offer.expect) for offer in offers]
+    )
+    conversation.send(m.Verdicts(verdicts=[verdict for verdict, _ in decided]))
+    sends = [(offer, check) for offer, (verdict, check) in zip(offers, decided, strict=True)
+             if verdict == "send"]
+    if not sends:
+        return
+    contents = await _receive_contents(conversation, [offer.size for offer, _ in sends])
+    results = await trio.to_thread.run_sync(
+        write_batch, replica, [(offer, check, data)
+                               for (offer, check), data in zip(sends, contents, strict=True)]
+    )
+    conversation.send_last(m.Results(results=results))
+
+
+async def pull_batch(connection: Connection, replica: Replica, files: Files, stats: Stats,
+                     done: Callable[[str, int, bool], None]) -> Files:
+    """Pull a batch of small remote files (the client is the target); the files to fetch
+    by the per-file exchange are returned."""
+    conversation = connection.start(m.Gets(
+        files=[m.FileRequest(path, expected(here)) for path, here in files]))
+    alone: Files = []
+    try:
+        offers = (await conversation.receive(m.Offers)).files
+        if len(offers) != len(files) or any(
+            isinstance(offer, m.FileOffer) and offer.path != path
+            for offer, (path, _) in zip(offers, files, strict=True)
+        ):
+            raise ProtocolError(message="offers that do not match the files asked for")
+        valid = [(offer, expected(here)) for offer, (_, here) in zip(offers, files, strict=True)
+                 if isinstance(offer, m.FileOffer)]
+        decided = iter(await trio.to_thread.run_sync(decide_batch, replica, valid))
+        verdicts: list[Verdict] = []
+        checks: list[Expect | None] = []
+        for offer in offers:
+            if isinstance(offer, m.Failure):
+                verdicts.append(offer)
+                checks.append(None)
+            else:
+                verdict, check = next(decided)
+                verdicts.append(verdict)
+                checks.append(check)
+        conversation.send(m.Verdicts(verdicts=verdicts))
+        sends = []
+        for offer, verdict, check, (path, here) in zip(offers, verdicts, checks, files,
+                                                       strict=True):
+            if verdict == "descend":
+                alone.append((path, here))
+            elif verdict == "send":
+                assert isinstance(offer, m.FileOffer)
+                sends.append((offer, check))
+            else:
+                size = offer.size if isinstance(offer, m.FileOffer) else 0
+                _count(stats, path, verdict, size)
+                done(path, size, not isinstance(verdict, m.Failure))
+        if sends:
+            contents = await _receive_contents(conversation, [o.size for o, _ in sends])
+            results = await trio.to_thread.run_sync(
+                write_batch, replica, [(offer, check, data) for (offer, check), data
+                                       in zip(sends, contents, strict=True)]
+            )
+            for (offer, _), result in zip(sends, results, strict=True):
+                _sent(stats, offer.path, result, offer.size)
+                done(offer.path, offer.size, result is None)
+    except Refusal as exc:
+        for path, _ in files:
+            stats.failed.append((path, str(exc)))
+            done(path, 0, False)
+        return []
+    finally:
+        conversation.close()
+    return alone
+
+
+async def serve_gets(conversation: Conversation, replica: Replica, message: m.Gets) -> None:
+    """The server's side of a pulled batch (it is the source)."""
+    signed = await trio.to_thread.run_sync(
+        offer_batch, replica, [(request.path, None) for request in message.files]
+    )
+    conversation.send(m.Offers(files=[offer for offer, _ in signed]))
+    verdicts = (await conversation.receive(m.Verdicts)).verdicts
+    if len(verdicts) != len(signed):
+        raise ProtocolError(message="verdicts that do not match the offers")
+    contents = []
+    for (offer, data), verdict in zip(signed, verdicts, strict=True):
+        if verdict == "send":
+            if not isinstance(offer, m.FileOffer) or data is None:
+                raise ProtocolError(message="send asked for a file this side did not offer")
+            contents.append(data)
+    if contents:
+        await _send_contents(conversation, contents)

@@ -1,0 +1,182 @@
+"""Small files in batches: a source tree's many small files cost a few conversations, not
+one each; what a batch cannot settle alone (an older version to descend from, a file that
+changed meanwhile) is handled per file, and a batch is written, synced and renamed as one."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from rdc.local.fs import SafeRoot
+from rdc.local.replica import Replica
+from rdc.transfer import batch, serving
+from rdc.transfer.stats import Options
+from rdc.wire import messages as m
+
+from .protocol_support import Pair, tree_state, write
+
+OLD = 1_600_000_000_123_456_789
+
+
+def small_tree(root, files: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    for i in range(files):
+        text = b"".join(b"line %d of file %d: %x\n" % (n, i, rng.getrandbits(64))
+                        for n in range(rng.randrange(1, 200)))
+        write(root / f"d{i % 7}" / f"f{i}.txt", text, OLD + i)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many batches and single-file exchanges the server served."""
+    counts = {"batches": 0, "single": 0, "gets": 0}
+    real_offers, real_file, real_gets = (serving.receive_offers, serving.receive_file,
+                                         serving.serve_gets)
+
+    async def offers(*args):
+        counts["batches"] += 1
+        return await real_offers(*args)
+
+    async def single(*args):
+        counts["single"] += 1
+        return await real_file(*args)
+
+    async def gets(*args):
+        counts["gets"] += 1
+        return await real_gets(*args)
+
+    monkeypatch.setattr(serving, "receive_offers", offers)
+    monkeypatch.setattr(serving, "receive_file", single)
+    monkeypatch.setattr(serving, "serve_gets", gets)
+    return counts
+
+
+async def test_a_first_copy_of_small_files_goes_in_batches(tmp_path, counted) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    small_tree(src, 600)
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert stats.files_transferred == stats.files_total == 600
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["single"] == 0
+    assert 3 <= counted["batches"] <= 6  # 600 files, at most 256 and 1 MiB a batch
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 600
+    assert tree_state(dst) == tree_state(src)
+    assert counted["single"] == 0 and 3 <= counted["gets"] <= 6
+    pair.close()
+
+
+async def test_renamed_small_files_are_copied_and_edited_ones_descend(
+    tmp_path, counted
+) -> None:
+    src = tmp_path / "src"
+    small_tree(src, 80)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    counted.update(batches=0, single=0)
+    for i in range(0, 20):  # renamed
+        os.rename(src / f"d{i % 7}" / f"f{i}.txt", src / f"d{i % 7}" / f"renamed{i}.txt")
+    edited = src / "d3" / "f45.txt"
+    data = bytearray(edited.read_bytes())
+    assert len(data) > 2000
+    data[1000:1004] = b"EDIT"
+    edited.write_bytes(bytes(data))
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert stats.copied_files == 20
+    assert counted["single"] == 1  # the edited file, with its older version as a seed
+    assert stats.literal_bytes < 1000
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_a_file_changed_at_the_target_meanwhile_fails_alone(tmp_path) -> None:
+    src = tmp_path / "src"
+    small_tree(src, 40)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    for i in (3, 4):
+        (src / f"d{i % 7}" / f"f{i}.txt").write_bytes(b"x" * 3000 + bytes([i]))
+
+    async def meanwhile(connection) -> None:
+        conversation = connection.start(m.List(paths=[""], hb=8))
+        await conversation.receive(m.Listings)
+        (pair.share / "d3" / "f3.txt").write_bytes(b"edited on the server meanwhile")
+
+    stats = await pair.run("push", src, between=meanwhile)
+    assert [path for path, _ in stats.failed] == ["d3/f3.txt"]
+    assert "conflict" in stats.failed[0][1]
+    assert (pair.share / "d3" / "f3.txt").read_bytes() == b"edited on the server meanwhile"
+    assert (pair.share / "d4" / "f4.txt").read_bytes() == b"x" * 3000 + bytes([4])
+    pair.close()
+
+
+def test_a_batch_is_made_durable_once_before_any_file_is_installed(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write_batch syncs the batch once, and only then renames: a failure at the sync
+    leaves every destination as it was, and no temporary behind."""
+    root = tmp_path / "root"
+    for i in range(5):
+        write(root / f"f{i}", b"old %d" % i)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    files = []
+    for i in range(5):
+        data = b"new content %d" % i
+        offer = m.FileOffer(f"f{i}", len(data), _root(data), 2, None, 0o644, OLD)
+        files.append((offer, None, data))
+    calls = []
+    real = batch.sync_all
+
+    def failing(fs: SafeRoot, temps) -> None:
+        calls.append(len(temps))
+        raise OSError(5, "Input/output error (simulated)")
+
+    monkeypatch.setattr(batch, "sync_all", failing)
+    with pytest.raises(OSError):
+        batch.write_batch(replica, files)
+    assert calls == [5]
+    assert [(root / f"f{i}").read_bytes() for i in range(5)] == [b"old %d" % i for i in range(5)]
+    assert not [n for n in os.listdir(root) if n.startswith(".rdc-tmp")]
+    monkeypatch.setattr(batch, "sync_all", real)
+    assert batch.write_batch(replica, files) == [None] * 5
+    assert (root / "f2").read_bytes() == b"new content 2"
+    replica.close()
+
+
+def test_content_that_does_not_have_its_root_is_refused_alone(tmp_path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    good, bad = b"good", b"bad!"
+    files = [(m.FileOffer("g", 4, _root(good), 2, None, 0o644, OLD), None, good),
+             (m.FileOffer("b", 4, _root(b"else"), 2, None, 0o644, OLD), None, bad)]
+    results = batch.write_batch(replica, files)
+    assert results[0] is None and results[1] is not None and results[1].code == "verify"
+    assert (root / "g").read_bytes() == good and not (root / "b").exists()
+    replica.close()
+
+
+def test_files_are_cut_into_batches_by_count_and_bytes() -> None:
+    files = [(f"f{i}", None) for i in range(600)]
+    sizes = {f"f{i}": 1000 for i in range(600)}
+    sizes["f10"] = 5_000_000  # large: alone
+    del sizes["f11"]  # size unknown: alone
+    groups, alone = batch.batches(files, sizes)
+    assert [p for p, _ in alone] == ["f10", "f11"]
+    assert [len(g) for g in groups] == [256, 256, 86]
+    sizes = {f"f{i}": 60_000 for i in range(600)}
+    groups, _ = batch.batches(files, sizes)
+    assert all(sum(sizes[p] for p, _ in g) <= batch.BATCH_BYTES for g in groups)
+
+
+def _root(data: bytes) -> bytes:
+    from rdc.content.signature import signature_of_bytes
+
+    return signature_of_bytes(data).root
