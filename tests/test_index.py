@@ -357,3 +357,53 @@ def test_a_directory_turned_symlink_before_its_files_are_read_is_an_error_not_a_
     assert [path for path, _ in stats.errors] == ["d/f"]
     assert set(contents(db)) == {"g"}
     db.close()
+
+
+def test_trait_lists_in_memory_agree_with_the_table(tmp_path) -> None:
+    """Candidates come from the trait lists held in memory; every kind of write keeps them
+    in step with the database, and a write by another connection is seen."""
+    import random as _random
+
+    from rdc.content.sketch import buckets
+
+    rng = _random.Random(5)
+    root = tmp_path / "data"
+    root.mkdir()
+    files = {}
+    for i in range(60):
+        data = bytes(rng.randrange(4) for _ in range(rng.randrange(2000, 60000)))
+        files[f"d{i % 3}/f{i}"] = data
+        (root / f"d{i % 3}").mkdir(exist_ok=True)
+        (root / f"d{i % 3}" / f"f{i}").write_bytes(data)
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    refresh(db, str(root))
+
+    def from_table(sketch: bytes, exclude: int | None = None) -> list[tuple[int, int]]:
+        keys = buckets(sketch)
+        rows = db.conn.execute(
+            f"SELECT file_id, COUNT(*) AS n FROM trait WHERE bucket IN "
+            f"({','.join('?' * len(keys))}) AND file_id IS NOT ? GROUP BY file_id "
+            "HAVING n >= 4 ORDER BY n DESC, file_id LIMIT 5", (*keys, exclude))
+        return list(rows)
+
+    def agree() -> None:
+        for f in db.files():
+            if f.sketch is not None:
+                assert db.candidates(f.sketch, 4, 5, exclude=f.id) == from_table(f.sketch, f.id)
+
+    agree()
+    (root / "d0" / "f0").write_bytes(b"changed" * 900)  # put: a new row, the old one gone
+    os.rename(root / "d1" / "f1", root / "d1" / "moved")  # move
+    os.remove(root / "d2" / "f2")  # delete
+    refresh(db, str(root))
+    agree()
+    with db.transaction():
+        db.delete_tree("d1")
+    agree()
+    other = IndexDatabase(tmp_path / "index.sqlite3")  # another connection writes
+    with other.transaction():
+        other.delete_tree("d0")
+    other.close()
+    agree()
+    assert not any(f.path.startswith(("d0/", "d1/")) for f in db.files())
+    db.close()

@@ -102,3 +102,20 @@ def test_the_selected_implementation_is_the_compiled_one() -> None:
             _signature.group_cuts,
             _signature.next_level_payloads,
         )
+
+
+@given(st.lists(st.lists(st.integers(0, 300), max_size=60, unique=True), min_size=1,
+                max_size=12),
+       st.integers(1, 6), st.integers(0, 20), st.integers(-1, 300))
+def test_trait_candidates_match_the_reference(lists, threshold, limit, exclude) -> None:
+    buffers = [array("I", ids) for ids in lists]
+    got = _native.trait_candidates(buffers, 300, threshold, limit, exclude)
+    assert got == signature_ref.trait_candidates(lists, 300, threshold, limit, exclude)
+
+
+def test_trait_candidates_refuse_an_id_over_the_limit() -> None:
+    with pytest.raises(ValueError):
+        _native.trait_candidates([array("I", [5])], 4, 1, 1, -1)
+    if not PURE:  # the C function reads the ids as uint32 buffers
+        with pytest.raises(TypeError):
+            _native.trait_candidates([array("Q", [5])], 9, 1, 1, -1)

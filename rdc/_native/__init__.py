@@ -23,12 +23,18 @@ if PURE_PYTHON:
     sketch = signature_ref.sketch
     group_cuts = signature_ref.group_cuts
     next_level_payloads = signature_ref.next_level_payloads
+    trait_candidates = signature_ref.trait_candidates
     IMPLEMENTATION = "python"
 else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
-        from rdc._native._signature import group_cuts, next_level_payloads, sketch
+        from rdc._native._signature import (
+            group_cuts,
+            next_level_payloads,
+            sketch,
+            trait_candidates,
+        )
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -57,4 +63,5 @@ __all__ = [
     "hash_chunks",
     "next_level_payloads",
     "sketch",
+    "trait_candidates",
 ]

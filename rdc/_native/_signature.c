@@ -4,6 +4,8 @@
 
 #include "signature_impl.h"
 
+#include <string.h>
+
 /* Inputs of at least this many entries are processed with the GIL released. */
 #define RELEASE_GIL_ENTRIES 2048
 
@@ -163,6 +165,82 @@ static PyObject *py_salts(PyObject *module, PyObject *unused) {
     return result;
 }
 
+/* trait_candidates(lists, max_id, threshold, limit, exclude) -> [(id, count)]: lists is a
+ * sequence of buffers of uint32 file ids (array('I')). */
+static PyObject *py_trait_candidates(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *seq;
+    unsigned long max_id, threshold;
+    Py_ssize_t limit;
+    long long exclude;
+    if (!PyArg_ParseTuple(args, "OkknL", &seq, &max_id, &threshold, &limit, &exclude))
+        return NULL;
+    if (max_id > UINT32_MAX || limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_id must fit 32 bits and limit be >= 0");
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(seq, "lists must be a sequence of id buffers");
+    if (!fast) return NULL;
+    Py_ssize_t nlists = PySequence_Fast_GET_SIZE(fast);
+    Py_buffer *views = PyMem_Calloc((size_t)nlists + 1, sizeof *views);
+    const uint32_t **lists = PyMem_Calloc((size_t)nlists + 1, sizeof *lists);
+    size_t *lens = PyMem_Calloc((size_t)nlists + 1, sizeof *lens);
+    uint32_t *ids = PyMem_Calloc((size_t)limit + 1, sizeof *ids);
+    uint8_t *counts = PyMem_Calloc((size_t)limit + 1, 1);
+    PyObject *result = NULL;
+    Py_ssize_t got = 0;
+    if (!views || !lists || !lens || !ids || !counts) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < nlists; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, got), &views[got],
+                               PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto done;
+        if (views[got].itemsize != 4 || (views[got].format && strcmp(views[got].format, "I"))) {
+            PyErr_SetString(PyExc_TypeError, "each list must be a buffer of uint32 ('I')");
+            got++;
+            goto done;
+        }
+        lists[got] = views[got].buf;
+        lens[got] = (size_t)views[got].len / 4;
+        for (size_t j = 0; j < lens[got]; j++) {
+            if (lists[got][j] > max_id) {
+                PyErr_SetString(PyExc_ValueError, "an id over max_id");
+                got++;
+                goto done;
+            }
+        }
+    }
+    long n;
+    Py_BEGIN_ALLOW_THREADS
+    n = rdc_trait_candidates(lists, lens, (size_t)nlists, (uint32_t)max_id,
+                             (uint32_t)threshold, exclude, (size_t)limit, ids, counts);
+    Py_END_ALLOW_THREADS
+    if (n < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = PyList_New(n);
+    for (long k = 0; result && k < n; k++) {
+        PyObject *pair = Py_BuildValue("(kk)", (unsigned long)ids[k], (unsigned long)counts[k]);
+        if (!pair) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, k, pair);
+    }
+done:
+    for (Py_ssize_t i = 0; views && i < got; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(lists);
+    PyMem_Free(lens);
+    PyMem_Free(ids);
+    PyMem_Free(counts);
+    Py_DECREF(fast);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"sketch", py_sketch, METH_O, "sketch(hashes) -> 12 trait bytes, or None for no hashes"},
     {"group_cuts", py_group_cuts, METH_VARARGS,
@@ -171,6 +249,9 @@ static PyMethodDef module_methods[] = {
      "next_level_payloads(level, hashes, lengths, min_entries, max_entries) -> "
      "(payloads, end offsets, array('Q') of group lengths)"},
     {"salts", py_salts, METH_NOARGS, "salts() -> (SALT_H, SALT_G) as compiled in"},
+    {"trait_candidates", py_trait_candidates, METH_VARARGS,
+     "trait_candidates(lists, max_id, threshold, limit, exclude) -> [(id, count)], best "
+     "first"},
     {NULL},
 };
 

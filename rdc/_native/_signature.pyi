@@ -18,3 +18,8 @@ def next_level_payloads(
 
 def salts() -> tuple[list[int], list[int]]:
     """The compiled-in sketch salts (SALT_H, SALT_G)."""
+
+def trait_candidates(
+    lists: list[Buffer], max_id: int, threshold: int, limit: int, exclude: int
+) -> list[tuple[int, int]]:
+    """Ids in at least ``threshold`` of the uint32 id lists, best first (count, then id)."""

@@ -2,6 +2,7 @@
 #include "signature_impl.h"
 #include "le_bytes.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 const uint64_t rdc_salt_h[RDC_TRAITS] = {
@@ -111,4 +112,49 @@ void rdc_node_payloads(uint8_t level, const uint8_t *hashes, const uint64_t *len
         sums[g] = total;
         start = cuts[g];
     }
+}
+
+typedef struct {
+    uint32_t id;
+    uint8_t count;
+} rdc_hit;
+
+static int hit_order(const void *a, const void *b) {
+    const rdc_hit *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+long rdc_trait_candidates(const uint32_t *const *lists, const size_t *lens, size_t nlists,
+                          uint32_t max_id, uint32_t threshold, int64_t exclude, size_t limit,
+                          uint32_t *out_ids, uint8_t *out_counts) {
+    if (threshold < 1) threshold = 1;
+    uint8_t *counts = calloc((size_t)max_id + 1, 1);
+    if (!counts) return -1;
+    size_t total = 0;
+    for (size_t i = 0; i < nlists; i++) total += lens[i];
+    /* Every id that reaches the threshold is recorded once, when it does. */
+    rdc_hit *hits = malloc((total / threshold + 1) * sizeof *hits);
+    if (!hits) {
+        free(counts);
+        return -1;
+    }
+    size_t nhits = 0;
+    for (size_t i = 0; i < nlists; i++) {
+        const uint32_t *list = lists[i];
+        for (size_t j = 0; j < lens[i]; j++) {
+            uint32_t id = list[j];
+            if (++counts[id] == threshold && (int64_t)id != exclude) hits[nhits++].id = id;
+        }
+    }
+    for (size_t k = 0; k < nhits; k++) hits[k].count = counts[hits[k].id];
+    free(counts);
+    qsort(hits, nhits, sizeof *hits, hit_order);
+    size_t n = nhits < limit ? nhits : limit;
+    for (size_t k = 0; k < n; k++) {
+        out_ids[k] = hits[k].id;
+        out_counts[k] = hits[k].count;
+    }
+    free(hits);
+    return (long)n;
 }

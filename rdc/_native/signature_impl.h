@@ -51,4 +51,13 @@ void rdc_node_payloads(uint8_t level, const uint8_t *hashes, const uint64_t *len
                        const uint64_t *cuts, size_t ncuts, uint8_t *payload, uint64_t *ends,
                        uint64_t *sums);
 
+/* Similarity candidates: the file ids that occur in at least `threshold` of the lists
+ * lists[0..nlists) (each lens[i] ids, every id <= max_id, no id twice in one list), best
+ * first: by count descending, then id ascending; `exclude` is left out. Writes at most
+ * `limit` ids and their counts to out_ids, out_counts and returns how many, or -1 if the
+ * counting buffer (max_id + 1 bytes) cannot be allocated. */
+long rdc_trait_candidates(const uint32_t *const *lists, const size_t *lens, size_t nlists,
+                          uint32_t max_id, uint32_t threshold, int64_t exclude, size_t limit,
+                          uint32_t *out_ids, uint8_t *out_counts);
+
 #endif

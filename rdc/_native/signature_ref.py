@@ -132,3 +132,21 @@ def next_level_payloads(
         sums.append(sum(lengths[start:end]))
         start = end
     return bytes(payload), ends, sums
+
+
+def trait_candidates(
+    lists: Sequence[Sequence[int]], max_id: int, threshold: int, limit: int, exclude: int
+) -> list[tuple[int, int]]:
+    """The ids that occur in at least ``threshold`` of ``lists`` (each id at most once per
+    list, every id at most ``max_id``), best first: by count descending, then id
+    ascending; ``exclude`` (-1 for none) left out; at most ``limit`` of them."""
+    counts: dict[int, int] = {}
+    for ids in lists:
+        for file_id in ids:
+            if file_id > max_id:
+                raise ValueError("an id over max_id")
+            counts[file_id] = counts.get(file_id, 0) + 1
+    hits = [(file_id, n) for file_id, n in counts.items()
+            if n >= max(threshold, 1) and file_id != exclude]
+    hits.sort(key=lambda hit: (-hit[1], hit[0]))
+    return hits[:limit]

@@ -18,6 +18,7 @@ pull).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -28,8 +29,8 @@ from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import WHOLE_BELOW, whole_is_best
+from rdc.transfer.ops import expectation
 from rdc.transfer.stats import Stats
-from rdc.transfer.target import settle
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation
 
@@ -114,27 +115,67 @@ def offer_batch(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The target's verdict on one offered file, the check of what must still be at its
+    path when its content is put there, and the content when this side has it (a local
+    copy, or the offer's inline data)."""
+
+    verdict: Verdict
+    check: Expect | None = None
+    content: bytes | None = None
+
+
 def decide_batch(
     replica: Replica, offers: list[tuple[m.FileOffer, m.Expected | None]]
-) -> list[tuple[Verdict, Expect | None]]:
-    """The target's verdict on each offered file (blocking; see docs/protocol.md), with
-    the check of what must still be at its path when its content is put there."""
-    out: list[tuple[Verdict, Expect | None]] = []
+) -> list[Decision]:
+    """The target's verdict on each offered file (blocking; see docs/protocol.md). Nothing
+    is written here: copies and inline files are written with the sent ones, by
+    `write_batch`, so that one sync makes the whole batch durable."""
+    out: list[Decision] = []
     for offer, expect in offers:
         try:
-            outcome, check = settle(replica, offer.path, offer, expect)
-            if outcome is not None:
-                how = {"have": "have", "copy": "copy"}.get(outcome.how, "done")
-                out.append((how, check))
-            elif offer.size >= SMALL_FILE or not whole_is_best(
-                offer.size, offer.depth, replica.has_seeds(offer.path, offer.sketch)
-            ):
-                out.append(("descend", check))
-            else:
-                out.append(("send", check))
+            out.append(_decide(replica, offer, expect))
         except _EXPECTED_ERRORS as exc:
-            out.append((_failure(exc, offer.path), None))
+            out.append(Decision(_failure(exc, offer.path)))
     return out
+
+
+def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None) -> Decision:
+    path = offer.path
+    check = expectation(replica, path, expect)
+    if replica.current_root(path) == offer.root:
+        replica.set_meta(path, offer.mode, offer.mtime_ns)
+        return Decision("have", check)
+    if offer.size < SMALL_FILE:
+        for holder in replica.holders(offer.root):
+            content = _local_copy(replica, holder, path, offer)
+            if content is not None:
+                return Decision("copy", check, content)
+    if offer.data is not None:
+        return Decision("done", check, offer.data)
+    if offer.size >= SMALL_FILE or not whole_is_best(
+        offer.size, offer.depth, replica.has_seeds(path, offer.sketch)
+    ):
+        return Decision("descend", check)
+    return Decision("send", check)
+
+
+def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) -> bytes | None:
+    """The content of local file ``holder`` if it still has the offered content."""
+    if holder == path:
+        return None
+    try:
+        with replica.fs.open_read(holder) as f:
+            content = f.read(SMALL_FILE + 1)
+    except (OSError, PathError):
+        return None
+    if len(content) != offer.size or signature_of_bytes(content).root != offer.root:
+        return None
+    return content
+
+
+WRITTEN = ("copy", "done", "send")  # the verdicts whose files write_batch writes
 
 
 def write_batch(
@@ -207,21 +248,19 @@ async def _receive_contents(conversation: Conversation, sizes: list[int]) -> lis
     return contents
 
 
-def _count(stats: Stats, path: str, verdict: Verdict, size: int) -> None:
-    """Count a file whose verdict settles it (``send`` is counted by its result)."""
-    if isinstance(verdict, m.Failure):
-        stats.failed.append((path, f"{verdict.code}: {verdict.msg}"))
+def _failed(stats: Stats, path: str, failure: m.Failure) -> None:
+    stats.failed.append((path, f"{failure.code}: {failure.msg}"))
+
+
+def _written(stats: Stats, offer: m.FileOffer, verdict: Verdict,
+             result: m.Failure | None) -> None:
+    """Count a file the target wrote (a copy, an inline file, or one sent)."""
+    if result is not None:
+        _failed(stats, offer.path, result)
     elif verdict == "copy":
-        stats.file_done(path, m.Done(ok=True, how="copy", matched=size))
-    elif verdict == "done":
-        stats.file_done(path, m.Done(ok=True, how="whole", literal=size))
-
-
-def _sent(stats: Stats, path: str, result: m.Failure | None, size: int) -> None:
-    if result is None:
-        stats.file_done(path, m.Done(ok=True, how="whole", literal=size))
+        stats.file_done(offer.path, m.Done(ok=True, how="copy", matched=offer.size))
     else:
-        stats.failed.append((path, f"{result.code}: {result.msg}"))
+        stats.file_done(offer.path, m.Done(ok=True, how="whole", literal=offer.size))
 
 
 async def push_batch(connection: Connection, replica: Replica, files: Files, stats: Stats,
@@ -235,7 +274,7 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
     offered: list[tuple[m.FileOffer, bytes | None, bytes | None]] = []  # offer, data, there
     for (path, there), (offer, data) in zip(files, signed, strict=True):
         if isinstance(offer, m.Failure):
-            _count(stats, path, offer, 0)
+            _failed(stats, path, offer)
             done(path, 0, False)
         else:
             offered.append((offer, data, there))
@@ -247,24 +286,29 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
         verdicts = (await conversation.receive(m.Verdicts)).verdicts
         if len(verdicts) != len(offered):
             raise ProtocolError(message="verdicts that do not match the offers")
-        sends = []
+        sends, written = [], []
         for (offer, data, there), verdict in zip(offered, verdicts, strict=True):
             if verdict == "descend":
                 alone.append((offer.path, there))
-            elif verdict == "send":
-                if data is None:
-                    raise ProtocolError(message=f"send asked for {offer.path}, too large")
-                sends.append((offer, data))
+            elif isinstance(verdict, m.Failure):
+                _failed(stats, offer.path, verdict)
+                done(offer.path, 0, False)
+            elif verdict == "have":
+                done(offer.path, offer.size, True)
             else:
-                _count(stats, offer.path, verdict, offer.size)
-                done(offer.path, offer.size, not isinstance(verdict, m.Failure))
+                written.append((offer, verdict))
+                if verdict == "send":
+                    if data is None:
+                        raise ProtocolError(message=f"send asked for {offer.path}, too large")
+                    sends.append(data)
         if sends:
-            await _send_contents(conversation, [data for _, data in sends])
+            await _send_contents(conversation, sends)
+        if written:
             results = (await conversation.receive(m.Results)).results
-            if len(results) != len(sends):
-                raise ProtocolError(message="results that do not match the files sent")
-            for (offer, _), result in zip(sends, results, strict=True):
-                _sent(stats, offer.path, result, offer.size)
+            if len(results) != len(written):
+                raise ProtocolError(message="results that do not match the files written")
+            for (offer, verdict), result in zip(written, results, strict=True):
+                _written(stats, offer, verdict, result)
                 done(offer.path, offer.size, result is None)
     except Refusal as exc:  # the server refused the whole batch (read-only, say)
         for offer, _, _ in offered:
@@ -289,17 +333,27 @@ async def receive_offers(conversation: Conversation, replica: Replica,
     decided = await trio.to_thread.run_sync(
         decide_batch, replica, [(offer, offer.expect) for offer in offers]
     )
-    conversation.send(m.Verdicts(verdicts=[verdict for verdict, _ in decided]))
-    sends = [(offer, check) for offer, (verdict, check) in zip(offers, decided, strict=True)
-             if verdict == "send"]
-    if not sends:
-        return
-    contents = await _receive_contents(conversation, [offer.size for offer, _ in sends])
-    results = await trio.to_thread.run_sync(
-        write_batch, replica, [(offer, check, data)
-                               for (offer, check), data in zip(sends, contents, strict=True)]
-    )
-    conversation.send_last(m.Results(results=results))
+    conversation.send(m.Verdicts(verdicts=[d.verdict for d in decided]))
+    written = await _write_decided(conversation, replica, offers, decided)
+    if written:
+        conversation.send_last(m.Results(results=written))
+
+
+async def _write_decided(conversation: Conversation, replica: Replica,
+                         offers: list[m.FileOffer], decided: list[Decision]
+                         ) -> list[m.Failure | None]:
+    """The target's second half of a batch: receive the contents of the ``send`` files,
+    then write them with the copies and inline files in one `write_batch`. One result per
+    file written, in offer order."""
+    chosen = [(offer, d) for offer, d in zip(offers, decided, strict=True)
+              if d.verdict in WRITTEN]
+    sends = [offer.size for offer, d in chosen if d.verdict == "send"]
+    received = iter(await _receive_contents(conversation, sends) if sends else [])
+    files = [(offer, d.check, d.content if d.content is not None else next(received))
+             for offer, d in chosen]
+    if not files:
+        return []
+    return await trio.to_thread.run_sync(write_batch, replica, files)
 
 
 async def pull_batch(connection: Connection, replica: Replica, files: Files, stats: Stats,
@@ -318,39 +372,25 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
             raise ProtocolError(message="offers that do not match the files asked for")
         valid = [(offer, expected(here)) for offer, (_, here) in zip(offers, files, strict=True)
                  if isinstance(offer, m.FileOffer)]
-        decided = iter(await trio.to_thread.run_sync(decide_batch, replica, valid))
-        verdicts: list[Verdict] = []
-        checks: list[Expect | None] = []
-        for offer in offers:
-            if isinstance(offer, m.Failure):
-                verdicts.append(offer)
-                checks.append(None)
-            else:
-                verdict, check = next(decided)
-                verdicts.append(verdict)
-                checks.append(check)
-        conversation.send(m.Verdicts(verdicts=verdicts))
-        sends = []
-        for offer, verdict, check, (path, here) in zip(offers, verdicts, checks, files,
-                                                       strict=True):
-            if verdict == "descend":
+        decided_valid = iter(await trio.to_thread.run_sync(decide_batch, replica, valid))
+        decided = [Decision(offer) if isinstance(offer, m.Failure) else next(decided_valid)
+                   for offer in offers]
+        conversation.send(m.Verdicts(verdicts=[d.verdict for d in decided]))
+        for offer, d, (path, here) in zip(offers, decided, files, strict=True):
+            if d.verdict == "descend":
                 alone.append((path, here))
-            elif verdict == "send":
-                assert isinstance(offer, m.FileOffer)
-                sends.append((offer, check))
-            else:
-                size = offer.size if isinstance(offer, m.FileOffer) else 0
-                _count(stats, path, verdict, size)
-                done(path, size, not isinstance(verdict, m.Failure))
-        if sends:
-            contents = await _receive_contents(conversation, [o.size for o, _ in sends])
-            results = await trio.to_thread.run_sync(
-                write_batch, replica, [(offer, check, data) for (offer, check), data
-                                       in zip(sends, contents, strict=True)]
-            )
-            for (offer, _), result in zip(sends, results, strict=True):
-                _sent(stats, offer.path, result, offer.size)
-                done(offer.path, offer.size, result is None)
+            elif isinstance(d.verdict, m.Failure):
+                _failed(stats, path, d.verdict)
+                done(path, 0, False)
+            elif d.verdict == "have":
+                done(path, offer.size, True)  # type: ignore[union-attr]
+        kept = [(o, d) for o, d in zip(offers, decided, strict=True) if isinstance(o, m.FileOffer)]
+        results = await _write_decided(conversation, replica, [o for o, _ in kept],
+                                       [d for _, d in kept])
+        for (offer, d), result in zip([(o, d) for o, d in kept if d.verdict in WRITTEN],
+                                      results, strict=True):
+            _written(stats, offer, d.verdict, result)
+            done(offer.path, offer.size, result is None)
     except Refusal as exc:
         for path, _ in files:
             stats.failed.append((path, str(exc)))

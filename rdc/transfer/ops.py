@@ -20,10 +20,13 @@ WHOLE_META = 4096
 
 def expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expect | None:
     """An ``expect`` (none: no check; nothing there; or a listing entry, a file's by its
-    root prefix) as a check of what is at ``path`` now."""
+    root prefix) as a check of what is at ``path`` when a change lands there. What can be
+    checked now is (ConflictError): nothing there, or the version of a file."""
     if expect is None:
         return None
     if expect.kind == "":
+        if replica.fs.lstat(path) is not None:
+            raise ConflictError(path=path, expected="nothing", found="an entry")
         return Expect.absent()
     if expect.kind == "d":
         return Expect.directory()

@@ -22,6 +22,7 @@ from rdc.local.fs import ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import Plan, SeedFile, SeedMap, target_descent
+from rdc.transfer.ops import expectation
 from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
 from rdc.wire import messages as m
@@ -146,7 +147,7 @@ def settle(
     and time set), a copy of another local file with its content, a tiny file whose
     content came in the offer. Also the check of what must still be at ``path`` when the
     new file is put there. ConflictError if ``expect`` does not hold now."""
-    check = _expectation(replica, path, expect)
+    check = expectation(replica, path, expect)
     if replica.current_root(path) == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check
@@ -172,18 +173,6 @@ def _decide(
     if outcome is not None:
         return outcome, check, []
     return None, check, choose_seeds(replica, path, offer.sketch)
-
-
-def _expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expect | None:
-    """What the file at ``path`` must still be at commit time: the ``expect`` of an offer
-    (nothing there, or a version of the file) made into a check of its current state."""
-    if expect is None:
-        return None
-    if not expect.kind:
-        if replica.fs.lstat(path) is not None:
-            raise ConflictError(path=path, expected="nothing", found="an entry")
-        return Expect.absent()
-    return replica.expect_version(path, expect.digest)
 
 
 def _copy_local(

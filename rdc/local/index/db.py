@@ -23,6 +23,7 @@ from rdc.content.signature import FileSignature
 from rdc.content.sketch import buckets
 from rdc.content.tree import Tree, pack_tree, unpack_tree
 from rdc.local.filestat import Stamp, mtime_ns, stamp
+from rdc.local.index.traits import TraitLists
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
 SCHEMA_VERSION = 1
@@ -139,6 +140,8 @@ class IndexDatabase:
     ) -> None:
         self.location = Path(location)
         self.params = params
+        self._traits: TraitLists | None = None  # the trait table in memory, once asked
+        self._traits_version = -1
         self.busy_timeout = BUSY_TIMEOUT if busy_timeout is None else busy_timeout
         self.location.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -205,6 +208,7 @@ class IndexDatabase:
 
     def rebuild(self) -> None:
         """Start from an empty index (after a database error)."""
+        self._traits = None
         self.conn.close()
         self._discard()
         self.conn = self._open()
@@ -212,8 +216,16 @@ class IndexDatabase:
     def close(self) -> None:
         self.conn.close()
 
-    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return _write_transaction(self.conn)
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; if it rolls back, the trait lists in memory (which the
+        writes inside kept in step) are dropped with it."""
+        try:
+            with _write_transaction(self.conn) as conn:
+                yield conn
+        except BaseException:
+            self._traits = None
+            raise
 
     # ------------------------------------------------------------ reads
 
@@ -262,14 +274,23 @@ class IndexDatabase:
     ) -> list[tuple[int, int]]:
         """Files sharing at least ``threshold`` traits with ``sketch``, best first:
         ``(file id, matching traits)``."""
-        keys = buckets(sketch)
-        rows = self.conn.execute(
-            f"SELECT file_id, COUNT(*) AS n FROM trait WHERE bucket IN "
-            f"({','.join('?' * len(keys))}) AND file_id IS NOT ? GROUP BY file_id "
-            f"HAVING n >= ? ORDER BY n DESC, file_id LIMIT ?",
-            (*keys, exclude, threshold, limit),
-        )
-        return [(file_id, n) for file_id, n in rows]
+        return self._trait_lists().candidates(sketch, threshold, limit, exclude)
+
+    def _trait_lists(self) -> TraitLists:
+        """The trait lists in memory: loaded on first use, and again after another
+        connection committed (SQLite's ``data_version`` changes only for those)."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._traits is None or version != self._traits_version:
+            self._traits = TraitLists.load(self.conn)
+            self._traits_version = version
+        return self._traits
+
+    def _forget_traits(self, rows: list[tuple[int, bytes | None]]) -> None:
+        """Rows (id, sketch) about to be deleted: out of the lists too."""
+        if self._traits is not None:
+            for file_id, sketch in rows:
+                if sketch is not None:
+                    self._traits.remove(file_id, sketch)
 
     def roots(self) -> dict[str, bytes]:
         """Every file's root by path."""
@@ -304,6 +325,8 @@ class IndexDatabase:
 
     def put(self, path: str, st: os.stat_result, signature: FileSignature, racy: bool) -> None:
         encoded = os.fsencode(path)
+        self._forget_traits(list(self.conn.execute(
+            "SELECT id, sketch FROM file WHERE path = ?", (encoded,))))
         self.conn.execute("DELETE FROM file WHERE path = ?", (encoded,))
         cursor = self.conn.execute(
             "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy) "
@@ -325,9 +348,14 @@ class IndexDatabase:
                 "INSERT INTO trait (bucket, file_id) VALUES (?, ?)",
                 [(b, cursor.lastrowid) for b in buckets(signature.sketch)],
             )
+            if self._traits is not None:
+                self._traits.add(cursor.lastrowid, signature.sketch)
 
     def move(self, file_id: int, path: str, st: os.stat_result, racy: bool) -> None:
         """A file renamed without a content change keeps its signature."""
+        self._forget_traits(list(self.conn.execute(
+            "SELECT id, sketch FROM file WHERE path = ? AND id != ?", (os.fsencode(path), file_id)
+        )))
         self.conn.execute(
             "DELETE FROM file WHERE path = ? AND id != ?", (os.fsencode(path), file_id)
         )
@@ -350,12 +378,15 @@ class IndexDatabase:
         )
 
     def delete(self, file_id: int) -> None:
+        self._forget_traits(list(self.conn.execute(
+            "SELECT id, sketch FROM file WHERE id = ?", (file_id,))))
         self.conn.execute("DELETE FROM file WHERE id = ?", (file_id,))
 
     def delete_tree(self, path: str) -> None:
         """Forget ``path`` and every path below it ('/' sorts just before '0')."""
         encoded = os.fsencode(path)
-        self.conn.execute(
-            "DELETE FROM file WHERE path = ? OR (path >= ? AND path < ?)",
-            (encoded, encoded + b"/", encoded + b"0"),
-        )
+        where = "path = ? OR (path >= ? AND path < ?)"
+        bounds = (encoded, encoded + b"/", encoded + b"0")
+        self._forget_traits(list(self.conn.execute(
+            f"SELECT id, sketch FROM file WHERE {where}", bounds)))
+        self.conn.execute(f"DELETE FROM file WHERE {where}", bounds)
