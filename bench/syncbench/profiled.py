@@ -5,8 +5,10 @@
 
 ``python -m cProfile`` sees only the main thread, while rdc does its file reading, index
 work and big-frame compression on worker threads. Here each new thread starts a profiler
-of its own (threading.setprofile), and at the end all of them go into OUT.prof. The
-profile is written however the command ends (``rdc serve`` ends on SIGINT or SIGTERM).
+of its own (threading.setprofile), and at the end all of them go into OUT.prof. Times are
+each thread's CPU time (time.thread_time), not wall time: with wall time a thread that
+waits for the GIL inside a function is charged for what the other threads ran meanwhile.
+The profile is written however the command ends (``rdc serve`` ends on SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import cProfile
 import marshal
 import sys
 import threading
+import time
 
 profiles: list[cProfile.Profile] = []
 lock = threading.Lock()
@@ -22,7 +25,7 @@ lock = threading.Lock()
 
 def start_in_thread(frame: object, event: str, arg: object) -> None:
     """The first profile event of a new thread swaps this hook for a profiler of its own."""
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.thread_time)
     with lock:
         profiles.append(profile)
     profile.enable()
@@ -55,7 +58,7 @@ def main() -> int:
     from rdc_client.cli import main as rdc_main
 
     threading.setprofile(start_in_thread)
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.thread_time)
     with lock:
         profiles.append(profile)
     profile.enable()
