@@ -338,6 +338,7 @@ def run_many(tree: Path, files: int, rdc: Rdc, localsh: str, work: Path,
     steps = [(MANY_STEPS[0], []), (MANY_STEPS[1], changed), (MANY_STEPS[2], [])]
     runs: dict[str, list[Run]] = {s: [] for s in MANY_STEPS}
     label = f"many {files:,} files"
+    rdc.server.settle(limit=120)  # rsync should not share the machine with it either
     for opts in (["-a", "--delete"], ["-az", "--delete"], ["-acz", "--delete"]):
         link_tree(base, sender)
         dst = work / "many-rsync"

@@ -58,6 +58,7 @@ class DeltaBound:
             return None
         with tempfile.TemporaryDirectory(dir=self.cache) as tmp:
             out = Path(tmp) / "delta"
+            stdin: Path | None = None
             if tool == "xdelta3":
                 # -B: the source window covers all of OLD, so no match is out of reach.
                 window = 1 << max(26, min(31, (old.stat().st_size - 1).bit_length())) \
@@ -66,10 +67,16 @@ class DeltaBound:
                 cmd += ["-s", str(old)] if old else []
                 cmd += [str(new), str(out)]
             else:
-                cmd = ["zstd", "-q", "-f", "-19", "--long=31", "--single-thread"]
+                cmd = ["zstd", "-q", "-f", "-19", "--long=31"]
                 cmd += [f"--patch-from={old}"] if old else []
-                cmd += [str(new), "-o", str(out)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+                if old is not None and old.samefile(new):
+                    # zstd will not read one file as input and dictionary: NEW from stdin.
+                    cmd += [f"--stream-size={new.stat().st_size}", "-", "-o", str(out)]
+                    stdin = new
+                else:
+                    cmd += [str(new), "-o", str(out)]
+            with open(stdin or os.devnull, "rb") as feed:
+                proc = subprocess.run(cmd, stdin=feed, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr}")
             size = out.stat().st_size
