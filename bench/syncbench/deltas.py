@@ -30,8 +30,13 @@ class DeltaBound:
         self.cache.mkdir(parents=True, exist_ok=True)
         self.tools, self.cached_only = tools, cached_only
         self.file = cache / "deltas.json"
-        self.known: dict[str, int] = (json.loads(self.file.read_text())
-                                      if self.file.is_file() else {})
+        self.known: dict[str, int] = {}
+        self._reload()
+
+    def _reload(self) -> None:
+        """Take in what another run has measured meanwhile (the file is replaced whole)."""
+        if self.file.is_file():
+            self.known.update(json.loads(self.file.read_text()))
 
     def tar_of(self, tree: Path, corpus_tar: Path | None = None) -> Path:
         """One file that stands for ``tree``: the corpus's own tar when it is there, else
@@ -52,6 +57,7 @@ class DeltaBound:
 
     def _size(self, tool: str, old: Path | None, new: Path) -> int | None:
         key = f"{tool} {identity(old)} {identity(new)}"
+        self._reload()
         if key in self.known:
             return self.known[key]
         if tool in self.cached_only:
@@ -80,8 +86,9 @@ class DeltaBound:
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr}")
             size = out.stat().st_size
+        self._reload()
         self.known[key] = size
-        tmp_file = self.file.with_suffix(".tmp")
+        tmp_file = self.file.with_suffix(f".{os.getpid()}.tmp")
         tmp_file.write_text(json.dumps(self.known, indent=1, sort_keys=True))
         os.replace(tmp_file, self.file)
         return size
