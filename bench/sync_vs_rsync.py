@@ -215,6 +215,9 @@ def summarize(runs: list[Run], main: Run, plain: Run | None, bound: dict[str, in
         "byte_ratio_no_compress": ratio(plain.total, best.total) if plain else None,
         "time_ratio": ratio(main.seconds, fast.seconds),
         "time_ratio_vs_rsync_best_bytes": ratio(main.seconds, best.seconds),
+        # CPU: rdc's client and server against all of rsync's processes; steadier than
+        # wall time when other work shares the machine.
+        "cpu_ratio": ratio(main.cpu + (main.server_cpu or 0), fast.cpu),
         "delta_bound": bound,
         "rdc_over_xdelta3": ratio(main.total, bound.get("xdelta3")),
         "rdc_over_zstd": ratio(main.total, bound.get("zstd")),

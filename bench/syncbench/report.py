@@ -34,12 +34,13 @@ def time_table(results: dict[str, dict]) -> str:
         fast, main = res["rsync_fastest_run"], res["rdc_run"]
         rows.append([
             name, fast["variant"], num(fast["seconds"]), num(main["seconds"]),
-            num(res["time_ratio"]), num(res.get("time_ratio_warm")),
+            num(res["time_ratio"]), num(res.get("time_ratio_warm")), num(res.get("cpu_ratio")),
             num(main["cpu"]), num(main["server_cpu"]), num(fast["cpu"]),
             mb(main["peak_rss"]), mb(main["server_peak_rss"]), mb(fast["peak_rss"]),
             "ok" if res["verified"] else "DIFFERS",
         ])
     return table(["case", "rsync fastest", "rsync s", "rdc s", "time ratio", "warm ratio",
+                  "CPU ratio",
                   "rdc client CPU s", "rdc server CPU s", "rsync CPU s", "rdc client RSS MB",
                   "rdc server RSS MB", "rsync RSS MB", "receivers"], rows)
 
@@ -117,7 +118,9 @@ def print_report(results: dict[str, dict], idle: dict | None) -> None:
         print("\n## Time and resources (headline rdc run: cold indexes, zstd)\n")
         print(time_table(results))
         print("\n(time ratio: rdc / rsync's fastest variant; warm ratio: rdc with both indexes "
-              "built before timing (first copy: the client's); CPU = user + system; RSS = "
+              "built before timing (first copy: the client's); CPU ratio: rdc client + server CPU "
+              "/ the fastest rsync's CPU (steadier than wall time under load); CPU = user + "
+              "system; RSS = "
               "peak resident memory: rsync's is its processes' summed, rdc's server's is "
               "reset before each run; rsync's receiver and generator share pages after their fork, "
               "so its sum overstates)")
