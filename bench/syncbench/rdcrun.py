@@ -1,0 +1,180 @@
+"""rdc through its command line only: one ``rdc serve`` on loopback, and ``rdc push`` /
+``rdc pull`` runs measured with their ``--stats-json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from . import measure
+from .model import Case, Run
+from .rsyncrun import BenchError
+from .trees import reset, tree_diff
+
+
+def rdc_env(**extra: str) -> dict[str, str]:
+    """The environment rdc runs in: as installed, with its bytecode cached (pip compiles
+    it at install). Where PYTHONDONTWRITEBYTECODE is set, every start would compile rdc's
+    own modules from source, some 40 ms that no user pays."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(extra)
+    return env
+
+
+class Server:
+    """One ``rdc serve`` on loopback, port 0, exporting share ``bench`` = work/share.
+    ``prefix`` runs it under a wrapper (a profiler)."""
+
+    def __init__(self, rdc: str, work: Path, prefix: list[str] | None = None) -> None:
+        self.rdc, self.work, self.prefix = rdc, work, prefix or []
+        self.share = work / "share"
+        self.share.mkdir(parents=True, exist_ok=True)
+        self.token = work / "token"
+        self.token.write_text(os.urandom(16).hex() + "\n")
+        self.log = work / "serve.log"
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        argv = self.prefix or [self.rdc]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*argv, "serve", "--listen", "127.0.0.1:0", "--share", f"bench={self.share}",
+                 "--token-file", str(self.token), "--state-dir", str(self.work / "state")],
+                stdout=log, stderr=subprocess.STDOUT, env=rdc_env(),
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = re.search(r"listening on [^\s:]+:(\d+)", self.log.read_text()[offset:])
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise BenchError(f"rdc serve did not start:\n{self.log.read_text()}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def settle(self, quiet: float = 0.01, limit: float = 10.0) -> None:
+        """Wait (at most ``limit`` s) until the server uses under ``quiet`` CPU seconds in a
+        tenth of a second. Its share watcher handles the events of the copies and deletions
+        this bench makes in the share; a timed run should not pay for those."""
+        deadline = time.monotonic() + limit
+        before = measure.process_cpu(self.pid)
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = measure.process_cpu(self.pid)
+            if now - before < quiet:
+                return
+            before = now
+
+    def check(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise BenchError(f"rdc serve died:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def url(self, path: str, port: int | None = None) -> str:
+        return f"rdc://127.0.0.1:{port or self.port}/bench/{path}"
+
+
+class Rdc:
+    """Runs the rdc client against one server; pushes of tree-pair cases go into fresh
+    directories of the share, one per run (a new directory has a new server index, so
+    'cold' is really cold)."""
+
+    def __init__(self, rdc: str, server: Server, work: Path,
+                 prefix: list[str] | None = None) -> None:
+        self.rdc, self.server, self.work, self.prefix = rdc, server, work, prefix or []
+        self.count = 0
+
+    def fresh(self, what: str) -> Path:
+        self.count += 1
+        path = self.work / f"{what}{self.count:03d}"
+        path.mkdir()
+        return path
+
+    def command(self, verb: str, args: list[str], cache: Path,
+                settle_limit: float = 10.0) -> tuple[measure.Usage, dict]:
+        """Run ``rdc VERB ARGS`` with the client index in ``cache``: its usage, and its
+        stats with the server's CPU seconds and peak RSS added (_server_cpu, _server_rss)."""
+        stats_file = self.work / "stats.json"
+        stats_file.unlink(missing_ok=True)
+        cmd = [*(self.prefix or [self.rdc]), verb, "--token-file", str(self.server.token),
+               "--stats-json", str(stats_file), *args]
+        env = rdc_env(XDG_CACHE_HOME=str(cache))
+        os.sync()
+        self.server.settle(limit=settle_limit)
+        probe = measure.ServerProbe(self.server.pid)
+        probe.begin()
+        done = measure.run(cmd, env=env)
+        server_cpu, server_rss = probe.end()
+        if done.returncode != 0:
+            raise BenchError(
+                f"XDG_CACHE_HOME={cache} {' '.join(cmd)} exited {done.returncode}\n"
+                f"stdout: {done.stdout}\nstderr: {done.stderr}\n"
+                f"server log (tail):\n{self.server.log_tail()}"
+            )
+        self.server.check()
+        stats = json.loads(stats_file.read_text())
+        stats["_server_cpu"], stats["_server_rss"] = server_cpu, server_rss
+        return done.usage, stats
+
+    def run_of(self, case_name: str, state: str, variant: str, usage: measure.Usage,
+               stats: dict, verify: str) -> Run:
+        if not stats.get("in_step"):
+            verify += " (rdc: in_step false)"
+        return Run(case_name, "rdc", variant, state, stats["bytes_sent"],
+                   stats["bytes_received"], stats["literal_bytes"], usage.seconds, verify,
+                   usage.cpu, usage.peak_rss, server_cpu=stats.pop("_server_cpu"),
+                   server_rss=stats.pop("_server_rss"), stats=stats)
+
+    def push(self, case: Case, state: str, compress: bool = True, warm_cache: Path | None = None,
+             port: int | None = None) -> Run:
+        name = f"r{self.count + 1:03d}"
+        self.count += 1
+        dst = self.server.share / name
+        reset(case.old, dst)
+        url = self.server.url(name)
+        flags = ["--delete"] + ([] if compress else ["--no-compress"])
+        if state in ("cold", "re-run"):
+            cache = self.fresh("cache")
+        elif state == "srv-warm":
+            # A dry-run pull into an empty directory makes the server index its tree.
+            self.command("pull", ["-n", url, str(self.fresh("empty"))], self.fresh("cache"))
+            cache = self.fresh("cache")
+        else:
+            # A dry-run push indexes both sides (the client's index of NEW is kept).
+            assert warm_cache is not None
+            cache = warm_cache
+            self.command("push", ["-n", *flags, str(case.new), url], cache)
+        runs = 2 if case.group == "nochange" else 1
+        for i in range(runs):  # no change: the second push over the result of the first
+            if port is not None and i == runs - 1:
+                url = self.server.url(name, port)
+            usage, stats = self.command("push", [*flags, str(case.new), url], cache)
+        verify = tree_diff(case.new, dst)
+        shutil.rmtree(dst)
+        return self.run_of(case.name, state, "zstd" if compress else "--no-compress", usage,
+                           stats, verify)

@@ -1,0 +1,115 @@
+"""Trees on disk: fresh copies for a receiver, and the check that a receiver equals its
+sender (paths, types, contents, modes, mtimes of files, symlink targets)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+
+def reset(old: Path | None, dst: Path) -> None:
+    """``dst`` becomes a fresh copy of ``old`` (new inodes, mtimes kept), or an empty
+    directory if ``old`` is None."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    if old is None:
+        dst.mkdir()
+    else:
+        subprocess.run(["cp", "-a", str(old), str(dst)], check=True)
+    os.sync()  # no writeback of the copy inside a timed run
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists():
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def link_tree(src: Path, dst: Path) -> None:
+    """``dst`` becomes a copy of ``src`` whose files are hard links (cheap, and the same
+    inodes: a sender's tree that later changes in place, file by file)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    subprocess.run(["cp", "-al", str(src), str(dst)], check=True)
+
+
+def replace_by_links(src: Path, dst: Path, paths: list[str]) -> None:
+    """Each path of ``dst`` becomes a hard link to the same path of ``src``, swapped in
+    by rename (as an editor saves), so what else links the old inode is untouched."""
+    for rel in paths:
+        tmp = dst / (rel + ".bench-tmp")
+        os.link(src / rel, tmp)
+        os.replace(tmp, dst / rel)
+
+
+def entries(root: Path) -> dict[str, os.stat_result]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            out[os.path.relpath(path, root)] = os.lstat(path)
+    return out
+
+
+def fingerprint(root: Path) -> str:
+    """A digest of a tree's names, sizes, modes and mtimes (not its contents): enough to
+    tell whether a cached figure about the tree is stale."""
+    h = hashlib.blake2b(digest_size=16)
+    for rel, st in sorted(entries(root).items()):
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mode}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def same_bytes(a: str, b: str) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def tree_diff(want: Path, got: Path) -> str:
+    """'ok', or what differs between the sender's tree and the receiver's (by kind, with
+    the first example)."""
+    a, b = entries(want), entries(got)
+    problems: dict[str, list[str]] = {}
+    for path in sorted(a.keys() - b.keys()):
+        problems.setdefault("missing", []).append(path)
+    for path in sorted(b.keys() - a.keys()):
+        problems.setdefault("extra", []).append(path)
+    for path in sorted(a.keys() & b.keys()):
+        sa, sb = a[path], b[path]
+        kind = stat.S_IFMT(sa.st_mode)
+        if kind != stat.S_IFMT(sb.st_mode):
+            problems.setdefault("type", []).append(path)
+        elif stat.S_ISLNK(sa.st_mode):
+            if os.readlink(want / path) != os.readlink(got / path):
+                problems.setdefault("link", []).append(path)
+        elif stat.S_ISREG(sa.st_mode):
+            if sa.st_size != sb.st_size or not same_bytes(str(want / path), str(got / path)):
+                problems.setdefault("content", []).append(path)
+            if sa.st_mtime_ns != sb.st_mtime_ns:
+                problems.setdefault("mtime", []).append(path)
+            if stat.S_IMODE(sa.st_mode) != stat.S_IMODE(sb.st_mode):
+                problems.setdefault("mode", []).append(path)
+    if not problems:
+        return "ok"
+    return "; ".join(f"{k} {len(v)} (e.g. {v[0]})" for k, v in problems.items())
+
+
+def make_tar(tree: Path, out: Path) -> None:
+    """A deterministic tar of ``tree`` (as ../shared/bench/make_corpus.sh makes the corpus
+    tars): names sorted, owner 0, the files' own modes and mtimes."""
+    tmp = out.with_suffix(".tmp")
+    subprocess.run(["tar", "--sort=name", "--owner=0", "--group=0", "--numeric-owner",
+                    "--format=gnu", "-C", str(tree), "-cf", str(tmp), "."], check=True)
+    os.replace(tmp, out)
