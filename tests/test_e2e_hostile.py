@@ -133,10 +133,15 @@ FRAMING = {
     "message not a map": HEADER.pack(2) + b"\x91\x01",
     "ext type": (lambda b: HEADER.pack(len(b)) + b)(
         msgpack.packb([{"t": "list", "id": 9, "x": msgpack.ExtType(1, b"x")}])),
-    "bad zstd": HEADER.pack((1 << 31) | 8) + b"\x28\xb5\x2f\xfd" + b"\xff" * 4,
-    "zstd bomb": (lambda b: HEADER.pack((1 << 31) | len(b)) + b)(
-        zstandard.ZstdCompressor(write_content_size=True).compress(
-            msgpack.packb([{"t": "list", "id": 9, "paths": [b"\0" * (MAX_FRAME + 100)]}]))),
+    "bad zstd": HEADER.pack((1 << 31) | 12) + HEADER.pack(100) + b"\x28\xb5\x2f\xfd" + b"\xff" * 4,
+    "compressed without its size": HEADER.pack((1 << 31) | 2) + b"\x00\x01",
+    "zstd bomb": (lambda b: HEADER.pack((1 << 31) | (len(b) + 4)) + HEADER.pack(1000) + b)(
+        (lambda c: c.compress(bytes(64 << 20)) + c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))(
+            zstandard.ZstdCompressor().compressobj())),
+    "zstd bomb over the frame limit": (
+        lambda b: HEADER.pack((1 << 31) | (len(b) + 4)) + HEADER.pack(MAX_FRAME + 1) + b)(
+        (lambda c: c.compress(bytes(64 << 20)) + c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))(
+            zstandard.ZstdCompressor().compressobj())),
 }
 
 

@@ -17,14 +17,19 @@ from rdc.errors import ProtocolError
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_FRAME, pack, unpack
 from rdc.wire.connection import Connection
-from rdc.wire.frames import ConnectionClosed, FrameStream
+from rdc.wire.frames import ConnectionClosed, CountingStream, FrameStream
 
 pytestmark = pytest.mark.filterwarnings("ignore::trio.TrioDeprecationWarning")
 
 
-async def test_batches_round_trip_compressed_against_history() -> None:
+async def test_batches_round_trip_compressed_as_one_stream(monkeypatch) -> None:
+    """Each direction is one zstd stream: frames decode in order, across a change of
+    level (a new zstd frame), and repeated content costs almost nothing once sent."""
+    from rdc.wire import frames
+
+    monkeypatch.setattr(frames, "BULK_FROM", 40_000)  # the level changes mid-way
     a, b = trio.testing.memory_stream_pair()
-    sender, receiver = FrameStream(a), FrameStream(b)
+    sender, receiver = FrameStream(CountingStream(a)), FrameStream(b)
     sender.compress = receiver.compress = True
     batches = [[{"t": "data", "id": i, "d": [b"x" * 5000 + bytes([i])], "end": False}]
                for i in range(20)]
@@ -35,8 +40,13 @@ async def test_batches_round_trip_compressed_against_history() -> None:
         nursery.start_soon(send)
         for batch in batches:
             assert await receiver.receive() == batch
-    # Repeated content costs almost nothing once it is in the history.
     assert sender.plain_sent > 100_000
+    assert sender.stream.bytes_sent < sender.plain_sent // 20
+
+
+def _compressed_frame(plain_size: int, zstd_bytes: bytes) -> bytes:
+    body = struct.pack(">I", plain_size) + zstd_bytes
+    return struct.pack(">I", (1 << 31) | len(body)) + body
 
 
 async def test_a_frame_over_the_limit_is_refused_before_its_body() -> None:
@@ -46,13 +56,31 @@ async def test_a_frame_over_the_limit_is_refused_before_its_body() -> None:
         await FrameStream(b).receive()
 
 
-async def test_a_zip_bomb_is_refused() -> None:
+@pytest.mark.parametrize("stated", [100, MAX_FRAME + 1])
+async def test_a_zip_bomb_is_refused(stated: int) -> None:
+    """A small body that would expand to 64 MiB: the reader never gives more than the
+    frame's stated size (at most MAX_FRAME), so nothing near 64 MiB is ever held."""
     a, b = trio.testing.memory_stream_pair()
     receiver = FrameStream(b)
     receiver.compress = True
-    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(64 << 20))
-    await a.send_all(struct.pack(">I", (1 << 31) | len(bomb)) + bomb)
-    with pytest.raises(ProtocolError, match="content size"):
+    compressor = zstandard.ZstdCompressor().compressobj()
+    bomb = compressor.compress(bytes(64 << 20)) + compressor.flush(
+        zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    assert len(bomb) < 10_000
+    await a.send_all(_compressed_frame(stated, bomb))
+    with pytest.raises(ProtocolError):
+        await receiver.receive()
+
+
+async def test_a_compressed_frame_shorter_than_it_says_is_refused() -> None:
+    a, b = trio.testing.memory_stream_pair()
+    receiver = FrameStream(b)
+    receiver.compress = True
+    compressor = zstandard.ZstdCompressor().compressobj()
+    body = compressor.compress(pack([{"t": "ping"}]) * 100) + compressor.flush(
+        zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    await a.send_all(_compressed_frame(5_000, body))
+    with pytest.raises(ProtocolError, match="stated size"):
         await receiver.receive()
 
 

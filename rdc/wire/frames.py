@@ -24,21 +24,17 @@ COMPRESS_FROM = 256
 # Bodies this large are (de)compressed on a worker thread (zstd releases the GIL) so the
 # event loop keeps serving other conversations.
 THREAD_FROM = 16 * 1024
-# A compressed frame uses the last HISTORY bytes of the plaintext frame bodies sent before
-# it in the same direction (since the handshake) as a raw-content dictionary: most of what
-# a stream of small frames shares (names, paths, message keys) is in its recent past. The
-# receiver keeps the same history, so each frame still decodes on its own, bounded.
-HISTORY = 256 * 1024
-# Compression level by how much plaintext this side has sent: small syncs (a few MB of
-# signatures and literal data) are squeezed hard, where a tenth of a second of CPU saves
-# tens of KB; bulk transfers fall back to fast levels that keep up with the network. Frames
-# under SMALL_FRAME (a few wants or offers) get a middle level: level 19 spends ~19 ms per
-# frame taking in the 256 KiB history, whatever the frame's size (docs/formats.md
-# section 7 has the measurement).
-LEVELS = ((2 << 20, 19), (32 << 20, 9))
+# Each direction is one zstd stream, flushed at the end of every compressed frame: a frame
+# compresses against everything sent before it in that direction (the stream's window),
+# and the context is reused, so a small frame costs its own bytes, not a dictionary's.
+# Level 6 while the volume is small (signatures, edits: every byte counts), then level 3,
+# which keeps up with a gigabit link on one core (docs/formats.md section 7).
+LEVEL = 6
 BULK_LEVEL = 3
-SMALL_FRAME = 8 * 1024
-SMALL_LEVEL = 9
+BULK_FROM = 32 << 20  # plaintext bytes sent before the stream switches to BULK_LEVEL
+# The largest window a peer's stream may use (8 MiB): what its decoder holds.
+MAX_WINDOW = 1 << 23
+PLAIN_SIZE = struct.Struct(">I")
 READ_SIZE = 65536
 
 
@@ -87,13 +83,17 @@ class FrameStream:
     def __init__(self, stream: trio.abc.Stream, level: int | None = None) -> None:
         self.stream = stream
         self.compress = False  # switched on after the handshake if both sides agree
-        self.level = level  # None: by the volume sent so far (LEVELS)
+        self.level = level  # None: LEVEL, then BULK_LEVEL past BULK_FROM
         # The largest frame accepted: a server lowers it until the peer has authenticated.
         self.max_receive = MAX_FRAME
         self.plain_sent = 0
         self._buffer = bytearray()
-        self._sent = _History()
-        self._received = _History()
+        self._compressor: zstandard.ZstdCompressionObj | None = None
+        self._compressor_level = -1
+        self._source = _Pending()
+        self._decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(
+            self._source, read_size=READ_SIZE, read_across_frames=True
+        )
 
     # ------------------------------------------------------------ sending
 
@@ -119,29 +119,32 @@ class FrameStream:
     async def _send_frame(self, packed: list[bytes]) -> None:
         plain = _array_header(len(packed)) + b"".join(packed)
         body, flag = plain, 0
-        if self.compress:
-            if len(plain) >= COMPRESS_FROM:
-                compressor = zstandard.ZstdCompressor(
-                    level=self._level(len(plain)), write_content_size=True,
-                    dict_data=self._sent.dictionary(),
-                )
-                if len(plain) >= THREAD_FROM:
-                    squeezed = await trio.to_thread.run_sync(compressor.compress, plain)
-                else:
-                    squeezed = compressor.compress(plain)
-                if len(squeezed) < len(plain):
-                    body, flag = squeezed, COMPRESSED
-            self._sent.add(plain)
+        if self.compress and len(plain) >= COMPRESS_FROM:
+            # Once in the stream, a frame goes compressed whatever it saved: the peer's
+            # decoder must see every byte the encoder took in.
+            head, compressor = self._stream()
+            if len(plain) >= THREAD_FROM:
+                squeezed = await trio.to_thread.run_sync(_squeeze, compressor, plain)
+            else:
+                squeezed = _squeeze(compressor, plain)
             self.plain_sent += len(plain)
+            body, flag = PLAIN_SIZE.pack(len(plain)) + head + squeezed, COMPRESSED
         await self.stream.send_all(HEADER.pack(flag | len(body)) + body)
 
-    def _level(self, size: int) -> int:
-        if self.level is not None:
-            return self.level
-        for volume, level in LEVELS:
-            if self.plain_sent < volume:
-                return level if size >= SMALL_FRAME else min(level, SMALL_LEVEL)
-        return BULK_LEVEL
+    def _stream(self) -> tuple[bytes, zstandard.ZstdCompressionObj]:
+        """This direction's compressor, and the bytes that end its previous zstd frame when
+        the level just changed (the next frame's body begins with them)."""
+        level = self.level if self.level is not None else (
+            LEVEL if self.plain_sent < BULK_FROM else BULK_LEVEL
+        )
+        head = b""
+        if self._compressor is None or level != self._compressor_level:
+            if self._compressor is not None:
+                head = self._compressor.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
+            params = zstandard.ZstdCompressionParameters.from_level(level, window_log=22)
+            self._compressor = zstandard.ZstdCompressor(compression_params=params).compressobj()
+            self._compressor_level = level
+        return head, self._compressor
 
     # ------------------------------------------------------------ receiving
 
@@ -176,9 +179,7 @@ class FrameStream:
         if header & COMPRESSED:
             if not self.compress:
                 raise ProtocolError(message="a compressed frame before compression was agreed")
-            body = await _decompress(body, self._received.dictionary())
-        if self.compress:
-            self._received.add(body)
+            body = await self._decompress(body)
         messages = unpack_array(body, MAX_ITEMS)
         for message, _ in messages:
             if not isinstance(message, dict) or not isinstance(message.get("t"), str):
@@ -186,43 +187,53 @@ class FrameStream:
         return messages
 
 
-class _History:
-    """The last HISTORY bytes of one direction's plaintext frame bodies."""
+    async def _decompress(self, body: bytes) -> bytes:
+        """The plaintext of a compressed frame: its stated size (at most MAX_FRAME), read
+        from this direction's stream. The reader never returns more than it is asked
+        for, so a peer cannot make us allocate more than a frame (a zip bomb); one whose
+        data does not give its stated size commits a protocol error."""
+        if len(body) < PLAIN_SIZE.size:
+            raise ProtocolError(message="a compressed frame without its plain size")
+        (size,) = PLAIN_SIZE.unpack_from(body)
+        if not 1 <= size <= MAX_FRAME:
+            raise ProtocolError(message=f"compressed frame content size {size} not in "
+                                f"1..{MAX_FRAME}")
+        self._source.add(memoryview(body)[PLAIN_SIZE.size :])
+
+        def run() -> bytes:
+            out = bytearray()
+            while len(out) < size:
+                piece = self._decompressor.read(size - len(out))
+                if not piece:
+                    break
+                out += piece
+            return bytes(out)
+
+        try:
+            plain = await trio.to_thread.run_sync(run) if len(body) >= THREAD_FROM else run()
+        except zstandard.ZstdError as exc:
+            raise ProtocolError(message=f"bad zstd stream: {exc}") from None
+        if len(plain) != size or self._source.data:
+            raise ProtocolError(message="compressed frame does not hold its stated size")
+        return plain
+
+
+def _squeeze(compressor: zstandard.ZstdCompressionObj, plain: bytes) -> bytes:
+    """``plain`` through this direction's stream, flushed: the peer can decode it now."""
+    return compressor.compress(plain) + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+
+
+class _Pending:
+    """The compressed bytes received and not yet decoded: what the stream reader reads."""
 
     def __init__(self) -> None:
         self.data = bytearray()
 
-    def add(self, body: bytes) -> None:
-        self.data += body[-HISTORY:]
-        if len(self.data) > HISTORY:
-            del self.data[: len(self.data) - HISTORY]
+    def add(self, data: memoryview) -> None:
+        self.data += data
 
-    def dictionary(self) -> zstandard.ZstdCompressionDict | None:
-        if not self.data:
-            return None
-        return zstandard.ZstdCompressionDict(
-            bytes(self.data), dict_type=zstandard.DICT_TYPE_RAWCONTENT
-        )
-
-
-async def _decompress(body: bytes, dictionary: zstandard.ZstdCompressionDict | None) -> bytes:
-    """One zstd frame that states its content size, at most MAX_FRAME. The one-shot decoder
-    writes into a buffer of exactly that size and fails if the data would overflow it, so a
-    peer cannot make us allocate more than a frame (a zip bomb)."""
-    try:
-        size = zstandard.frame_content_size(body)
-    except zstandard.ZstdError as exc:
-        raise ProtocolError(message=f"bad zstd frame: {exc}") from None
-    if not 0 < size <= MAX_FRAME:
-        raise ProtocolError(message=f"compressed frame content size {size} not in 1..{MAX_FRAME}")
-
-    def run() -> bytes:
-        return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(body)
-
-    try:
-        out = await trio.to_thread.run_sync(run) if len(body) >= 4 * THREAD_FROM else run()
-    except zstandard.ZstdError as exc:
-        raise ProtocolError(message=f"bad zstd frame: {exc}") from None
-    if len(out) != size:
-        raise ProtocolError(message="compressed frame does not hold its stated size")
-    return out
+    def read(self, n: int = -1) -> bytes:
+        n = len(self.data) if n < 0 else n
+        out = bytes(self.data[:n])
+        del self.data[:n]
+        return out
