@@ -9,7 +9,7 @@ import threading
 import msgpack
 import zstandard
 
-from rdc.wire.frames import HISTORY
+from rdc.wire.frames import MAX_WINDOW, PLAIN_SIZE
 
 
 class FrameTally:
@@ -42,8 +42,9 @@ class FrameTally:
     def _pump(self, src: socket.socket, dst: socket.socket, direction: str,
               done: threading.Barrier) -> None:
         buf = bytearray()
-        history = bytearray()  # what rdc.wire.frames keeps: bodies after the handshake
-        frames = 0
+        pending = _Pending()  # this direction's zstd stream, as rdc.wire.frames reads it
+        reader = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(
+            pending, read_across_frames=True)
         try:
             while data := src.recv(1 << 16):
                 dst.sendall(data)
@@ -56,14 +57,12 @@ class FrameTally:
                     body = bytes(buf[4 : 4 + length])
                     del buf[: 4 + length]
                     if header >> 31:
-                        dictionary = zstandard.ZstdCompressionDict(
-                            bytes(history), dict_type=zstandard.DICT_TYPE_RAWCONTENT
-                        ) if history else None
-                        body = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(body)
-                    frames += 1
-                    if frames > 1:  # the first frame each way is the handshake
-                        history += body[-HISTORY:]
-                        del history[: max(0, len(history) - HISTORY)]
+                        (size,) = PLAIN_SIZE.unpack_from(body)
+                        pending.data += body[PLAIN_SIZE.size :]
+                        plain = bytearray()
+                        while len(plain) < size and (piece := reader.read(size - len(plain))):
+                            plain += piece
+                        body = bytes(plain)
                     self._count(direction, body, 4 + length)
         except OSError:
             pass
@@ -123,4 +122,17 @@ class FrameTally:
         for (_, t), n in self.bytes.items():
             g = role.get(t, "handshake/open/finish")
             out[g] = out.get(g, 0.0) + n
+        return out
+
+
+class _Pending:
+    """Compressed bytes not yet decoded (the stream reader's source)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def read(self, n: int = -1) -> bytes:
+        n = len(self.data) if n < 0 else n
+        out = bytes(self.data[:n])
+        del self.data[:n]
         return out
