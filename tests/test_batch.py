@@ -94,6 +94,26 @@ async def test_renamed_small_files_are_copied_and_edited_ones_descend(
     pair.close()
 
 
+async def test_a_new_small_file_like_others_is_sent_in_its_batch(tmp_path, counted) -> None:
+    """A file new at its path goes whole in its batch even where similar files are there
+    (the compression stream finds what they share); only an older version at the same
+    path is worth a descent."""
+    src = tmp_path / "src"
+    small_tree(src, 40)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    counted.update(batches=0, single=0)
+    data = bytearray((src / "d3" / "f10.txt").read_bytes())
+    data[100:104] = b"EDIT"
+    (src / "d3" / "copy-of-f10.txt").write_bytes(bytes(data))
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert counted["single"] == 0 and counted["batches"] == 1
+    assert stats.literal_bytes == len(data)
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
 async def test_a_file_changed_at_the_target_meanwhile_fails_alone(tmp_path) -> None:
     src = tmp_path / "src"
     small_tree(src, 40)

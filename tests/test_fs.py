@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc.local import fs
+from rdc.local import beneath, fs
 from rdc.local.fs import ConflictError, Expect, SafeRoot
 from rdc.local.paths import PathError, is_temporary
 
@@ -79,8 +79,15 @@ class Tree:
             return tmp.commit(mode, mtime_ns)
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[Tree]:
+@pytest.fixture(params=["openat2", "walk"])
+def tree(request: pytest.FixtureRequest, tmp_path: Path,
+         monkeypatch: pytest.MonkeyPatch) -> Iterator[Tree]:
+    """Every test runs twice: directories opened in one call (openat2), and component by
+    component (kernels without it, and the path that names what is refused)."""
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "_syscall", None)
+    elif not beneath.available():
+        pytest.skip("openat2 is not available here")
     t = Tree(tmp_path)
     yield t
     t.root.close()
@@ -877,3 +884,28 @@ def test_times_beyond_64_bits_of_nanoseconds_are_clamped(tmp_path: Path) -> None
     assert d.mtime_ns == d.children["f"].mtime_ns == NS_MAX
     d.children["f"].root = b"\0" * 32
     seal(walked.tree)  # hashes of the clamped times
+
+
+@pytest.mark.skipif(not beneath.available(), reason="openat2 is not available here")
+def test_open_beneath_refuses_links_and_escapes(tmp_path: Path) -> None:
+    """openat2 opens a directory below the held one and nothing else: a symlink anywhere
+    on the path, or a path that climbs out, is refused (None: the caller walks and names
+    the reason); a missing component is FileNotFoundError."""
+    (tmp_path / "root" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside", tmp_path / "root" / "a" / "out")
+    os.symlink("b", tmp_path / "root" / "a" / "inside")
+    held = os.open(tmp_path / "root", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = beneath.open_dir(held, "a/b")
+        assert fd is not None
+        try:
+            assert os.fstat(fd).st_ino == os.stat(tmp_path / "root" / "a" / "b").st_ino
+        finally:
+            os.close(fd)
+        for refused in ("a/out", "a/inside", "a/inside/.", "../outside", "a/../../outside"):
+            assert beneath.open_dir(held, refused) is None, refused
+        with pytest.raises(FileNotFoundError):
+            beneath.open_dir(held, "a/missing/c")
+    finally:
+        os.close(held)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
 from rdc.errors import RdcError
+from rdc.local import beneath
 from rdc.local.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
 from rdc.local.paths import name as leaf_name
 
@@ -179,8 +180,9 @@ def _open_step(fd: int, part: str, rel: str) -> int:
         raise
 
 
-def _mkdir_at(dfd: int, leaf: str, mode: int) -> bool:
-    """Make directory ``leaf`` with exactly ``mode`` (no umask); False if something exists."""
+def _mkdir_at(dfd: int, leaf: str, mode: int, sync: bool = True) -> bool:
+    """Make directory ``leaf`` with exactly ``mode`` (no umask); False if something exists.
+    ``sync``: fsync ``dfd`` so the new entry is durable (else the caller does, later)."""
     try:
         os.mkdir(leaf, 0o700, dir_fd=dfd)  # never wider than asked, even for an instant
     except FileExistsError:
@@ -190,7 +192,8 @@ def _mkdir_at(dfd: int, leaf: str, mode: int) -> bool:
         os.fchmod(fd, stat.S_IMODE(mode))
     finally:
         os.close(fd)
-    os.fsync(dfd)
+    if sync:
+        os.fsync(dfd)
     return True
 
 
@@ -360,7 +363,14 @@ class SafeRoot:
         return self._fd
 
     def _open_dir(self, rel_dir: str, rel: str) -> int:
-        """A new descriptor on directory ``rel_dir``, reached component by component."""
+        """A new descriptor on directory ``rel_dir``, reached without following a symlink:
+        in one call where the kernel can, else (and for the precise error when it refuses)
+        component by component."""
+        if not rel_dir:
+            return os.dup(self._fd)
+        fd = beneath.open_dir(self._fd, rel_dir)
+        if fd is not None:
+            return fd
         fd = os.dup(self._fd)
         try:
             for part in rel_dir.split("/") if rel_dir else ():
@@ -448,13 +458,16 @@ class SafeRoot:
                     raise
             raise FileExistsError(errno.EEXIST, "no free temporary name", rel)
 
-    def mkdir(self, rel: str | bytes, mode: int, *, exist_ok: bool = True) -> bool:
+    def mkdir(
+        self, rel: str | bytes, mode: int, *, exist_ok: bool = True, sync: bool = True
+    ) -> bool:
         """Make directory ``rel`` with exactly ``mode`` (umask ignored) in an existing parent;
         True if made. An existing directory is fine with ``exist_ok``; anything else there,
-        a symlink included, is FileExistsError."""
+        a symlink included, is FileExistsError. Without ``sync`` the new entry is durable
+        only once the caller syncs the parent (`sync_dir`)."""
         rel = check_relpath(rel)
         with self._parent(rel) as (dfd, leaf):
-            if _mkdir_at(dfd, leaf, mode):
+            if _mkdir_at(dfd, leaf, mode, sync):
                 return True
             st = _lstat_at(dfd, leaf)
             if not (exist_ok and st is not None and stat.S_ISDIR(st.st_mode)):

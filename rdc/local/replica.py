@@ -191,16 +191,6 @@ class Replica:
                     continue
         return trees
 
-    def has_seeds(self, path: str | None, sketch: bytes | None) -> bool:
-        """Whether `seed_trees` would find any (without reading a tree): the file at
-        ``path`` is indexed, or some file's sketch resembles ``sketch``."""
-        with self.lock:
-            if path is not None and self.db.get(path) is not None:
-                return True
-            return sketch is not None and bool(
-                self.db.candidates(sketch, CANDIDATE_THRESHOLD, 1)
-            )
-
     def reader(self, path: str) -> Callable[[int, int], bytes] | None:
         """(offset, length) -> bytes of the file at ``path``, opened once; None if it
         cannot be opened. The descriptor closes when the reader is garbage."""
@@ -253,9 +243,19 @@ class Replica:
             self._unsynced.add(path.rpartition("/")[0])
         return st
 
+    def mkdir(self, path: str, mode: int, *, exist_ok: bool = True) -> bool:
+        """`SafeRoot.mkdir`, leaving the fsync of the parent to `sync_dirs` as `commit`
+        does: a crash before it may lose the new directory with what was put in it, which
+        was not yet reported durable."""
+        made = self.fs.mkdir(path, mode, exist_ok=exist_ok, sync=False)
+        if made:
+            with self.lock:
+                self._unsynced.add(path.rpartition("/")[0])
+        return made
+
     def sync_dirs(self) -> None:
-        """Make the renames of `commit` durable. Until then a crash may leave the old
-        version of a file, never a mix."""
+        """Make the renames of `commit` and the directories of `mkdir` durable. Until then
+        a crash may leave the old version of a file, never a mix."""
         with self.lock:
             dirs, self._unsynced = self._unsynced, set()
         for rel in sorted(dirs):

@@ -5,9 +5,11 @@ number: a conversation, a few thread hops, a sync and an index transaction each.
 BATCH_FILES of them (and BATCH_BYTES of content) go in one conversation: offered in one
 message, decided by the target in one worker-thread hop, their contents sent in a few data
 messages, written, checked, made durable at once and renamed into place in one more hop,
-and recorded in one index transaction. A file the target has seeds for (an older version,
-similar files) is answered ``descend`` and goes by the per-file exchange instead, which
-sends only what differs.
+and recorded in one index transaction. A file whose older version the target holds at
+its path (with seeds to descend for) is answered ``descend`` and goes by the per-file
+exchange instead, which sends only what differs. A file new at its path is sent whole even
+if similar files are there: the connection's compression stream finds most of what it
+shares with files sent shortly before, at none of a descent's round trips.
 
 The blocking halves (`offer_batch` on the source, `decide_batch` and `write_batch` on the
 target) run on one worker thread per batch; the four conversation flows wire them to the
@@ -144,7 +146,8 @@ def decide_batch(
 def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None) -> Decision:
     path = offer.path
     check = expectation(replica, path, expect)
-    if replica.current_root(path) == offer.root:
+    current = replica.current_root(path)
+    if current == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Decision("have", check)
     if offer.size < SMALL_FILE:
@@ -154,8 +157,9 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None) -> 
                 return Decision("copy", check, content)
     if offer.data is not None:
         return Decision("done", check, offer.data)
-    if offer.size >= SMALL_FILE or not whole_is_best(
-        offer.size, offer.depth, replica.has_seeds(path, offer.sketch)
+    older_here = current is not None  # an indexed older version: a seed of its own
+    if offer.size >= SMALL_FILE or (
+        older_here and not whole_is_best(offer.size, offer.depth, older_here)
     ):
         return Decision("descend", check)
     return Decision("send", check)

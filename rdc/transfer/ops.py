@@ -42,19 +42,19 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     path = op.path
     if not path and not (op.kind == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
+    if op.kind == "mkdir" and (op.expect is None or op.expect.kind in ("", "d")):
+        _make_dir(replica, op)
+        return
     check = expectation(replica, path, op.expect)
     fs = replica.fs
-    if op.kind == "mkdir":
+    if op.kind == "mkdir":  # in place of a file or link, which goes if it is as expected
         st = fs.lstat(path)
         if st is not None and not stat.S_ISDIR(st.st_mode):
-            if check is None or check.kind == "directory":
-                raise Refusal("path", message=f"{path} exists and is not a directory")
             fs.remove(path, expect=check)
             replica.forget(path)
             st = None
         if st is None:
-            # Owner rwx while it is filled; the metadata phase sets the final mode.
-            fs.mkdir(path, op.mode | 0o700)
+            replica.mkdir(path, op.mode | 0o700)
     elif op.kind == "link":
         fs.symlink(path, op.target, expect=check)
         replica.forget(path)
@@ -77,6 +77,19 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
         if fs.lstat(path) is None:
             raise FileNotFoundError(2, "no such entry", path)
         replica.set_meta(path, op.mode, op.mtime_ns)
+
+
+def _make_dir(replica: Replica, op: m.Op) -> None:
+    """A directory where nothing (or a directory) is expected: one look at the parent, as
+    most of a first copy's ops are these. Owner rwx while it is filled; the metadata phase
+    sets the final mode."""
+    absent = op.expect is not None and op.expect.kind == ""
+    try:
+        replica.mkdir(op.path, op.mode | 0o700, exist_ok=not absent)
+    except FileExistsError:
+        if absent:
+            raise ConflictError(path=op.path, expected="nothing", found="an entry") from None
+        raise Refusal("path", message=f"{op.path} exists and is not a directory") from None
 
 
 def _remove_except(replica: Replica, path: str, excludes: Excludes) -> bool:
