@@ -1,0 +1,373 @@
+"""`backup`: a snapshot of source trees, storing only what the repository lacks.
+
+Each source is walked (`rdc.local.snapshot.walk`: kinds, modes, times, link targets). A file
+whose (size, mtime, inode) match the file cache of its source, and whose blobs are still
+indexed, is not read; every other file is read once, chunked and hashed, and its unknown
+chunks stored (`BlobWriter`: dedup, then a similarity delta or zstd). Its Merkle tree gives
+its root; the tree's inner nodes are stored as node blobs. The walked tree is then sealed
+(rdc's directory hashes), its unknown directories stored as dir blobs (top-down, so an
+unchanged subtree costs one lookup), the modes and times as one meta blob, and the
+snapshot record last.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from rdc import _native
+from rdc.content.chunking import Chunker, boundaries
+from rdc.content.entries import pack_varints, unpack_varints
+from rdc.content.tree import Level, Tree, build_tree
+from rdc.errors import UsageError
+from rdc.local.filestat import mtime_ns, stamp
+from rdc.local.fs import SafeRoot
+from rdc.local.ignore import Excludes
+from rdc.local.index import Progress
+from rdc.local.paths import PathError, join
+from rdc.local.snapshot import Entry, fill_roots, iter_entries, seal, walk
+from rdc.repo.blobs import Kind
+from rdc.repo.cache import CachedFile
+from rdc.repo.errors import RepoError
+from rdc.repo.repository import Repository
+from rdc.repo.snapshots import Snapshot, parent_of, reference_of
+from rdc.repo.trees import DirEntry, FileRef, decode_dir, encode_dir, encode_meta, inner_nodes
+from rdc.repo.writer import BlobWriter, WriteStats
+
+READ_SIZE = 4 << 20
+RACY_NS = 2_000_000_000  # a file modified this close to the backup is not cached
+
+
+@dataclass
+class BackupResult:
+    snapshot: Snapshot
+    files: int = 0
+    dirs: int = 0
+    links: int = 0
+    bytes: int = 0
+    files_read: int = 0
+    bytes_read: int = 0
+    files_unchanged: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    stats: WriteStats = field(default_factory=WriteStats)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Source:
+    path: str  # absolute
+    is_dir: bool
+    name: str  # its entry in a synthetic root
+
+
+@dataclass
+class _File:
+    source: int
+    rel: str  # within the source ("" for a file source)
+    path: str  # within the snapshot
+    st: os.stat_result
+
+
+def _sources(paths: list[str]) -> list[_Source]:
+    out = []
+    for text in paths:
+        path = os.path.abspath(text)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise UsageError(message=f"cannot back up {text}: {exc.strerror}") from None
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            raise UsageError(message=f"cannot back up {text}: not a directory or a file")
+        name = os.path.basename(path.rstrip("/"))
+        out.append(_Source(path, stat.S_ISDIR(st.st_mode), name))
+    names = [s.name for s in out]
+    if len(out) > 1 and ("" in names or len(set(names)) != len(names)):
+        raise UsageError(message="sources of one backup need distinct last path components")
+    return out
+
+
+def _gather(sources: list[_Source], excludes: Excludes, started: int
+            ) -> tuple[Entry, bool, list[_File], list[tuple[str, str]]]:
+    """The snapshot's tree (without file roots), whether its root is synthetic, the files to
+    store, and what could not be read."""
+    files: list[_File] = []
+    errors: list[tuple[str, str]] = []
+    single = len(sources) == 1 and sources[0].is_dir
+    root = Entry("d", 0o700, started)
+    for i, source in enumerate(sources):
+        prefix = "" if single else source.name
+        if source.is_dir:
+            salt = "\n".join(excludes.patterns).encode("utf-8", "surrogateescape")
+            walked = walk(source.path, excludes, salt)
+            tree = walked.tree
+            errors += [(join(prefix, rel), reason) for rel, reason in walked.errors]
+            for rel, st in walked.files.items():
+                files.append(_File(i, rel, join(prefix, rel), st))
+        else:
+            st = os.stat(source.path)
+            tree = Entry("f", stat.S_IMODE(st.st_mode), mtime_ns(st), st.st_size)
+            files.append(_File(i, "", source.name, st))
+        if single:
+            root = tree
+        else:
+            root.children[source.name] = tree
+    return root, not single, files, errors
+
+
+class _ParentTree:
+    """The parent snapshot's directories by path, read as needed: bases for dir deltas."""
+
+    def __init__(self, repo: Repository, snap: Snapshot | None) -> None:
+        self.repo = repo
+        self.ids: dict[str, bytes | None] = {"": snap.tree} if snap else {}
+        self.read: set[str] = set()
+
+    def sid(self, path: str) -> bytes | None:
+        plain = self._id(path)
+        return None if plain is None else self.repo.crypto.storage_id(plain)
+
+    def _id(self, path: str) -> bytes | None:
+        if path in self.ids or not path:
+            return self.ids.get(path)
+        parent = path.rpartition("/")[0]
+        above = self._id(parent)
+        if above is not None and parent not in self.read:
+            self.read.add(parent)
+            try:
+                for entry in decode_dir(self.repo.load(Kind.DIR, above)):
+                    if entry.kind == "d":
+                        self.ids[join(parent, entry.name)] = entry.content
+            except (RepoError, ValueError):
+                pass  # no base then; check reports the parent's damage
+        return self.ids.setdefault(path, None)
+
+
+class _Backup:
+    def __init__(self, repo: Repository, writer: BlobWriter, result: BackupResult,
+                 progress: Callable[[Progress], None] | None) -> None:
+        self.repo = repo
+        self.writer = writer
+        self.sid = repo.crypto.storage_id
+        self.result = result
+        self.progress = progress
+
+    # ------------------------------------------------------------ files
+
+    def cached(self, source: bytes, item: _File) -> FileRef | None:
+        row = self.repo.index.cached_file(source, os.fsencode(item.rel))
+        if row is None or (row.size, row.mtime_ns, row.inode) != tuple(stamp(item.st)):
+            return None
+        try:
+            lengths = tuple(unpack_varints(row.lengths, len(row.hashes) // 32))
+        except ValueError:
+            return None
+        ref = FileRef(row.level, row.hashes, lengths)
+        children = [self.sid(h) for h in ref.children()]
+        if len(self.writer.known(children)) != len(set(children)):
+            return None  # pruned since
+        return ref
+
+    def store(self, f: BinaryIO) -> Tree:
+        """Read a file once, storing its unknown chunks and inner nodes; its tree."""
+        first = f.read(READ_SIZE)
+        more = f.read(READ_SIZE) if len(first) == READ_SIZE else b""
+        hashes = bytearray()
+        lengths = array("Q")
+        if not more:
+            ends = boundaries(first)
+            batch_hashes, batch_lengths = _native.hash_chunks(first, ends)
+            self.store_chunks(memoryview(first), ends, batch_hashes)
+            hashes += batch_hashes
+            lengths.extend(batch_lengths)
+            self.result.bytes_read += len(first)
+        else:
+            chunker = Chunker()
+            pending = bytearray()
+            base = 0
+            data = first
+            while True:
+                cuts = chunker.feed(data) if data else chunker.finish()
+                pending += data
+                self.result.bytes_read += len(data)
+                if cuts:
+                    ends = [c - base for c in cuts]
+                    view = memoryview(pending)
+                    batch_hashes, batch_lengths = _native.hash_chunks(view, ends)
+                    self.store_chunks(view, ends, batch_hashes)
+                    view.release()
+                    hashes += batch_hashes
+                    lengths.extend(batch_lengths)
+                    del pending[: ends[-1]]
+                    base = cuts[-1]
+                if not data:
+                    break
+                data, more = (more, b"") if more else (f.read(READ_SIZE), b"")
+        tree = build_tree(Level(bytes(hashes), lengths))
+        nodes = list(inner_nodes(tree))
+        if nodes:
+            sids = [self.sid(node_id) for node_id, _ in nodes]
+            known = self.writer.known(sids)
+            for sid, (_, blob) in zip(sids, nodes, strict=True):
+                if sid not in known:
+                    self.writer.add_tree(Kind.NODE, sid, blob)
+                    known.add(sid)
+        return tree
+
+    def store_chunks(self, view: memoryview, ends: list[int], hashes: bytes) -> None:
+        sids = [self.sid(hashes[32 * i : 32 * i + 32]) for i in range(len(ends))]
+        known = self.writer.known(sids)
+        start = 0
+        for sid, end in zip(sids, ends, strict=True):
+            if sid not in known:
+                self.writer.add_chunk(sid, view[start:end])
+                known.add(sid)
+            start = end
+
+    # ------------------------------------------------------------ directories
+
+    def store_dirs(self, root: Entry, refs: dict[str, FileRef], parent: _ParentTree) -> None:
+        """Dir blobs of every directory not stored yet, children first; a known directory's
+        subtree is known too and not visited."""
+        stack: list[tuple[str, Entry, bool]] = [("", root, False)]
+        while stack:
+            path, entry, expanded = stack.pop()
+            sid = self.sid(entry.content)
+            if self.writer.has(sid):
+                continue
+            if not expanded:
+                stack.append((path, entry, True))
+                stack += [(join(path, name), child, False)
+                          for name, child in entry.sorted_children() if child.kind == "d"]
+                continue
+            entries = []
+            for name, child in entry.sorted_children():
+                if child.kind == "f":
+                    entries.append(DirEntry(name, "f", refs[join(path, name)]))
+                elif child.kind == "d":
+                    entries.append(DirEntry(name, "d", content=child.content))
+                else:
+                    entries.append(DirEntry(name, "l", target=child.target))
+            self.writer.add_tree(Kind.DIR, sid, encode_dir(entries), parent.sid(path))
+
+
+def backup(
+    repo: Repository,
+    sources: list[str],
+    *,
+    tags: list[str] | None = None,
+    excludes: Excludes | None = None,
+    host: str | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> BackupResult:
+    """Back up ``sources`` (directories or files) into ``repo`` as one snapshot."""
+    began = time.monotonic()
+    started = time.time_ns()
+    host = host or socket.gethostname()
+    resolved = _sources(sources)
+    root, synthetic, files, errors = _gather(resolved, excludes or Excludes(), started)
+    with repo.lock("shared", "backup") as lock:
+        repo.sync_index()
+        paths = [os.fsencode(s.path) for s in resolved]
+        snapshots = repo.snapshots()
+        parent_snap = parent_of(snapshots, host, paths)
+        reference = reference_of(snapshots, host, paths)
+        writer = BlobWriter(repo)
+        snap = Snapshot(started, host, paths, sorted(set(tags or [])), b"", b"",
+                        root.mode, root.mtime_ns, synthetic,
+                        parent_snap.name if parent_snap else None)
+        result = BackupResult(snap, errors=errors, stats=writer.stats)
+        work = _Backup(repo, writer, result, progress)
+        try:
+            roots, refs = _store_files(work, resolved, files, started)
+            fill_roots(root, roots)  # files that could not be read are in result.errors
+            seal(root)
+            work.store_dirs(root, refs, _ParentTree(repo, reference))
+            meta_plain_id, meta_blob = encode_meta(root)
+            meta_sid = repo.crypto.storage_id(meta_plain_id)
+            if not writer.has(meta_sid):
+                base = repo.crypto.storage_id(reference.meta) if reference else None
+                writer.add_tree(Kind.META, meta_sid, meta_blob, base)
+            writer.close()
+        except BaseException:
+            writer.abandon()
+            raise
+        lock.check()
+        for _, entry in iter_entries(root):
+            result.files += entry.kind == "f"
+            result.dirs += entry.kind == "d"
+            result.links += entry.kind == "l"
+        result.bytes = sum(ref.size for ref in refs.values())
+        snap.tree, snap.meta = root.content, meta_plain_id
+        result.seconds = time.monotonic() - began
+        snap.summary = {"files": result.files, "dirs": result.dirs, "links": result.links,
+                        "bytes": result.bytes, "files_read": result.files_read,
+                        "bytes_read": result.bytes_read, "errors": len(result.errors),
+                        **writer.stats.as_dict()}
+        repo.write_snapshot(snap)
+        for i, source in enumerate(resolved):
+            if source.is_dir:
+                repo.index.keep_files(os.fsencode(source.path),
+                                      {os.fsencode(f.rel) for f in files if f.source == i})
+    return result
+
+
+def _store_files(work: _Backup, sources: list[_Source], files: list[_File], started: int
+                 ) -> tuple[dict[str, bytes], dict[str, FileRef]]:
+    """Store (or find in the file cache) every file; their roots and refs by snapshot path.
+    Files that cannot be read are left out (and listed in the result's errors)."""
+    result = work.result
+    roots: dict[str, bytes] = {}
+    refs: dict[str, FileRef] = {}
+    total_bytes = sum(f.st.st_size for f in files)
+    done_bytes = 0
+    opened: dict[int, SafeRoot] = {}
+    try:
+        for n, item in enumerate(files, 1):
+            source = sources[item.source]
+            key = os.fsencode(source.path)
+            ref = work.cached(key, item) if source.is_dir else None
+            if ref is not None:
+                result.files_unchanged += 1
+            else:
+                try:
+                    ref, after = _read(work, source, item, opened)
+                except (OSError, PathError) as exc:
+                    reason = exc.strerror if isinstance(exc, OSError) else exc.fields["reason"]
+                    result.errors.append((item.path, reason or str(exc)))
+                    continue
+                result.files_read += 1
+                unchanged = stamp(after) == stamp(item.st)
+                if source.is_dir and unchanged and mtime_ns(item.st) < started - RACY_NS:
+                    work.writer.note_file(key, os.fsencode(item.rel), CachedFile(
+                        item.st.st_size, mtime_ns(item.st), item.st.st_ino, ref.level,
+                        ref.hashes, pack_varints(ref.lengths)))
+            roots[item.path] = ref.root
+            refs[item.path] = ref
+            done_bytes += item.st.st_size
+            if work.progress is not None:
+                work.progress(Progress(n, len(files), done_bytes, total_bytes, item.path))
+    finally:
+        for fs in opened.values():
+            fs.close()
+    return roots, refs
+
+
+def _read(work: _Backup, source: _Source, item: _File, opened: dict[int, SafeRoot]
+          ) -> tuple[FileRef, os.stat_result]:
+    if source.is_dir:
+        fs = opened.get(item.source)
+        if fs is None:
+            fs = opened[item.source] = SafeRoot(source.path)
+        f = fs.open_read(item.rel)
+    else:
+        f = open(source.path, "rb")  # noqa: SIM115 - closed below
+    with f:
+        tree = work.store(f)
+        after = os.fstat(f.fileno())
+    return FileRef.of_tree(tree), after

@@ -1,0 +1,259 @@
+"""Storing blobs during a backup: dedup by storage id, similarity deltas, packs assembled in
+memory and flushed (packs, then their index object) by a background thread.
+
+Each flush makes everything stored before it findable: its packs are uploaded, then one
+index object naming them, and only then does the local index learn of them. Blobs of
+unflushed packs are known to this writer alone. Children are stored before their parents,
+and both open packs are flushed together, so an indexed tree blob never names an
+unindexed blob (docs/formats.md section 7).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from rdc.repo import codec
+from rdc.repo.blobs import MAX_DEPTH, Encoding, Entry, Kind
+from rdc.repo.cache import CachedFile, LocalIndex, Location
+from rdc.repo.indexfile import PackInfo, encode_index
+from rdc.repo.packs import PACK_SIZE, PackWriter, pack_name
+from rdc.repo.repository import Repository
+from rdc.repo.similarity import chunk_sketch, features, rank
+from rdc.storage import map_parallel
+
+# Plain chunks kept for use as bases of later chunks of the same backup.
+RECENT_BYTES = 32 << 20
+# Flushes uploading at once (each holds up to two packs in memory).
+FLUSHES_IN_FLIGHT = 2
+# Candidates tried as a delta base for one chunk.
+TRIALS = 2
+
+
+@dataclass
+class WriteStats:
+    """What a backup stored, by level: identical chunks (dedup), zstd, similarity deltas."""
+
+    new_chunks: int = 0
+    new_chunk_bytes: int = 0  # raw bytes of chunks not already stored
+    zstd_bytes: int = 0  # what they take compressed alone
+    stored_chunk_bytes: int = 0  # what they take as stored (deltas where smaller)
+    delta_chunks: int = 0
+    new_tree_blobs: int = 0
+    tree_raw_bytes: int = 0
+    stored_tree_bytes: int = 0
+    delta_tree_blobs: int = 0
+    packs: int = 0
+    pack_bytes: int = 0
+    index_objects: int = 0
+    index_bytes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Flush:
+    packs: list[PackWriter]
+    files: list[tuple[bytes, bytes, CachedFile]]
+    sids: set[bytes] = field(default_factory=set)
+
+
+class BlobWriter:
+    """One backup's blob store. Not thread-safe: one thread adds; a background thread
+    uploads."""
+
+    def __init__(self, repo: Repository, max_depth: int = MAX_DEPTH) -> None:
+        self.repo = repo
+        self.crypto = repo.crypto
+        self.max_depth = max_depth
+        self.stats = WriteStats()
+        self.data = PackWriter(self.crypto)
+        self.tree = PackWriter(self.crypto)
+        # Blobs this writer stored that the local index does not know yet.
+        self.unindexed: dict[bytes, tuple[PackWriter, Entry]] = {}
+        self._positions: dict[bytes, int] = {}
+        self._features: dict[int, list[tuple[bytes, bytes, int]]] = {}
+        self._recent: OrderedDict[bytes, bytes] = OrderedDict()
+        self._recent_bytes = 0
+        self._files: list[tuple[bytes, bytes, CachedFile]] = []
+        self._uploader = ThreadPoolExecutor(1, thread_name_prefix="rdc-flush")
+        self._in_flight: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self._background_index: LocalIndex | None = None
+
+    # ------------------------------------------------------------ lookups
+
+    def known(self, sids: list[bytes]) -> set[bytes]:
+        """Which of ``sids`` are stored (indexed, or stored by this writer)."""
+        with self._lock:
+            mine = {sid for sid in sids if sid in self.unindexed}
+        rest = [sid for sid in sids if sid not in mine]
+        return mine | (self.repo.index.known(rest) if rest else set())
+
+    def has(self, sid: bytes) -> bool:
+        return bool(self.known([sid]))
+
+    def _depth(self, sid: bytes) -> int | None:
+        with self._lock:
+            held = self.unindexed.get(sid)
+        if held is not None:
+            return held[1].depth
+        location = self.repo.index.locate(sid)
+        return None if location is None else location.entry.depth
+
+    def plain(self, sid: bytes) -> bytes:
+        """A stored blob's content, for use as a base."""
+        recent = self._recent.get(sid)
+        if recent is not None:
+            return recent
+        with self._lock:
+            held = self.unindexed.get(sid)
+        if held is not None:
+            pack, entry = held
+            return self.repo.decode(Location(b"", entry), pack.record(entry), self.plain)
+        return self.repo.load_sid(sid)
+
+    def _remember(self, sid: bytes, plain: bytes) -> None:
+        self._recent[sid] = plain
+        self._recent_bytes += len(plain)
+        while self._recent_bytes > RECENT_BYTES:
+            _, old = self._recent.popitem(last=False)
+            self._recent_bytes -= len(old)
+
+    # ------------------------------------------------------------ adding
+
+    def _encode(self, plain: bytes, bases: list[bytes]) -> tuple[Encoding, bytes, bytes | None,
+                                                                  int, int]:
+        """(encoding, record, base, depth, zstd-alone size) for the best of plain zstd and
+        a delta against each base tried."""
+        encoding, record = codec.compress(plain)
+        alone = len(record)
+        best_base, depth = None, 0
+        for base in bases:
+            base_depth = self._depth(base)
+            if base_depth is None or base_depth >= self.max_depth:
+                continue
+            attempt = codec.delta(plain, self.plain(base))
+            if codec.better_delta(record, attempt):
+                encoding, record, best_base, depth = Encoding.DELTA, attempt, base, base_depth + 1
+        return encoding, record, best_base, depth, alone
+
+    def add_chunk(self, sid: bytes, data: bytes | memoryview) -> None:
+        """Store a chunk not known yet (the caller asked `known`)."""
+        plain = bytes(data)
+        sketch = chunk_sketch(plain)
+        bases: list[bytes] = []
+        if sketch is not None:
+            keys = features(sketch)
+            found = self.repo.index.candidates(keys)
+            seen = {c[0] for c in found}
+            for key in keys:
+                found += [c for c in self._features.get(key, ()) if c[0] not in seen]
+            bases = [base for _, base, _ in rank(sketch, found, self.max_depth)][:TRIALS]
+        encoding, record, base, depth, alone = self._encode(plain, bases)
+        entry = self.data.add(Kind.CHUNK, sid, encoding, record, len(plain), base, depth, sketch)
+        with self._lock:
+            self.unindexed[sid] = (self.data, entry)
+        self._remember(sid, plain)
+        if sketch is not None:
+            for key in features(sketch):
+                self._features.setdefault(key, []).append((sid, sketch, depth))
+        s = self.stats
+        s.new_chunks += 1
+        s.new_chunk_bytes += len(plain)
+        s.zstd_bytes += alone
+        s.stored_chunk_bytes += entry.length
+        s.delta_chunks += encoding is Encoding.DELTA
+        if self.data.size >= PACK_SIZE:
+            self.flush()
+
+    def add_tree(self, kind: Kind, sid: bytes, plain: bytes, base: bytes | None = None) -> None:
+        """Store a node, dir or meta blob not known yet; ``base`` a candidate for a delta
+        (the same directory in the parent snapshot)."""
+        bases = [base] if base is not None and base != sid else []
+        encoding, record, used, depth, _ = self._encode(plain, bases)
+        entry = self.tree.add(kind, sid, encoding, record, len(plain), used, depth)
+        with self._lock:
+            self.unindexed[sid] = (self.tree, entry)
+        s = self.stats
+        s.new_tree_blobs += 1
+        s.tree_raw_bytes += len(plain)
+        s.stored_tree_bytes += entry.length
+        s.delta_tree_blobs += encoding is Encoding.DELTA
+        if self.tree.size >= PACK_SIZE:
+            self.flush()
+
+    def note_file(self, source: bytes, path: bytes, cached: CachedFile) -> None:
+        """A file-cache row, written once everything stored so far is indexed."""
+        self._files.append((source, path, cached))
+
+    # ------------------------------------------------------------ flushing
+
+    def flush(self) -> None:
+        """Close the open packs and upload them, then their index object, in the
+        background (at most FLUSHES_IN_FLIGHT at once)."""
+        packs = [p for p in (self.data, self.tree) if len(p)]
+        if not packs and not self._files:
+            return
+        job = _Flush(packs, self._files)
+        for pack in packs:
+            job.sids.update(e.sid for e in pack.entries)
+        self.data, self.tree = PackWriter(self.crypto), PackWriter(self.crypto)
+        self._files = []
+        self._features.clear()  # the local index has them once this flush is done
+        self._recent.clear()
+        self._recent_bytes = 0
+        while len(self._in_flight) >= FLUSHES_IN_FLIGHT:
+            self._in_flight.pop(0).result()
+        self._in_flight.append(self._uploader.submit(self._upload, job))
+
+    def _upload(self, job: _Flush) -> None:
+        repo = self.repo
+        if self._background_index is None:
+            self._background_index = LocalIndex(repo.index.location, repo.id)
+        index = self._background_index
+        infos: list[PackInfo] = []
+
+        def put(pack: PackWriter) -> PackInfo:
+            pack_id, data = pack.finish()
+            repo.store.put(pack_name(pack_id), data)
+            return PackInfo(pack_id, len(data), pack.entries)
+
+        if job.packs:
+            infos = map_parallel(put, job.packs, workers=len(job.packs))
+            name, data = encode_index(infos, self.crypto)
+            repo.store.put(name, data)
+            index.add_index(name, infos)
+            self.stats.packs += len(infos)
+            self.stats.pack_bytes += sum(i.size for i in infos)
+            self.stats.index_objects += 1
+            self.stats.index_bytes += len(data)
+        if job.files:
+            by_source: dict[bytes, list[tuple[bytes, CachedFile]]] = {}
+            for source, path, cached in job.files:
+                by_source.setdefault(source, []).append((path, cached))
+            for source, rows in by_source.items():
+                index.put_files(source, rows)
+        with self._lock:
+            for sid in job.sids:
+                self.unindexed.pop(sid, None)
+
+    def close(self) -> None:
+        """Flush what is open and wait for every upload (raising the first failure)."""
+        try:
+            self.flush()
+            while self._in_flight:
+                self._in_flight.pop(0).result()
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Stop without flushing (uploads under way finish)."""
+        self._uploader.shutdown(wait=True)
+        if self._background_index is not None:
+            self._background_index.close()
+            self._background_index = None
+
