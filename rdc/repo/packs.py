@@ -63,6 +63,17 @@ class PackWriter:
         self.size += len(sealed)
         return entry
 
+    def add_sealed(self, entry: Entry, sealed: bytes) -> Entry:
+        """Append a record copied as it is from another pack (records are bound to their
+        kind and id, not to a pack)."""
+        moved = Entry(entry.kind, entry.encoding, entry.sid, self.size, len(sealed),
+                      entry.size, entry.base, entry.depth, entry.sketch)
+        self._position[entry.sid] = len(self.parts)
+        self.parts.append(sealed)
+        self.entries.append(moved)
+        self.size += len(sealed)
+        return moved
+
     def record(self, entry: Entry) -> bytes:
         """The sealed record of an entry of this pack (still in memory)."""
         return self.parts[self._position[entry.sid]]
