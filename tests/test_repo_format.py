@@ -57,7 +57,8 @@ def blob_entries(draw: st.DrawFn) -> list[BlobEntry]:
 @given(blob_entries())
 def test_entries_round_trip(entries: list[BlobEntry]) -> None:
     limit = entries[-1].end if entries else len(MAGIC)
-    assert unpack_entries(pack_entries(entries), len(MAGIC), limit) == entries
+    assert unpack_entries(pack_entries(entries), len(MAGIC), limit, contiguous=True) == entries
+    assert unpack_entries(pack_entries(entries[1::2]), len(MAGIC), limit) == entries[1::2]
 
 
 def test_entries_refuse_what_does_not_parse() -> None:
@@ -70,7 +71,9 @@ def test_entries_refuse_what_does_not_parse() -> None:
     with pytest.raises(ValueError):
         unpack_entries(packed, 8, 17)  # a record past the end of its pack
     with pytest.raises(ValueError):
-        unpack_entries(b"\x01\x0c" + b"i" * 32 + b"\x01\x01", 8, 100)  # encoding 3
+        unpack_entries(packed, 7, 100, contiguous=True)  # not where the records start
+    with pytest.raises(ValueError):
+        unpack_entries(b"\x01\x0c" + b"i" * 32 + b"\x08\x01\x01", 8, 100)  # encoding 3
 
 
 @given(st.binary(max_size=5000), st.binary(max_size=5000))

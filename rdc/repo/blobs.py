@@ -78,13 +78,14 @@ def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def pack_entries(entries: list[Entry]) -> bytes:
-    """A varint count, then each entry (offsets are implied: records are contiguous)."""
+    """A varint count, then each entry."""
     out = bytearray()
     _varint(len(entries), out)
     for e in entries:
         flags = int(e.kind) | int(e.encoding) << 2 | (_SKETCH_FLAG if e.sketch else 0)
         out.append(flags)
         out += e.sid
+        _varint(e.offset, out)
         _varint(e.length, out)
         _varint(e.size, out)
         if e.encoding is Encoding.DELTA:
@@ -96,15 +97,17 @@ def pack_entries(entries: list[Entry]) -> bytes:
     return bytes(out)
 
 
-def unpack_entries(data: bytes | memoryview, first_offset: int, limit: int) -> list[Entry]:
-    """Entries packed by `pack_entries`, the first record at ``first_offset``; every record
-    must end by ``limit``. ValueError if the data does not parse exactly."""
+def unpack_entries(data: bytes | memoryview, start: int, limit: int,
+                   contiguous: bool = False) -> list[Entry]:
+    """Entries packed by `pack_entries`: every record must lie in ``[start, limit)``, and,
+    if ``contiguous`` (a pack's trailer), follow the one before it, the first at ``start``.
+    ValueError if the data does not parse exactly."""
     view = memoryview(data)
     count, pos = read_varint(view, 0)
     if count > len(view):
         raise ValueError("entry count larger than the data")
     entries = []
-    offset = first_offset
+    expected = start
     for _ in range(count):
         if pos + 1 + ID_BYTES > len(view):
             raise ValueError("truncated entry")
@@ -113,7 +116,8 @@ def unpack_entries(data: bytes | memoryview, first_offset: int, limit: int) -> l
             raise ValueError(f"unknown entry flags {flags:#x}")
         kind, encoding = Kind(flags & 3), Encoding((flags >> 2) & 3)
         sid = bytes(view[pos + 1 : pos + 1 + ID_BYTES])
-        length, pos = read_varint(view, pos + 1 + ID_BYTES)
+        offset, pos = read_varint(view, pos + 1 + ID_BYTES)
+        length, pos = read_varint(view, pos)
         size, pos = read_varint(view, pos)
         base, depth = None, 0
         if encoding is Encoding.DELTA:
@@ -130,10 +134,12 @@ def unpack_entries(data: bytes | memoryview, first_offset: int, limit: int) -> l
                 raise ValueError("truncated sketch")
             sketch = bytes(view[pos : pos + SKETCH_BYTES])
             pos += SKETCH_BYTES
-        if offset + length > limit:
-            raise ValueError("record past the end of its pack")
+        if offset < start or offset + length > limit:
+            raise ValueError("record outside its pack")
+        if contiguous and offset != expected:
+            raise ValueError("records of a pack do not follow each other")
         entries.append(Entry(kind, encoding, sid, offset, length, size, base, depth, sketch))
-        offset += length
+        expected = offset + length
     if pos != len(view):
         raise ValueError("trailing bytes after the entries")
     return entries

@@ -95,7 +95,7 @@ def parse_trailer(sealed: bytes, crypto: Crypto, limit: int) -> list[Entry]:
                                                         max_output_size=MAX_TRAILER)
     except zstandard.ZstdError as exc:
         raise ValueError(f"trailer: zstd: {exc}") from None
-    entries = unpack_entries(plain, len(MAGIC), limit)
+    entries = unpack_entries(plain, len(MAGIC), limit, contiguous=True)
     if entries and entries[-1].end != limit:
         raise ValueError("records do not end where the trailer starts")
     return entries

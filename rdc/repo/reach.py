@@ -3,8 +3,8 @@ their trees. Prune keeps what this finds; check reads every tree blob on the way
 
 from __future__ import annotations
 
+from rdc.errors import RdcError
 from rdc.repo.blobs import Encoding, Kind
-from rdc.repo.errors import RepoError
 from rdc.repo.repository import Repository
 from rdc.repo.snapshots import Snapshot
 from rdc.repo.trees import decode_dir, decode_meta, decode_node
@@ -26,7 +26,7 @@ def reach(repo: Repository, snapshots: list[Snapshot], problems: list[str] | Non
     def load(kind: Kind, plain: bytes, where: str) -> bytes | None:
         try:
             return repo.load(kind, plain)
-        except RepoError as exc:
+        except RdcError as exc:
             message = f"snapshot {where}: {exc.fields.get('message', exc)}"
             if problems is None:
                 raise Unreadable(message) from None
