@@ -158,3 +158,40 @@ def test_prune_removes_packs_left_unindexed(tmp_path: Path, capsys) -> None:
     assert pack_name(pack_id) not in objects(location)
     report = run_json(capsys, "check", "--read-data", location)
     assert report["ok"] and not report["notes"]
+
+
+def test_a_prune_interrupted_after_its_index_object_is_completed_by_the_next(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between its new index object and the deletes, a prune leaves old and new
+    index objects naming the same blobs; the next prune makes the same repacked pack again
+    (same records, same name) and must not delete it as a duplicate."""
+    from rdc.storage import LocalStore
+
+    location = str(tmp_path / "repo")
+    run(capsys, "init", location)
+    src = tmp_path / "src"
+    src.mkdir()
+    size = scaled(1 << 20, 100_000)
+    for i in range(3):
+        random_file(src / f"part{i}.bin", size, seed=20 + i)
+    run_json(capsys, "backup", str(src), location)
+    os.unlink(src / "part0.bin")
+    run_json(capsys, "backup", str(src), location)
+    run_json(capsys, "forget", location, "--keep-last", "1")
+    real_delete = LocalStore.delete
+
+    def interrupted(self: LocalStore, name: str) -> None:
+        if name.startswith("index/"):
+            raise KeyboardInterrupt  # as if killed here
+        real_delete(self, name)
+
+    monkeypatch.setattr(LocalStore, "delete", interrupted)
+    assert run(capsys, "prune", location)[0] == 130
+    monkeypatch.setattr(LocalStore, "delete", real_delete)
+    result = run_json(capsys, "prune", location)
+    assert result["packs_written"] >= 1  # the same pack as the interrupted prune's
+    assert run(capsys, "check", "--read-data", location)[0] == 0
+    dst = tmp_path / "dst"
+    run_json(capsys, "restore", location, "latest", str(dst))
+    assert_same_tree(src, dst)

@@ -107,9 +107,11 @@ def _prune(repo: Repository, say: Callable[[str], None]) -> PruneResult:
     for name in old_indexes:
         if name not in names:
             repo.store.delete(name)
-    gone = delete + repack
-    unindexed = [p for p in listed if p not in indexed and p not in
-                 {info.pack_id for info in written}]
+    # A pack written now may have the very name of one to delete (an earlier, killed prune
+    # made the same pack from the same records): what the new index names stays.
+    named = {info.pack_id for info in infos}
+    gone = [p for p in delete + repack if p not in named]
+    unindexed = [p for p in listed if p not in indexed and p not in named]
     workers = repo.store.capabilities.connections
     map_parallel(lambda p: repo.store.delete(pack_name(p)), gone + unindexed, workers=workers)
     result.packs_deleted = len(delete)
