@@ -183,6 +183,13 @@ class LocalIndex:
                     [(f, e.sid) for e in pack.entries if e.sketch for f in features(e.sketch)],
                 )
 
+    def forget_index(self) -> None:
+        """Forget every index object read (the file cache and snapshot records stay)."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM index_object")
+            conn.execute("DELETE FROM pack")
+            conn.execute("DELETE FROM similar")
+
     def drop_indexes(self, names: Iterable[str]) -> None:
         """Forget index objects that left the repository, and the packs only they named."""
         names = list(names)
@@ -200,7 +207,7 @@ class LocalIndex:
         """The least deep copy of a blob."""
         row = self.conn.execute(
             f"SELECT p.name, {_ENTRY} FROM blob b JOIN pack p ON p.id = b.pack "
-            "WHERE b.sid = ? ORDER BY b.depth LIMIT 1", (sid,)).fetchone()
+            "WHERE b.sid = ? ORDER BY b.depth, p.id LIMIT 1", (sid,)).fetchone()
         return Location(row[0], _entry(row[1:])) if row else None
 
     def locate_many(self, sids: Iterable[bytes]) -> dict[bytes, Location]:
@@ -208,8 +215,9 @@ class LocalIndex:
         for batch in _chunks(list(set(sids))):
             rows = self.conn.execute(
                 f"SELECT p.name, {_ENTRY} FROM blob b JOIN pack p ON p.id = b.pack "
-                f"WHERE b.sid IN ({','.join('?' * len(batch))}) ORDER BY b.depth DESC", batch)
-            for row in rows:  # least deep last: it wins
+                f"WHERE b.sid IN ({','.join('?' * len(batch))}) "
+                "ORDER BY b.depth DESC, p.id DESC", batch)
+            for row in rows:  # least deep (then the pack known longest) last: it wins
                 found[row[1]] = Location(row[0], _entry(row[1:]))
         return found
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import blake3
 
+from rdc.errors import RdcError
 from rdc.repo.blobs import Encoding
 from rdc.repo.cache import Location
 from rdc.repo.crypto import Unauthentic
-from rdc.repo.errors import CorruptRepo, RepoError
+from rdc.repo.errors import CorruptRepo
 from rdc.repo.indexfile import decode_index
 from rdc.repo.packs import pack_id_of, pack_name, parse_pack
 from rdc.repo.reach import reach
@@ -40,9 +41,9 @@ def check(repo: Repository, read_data: bool = False,
     say = say or (lambda _: None)
     result = CheckResult()
     with repo.lock("shared", "check"):
-        # The local index is rebuilt from the index objects, so what is checked is the
+        # The local index is read again from the index objects, so what is checked is the
         # repository, not what this client cached of it.
-        repo.index.rebuild()
+        repo.index.forget_index()
         say("reading index objects")
         _indexes(repo, result)
         listed = _packs(repo, result)
@@ -168,5 +169,5 @@ def _read_pack(repo: Repository, pack_id: bytes, name: str, data: bytes,
             repo.decode(Location(pack_id, entry), data[entry.offset : entry.end])
         except CorruptRepo as exc:
             result.errors.append(exc.fields["message"])
-        except RepoError as exc:  # a base that cannot be read: named by its own pack
+        except RdcError as exc:  # a base that cannot be read: named by its own pack too
             result.errors.append(f"{name}: {entry.sid.hex()[:16]}: {exc}")
