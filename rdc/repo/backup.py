@@ -30,10 +30,12 @@ from rdc.local.filestat import mtime_ns, stamp
 from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
 from rdc.local.index import Progress
-from rdc.local.paths import PathError, join
+from rdc.local.paths import PathError, join, parent
+from rdc.local.paths import name as leaf_name
 from rdc.local.snapshot import Entry, fill_roots, iter_entries, seal, walk
 from rdc.repo.blobs import Kind
 from rdc.repo.cache import CachedFile
+from rdc.repo.dirs import HeldDirs
 from rdc.repo.errors import RepoError
 from rdc.repo.repository import Repository
 from rdc.repo.snapshots import Snapshot, parent_of, reference_of
@@ -220,13 +222,9 @@ class _Backup:
         return tree
 
     def store_chunks(self, view: memoryview, ends: list[int], hashes: bytes) -> None:
-        sids = [self.sid(hashes[32 * i : 32 * i + 32]) for i in range(len(ends))]
-        known = self.writer.known(sids)
         start = 0
-        for sid, end in zip(sids, ends, strict=True):
-            if sid not in known:
-                self.writer.add_chunk(sid, view[start:end])
-                known.add(sid)
+        for i, end in enumerate(ends):
+            self.writer.offer(self.sid(hashes[32 * i : 32 * i + 32]), view[start:end])
             start = end
 
     # ------------------------------------------------------------ directories
@@ -326,7 +324,7 @@ def _store_files(work: _Backup, sources: list[_Source], files: list[_File], star
     refs: dict[str, FileRef] = {}
     total_bytes = sum(f.st.st_size for f in files)
     done_bytes = 0
-    opened: dict[int, SafeRoot] = {}
+    opened: dict[int, HeldDirs] = {}
     try:
         for n, item in enumerate(files, 1):
             source = sources[item.source]
@@ -353,18 +351,19 @@ def _store_files(work: _Backup, sources: list[_Source], files: list[_File], star
             if work.progress is not None:
                 work.progress(Progress(n, len(files), done_bytes, total_bytes, item.path))
     finally:
-        for fs in opened.values():
-            fs.close()
+        for dirs in opened.values():
+            dirs.close()
+            dirs.fs.close()
     return roots, refs
 
 
-def _read(work: _Backup, source: _Source, item: _File, opened: dict[int, SafeRoot]
+def _read(work: _Backup, source: _Source, item: _File, opened: dict[int, HeldDirs]
           ) -> tuple[FileRef, os.stat_result]:
     if source.is_dir:
-        fs = opened.get(item.source)
-        if fs is None:
-            fs = opened[item.source] = SafeRoot(source.path)
-        f = fs.open_read(item.rel)
+        dirs = opened.get(item.source)
+        if dirs is None:
+            dirs = opened[item.source] = HeldDirs(SafeRoot(source.path))
+        f = dirs.get(parent(item.rel)).open_read(leaf_name(item.rel))
     else:
         f = open(source.path, "rb")  # noqa: SIM115 - closed below
     with f:

@@ -230,13 +230,21 @@ class LocalIndex:
             found.update(sid for (sid,) in rows)
         return found
 
-    def candidates(self, keys: list[int]) -> list[tuple[bytes, bytes, int]]:
-        """Chunks sharing a super-feature: (storage id, sketch, least depth)."""
-        rows = self.conn.execute(
-            "SELECT b.sid, b.sketch, MIN(b.depth) FROM similar s JOIN blob b ON b.sid = s.sid "
-            f"WHERE s.feature IN ({','.join('?' * len(keys))}) AND b.sketch IS NOT NULL "
-            "GROUP BY b.sid LIMIT 64", keys)
-        return [(sid, sketch, depth) for sid, sketch, depth in rows]
+    def candidates_by_feature(self, keys: list[int], per_feature: int
+                              ) -> dict[int, list[tuple[bytes, bytes, int]]]:
+        """Chunks having each super-feature (at most ``per_feature`` of each): (storage id,
+        sketch, least depth)."""
+        found: dict[int, list[tuple[bytes, bytes, int]]] = {}
+        for batch in _chunks(keys):
+            rows = self.conn.execute(
+                "SELECT s.feature, b.sid, b.sketch, MIN(b.depth) FROM similar s "
+                "JOIN blob b ON b.sid = s.sid WHERE b.sketch IS NOT NULL AND s.feature IN "
+                f"({','.join('?' * len(batch))}) GROUP BY s.feature, b.sid", batch)
+            for feature, sid, sketch, depth in rows:
+                bucket = found.setdefault(feature, [])
+                if len(bucket) < per_feature:
+                    bucket.append((sid, sketch, depth))
+        return found
 
     def packs(self) -> dict[bytes, int]:
         """Every indexed pack: id -> size."""

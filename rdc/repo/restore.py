@@ -17,7 +17,6 @@ import errno
 import os
 import stat
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from rdc.local.paths import PathError, check_relpath, parent
 from rdc.local.paths import name as leaf_name
 from rdc.repo.blobs import Encoding
 from rdc.repo.cache import Location
+from rdc.repo.dirs import HeldDirs
 from rdc.repo.errors import CorruptRepo, SnapshotNotFound
 from rdc.repo.repository import Repository
 from rdc.repo.snapshots import Snapshot
@@ -38,7 +38,6 @@ BATCH_BYTES = 32 << 20
 GAP = 256 << 10  # records closer than this in a pack are read in one range
 WRITERS = 8  # files committed (fsynced, renamed) at once
 OPEN_FILES = 64
-HELD_DIRS = 32  # directories kept open for the files going into them
 
 
 @dataclass
@@ -114,26 +113,7 @@ def restore(
     return result
 
 
-class _Dirs:
-    """Directories of the destination held open by descriptor, a few at a time, each
-    reached from the root without following a symlink (`SafeRoot.subroot`): a file or
-    directory is made relative to its parent's descriptor, not by walking its path again."""
-
-    def __init__(self, fs: SafeRoot) -> None:
-        self.fs = fs
-        self.held: OrderedDict[str, SafeRoot] = OrderedDict()
-
-    def get(self, rel: str) -> SafeRoot:
-        held = self.held.get(rel)
-        if held is not None:
-            self.held.move_to_end(rel)
-            return held
-        held = self.held[rel] = (self.fs.subroot(rel) if not rel
-                                 else self.get(parent(rel)).subroot(leaf_name(rel)))
-        while len(self.held) > HELD_DIRS:
-            self.held.popitem(last=False)[1].close()
-        return held
-
+class _Dirs(HeldDirs):
     def mkdir(self, rel: str) -> None:
         """Make directory ``rel`` (0700 until its mode is set at the end); an existing
         directory is fine, anything else there is FileExistsError. The parent is fsynced
@@ -146,10 +126,6 @@ class _Dirs:
             st = holder.lstat(name)
             if st is None or not stat.S_ISDIR(st.st_mode):
                 raise FileExistsError(errno.EEXIST, "something else is there", rel) from None
-
-    def close(self) -> None:
-        while self.held:
-            self.held.popitem()[1].close()
 
 
 class _Restore:

@@ -30,6 +30,11 @@ RECENT_BYTES = 32 << 20
 FLUSHES_IN_FLIGHT = 2
 # Candidates tried as a delta base for one chunk.
 TRIALS = 2
+# Chunks offered are checked and stored in batches of this many (or bytes): one query for
+# which are known and one for the candidates of the new ones.
+BATCH_CHUNKS = 512
+BATCH_BYTES = 4 << 20
+CANDIDATES_PER_FEATURE = 16
 
 
 @dataclass
@@ -79,6 +84,9 @@ class BlobWriter:
         self._recent: OrderedDict[bytes, bytes] = OrderedDict()
         self._recent_bytes = 0
         self._files: list[tuple[bytes, bytes, CachedFile]] = []
+        self._queue: list[tuple[bytes, bytes]] = []  # chunks offered, not yet checked
+        self._queued: set[bytes] = set()
+        self._queue_bytes = 0
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix="rdc-flush")
         self._in_flight: list[Future[None]] = []
         self._lock = threading.Lock()
@@ -89,7 +97,7 @@ class BlobWriter:
     def known(self, sids: list[bytes]) -> set[bytes]:
         """Which of ``sids`` are stored (indexed, or stored by this writer)."""
         with self._lock:
-            mine = {sid for sid in sids if sid in self.unindexed}
+            mine = {sid for sid in sids if sid in self.unindexed or sid in self._queued}
         rest = [sid for sid in sids if sid not in mine]
         return mine | (self.repo.index.known(rest) if rest else set())
 
@@ -141,18 +149,42 @@ class BlobWriter:
                 encoding, record, best_base, depth = Encoding.DELTA, attempt, base, base_depth + 1
         return encoding, record, best_base, depth, alone
 
-    def add_chunk(self, sid: bytes, data: bytes | memoryview) -> None:
-        """Store a chunk not known yet (the caller asked `known`)."""
-        plain = bytes(data)
-        sketch = chunk_sketch(plain)
+    def offer(self, sid: bytes, data: bytes | memoryview) -> None:
+        """A chunk of a file being backed up: stored unless it is known. Checked and
+        stored in batches (`drain`), before any tree blob is added and at every flush."""
+        if sid in self._queued:
+            return
+        self._queue.append((sid, bytes(data)))
+        self._queued.add(sid)
+        self._queue_bytes += len(data)
+        if len(self._queue) >= BATCH_CHUNKS or self._queue_bytes >= BATCH_BYTES:
+            self.drain()
+
+    def drain(self) -> None:
+        """Store the offered chunks that are not known: each as a delta against the stored
+        chunk its sketch resembles most, where that is smaller than zstd alone."""
+        queue = self._queue
+        if not queue:
+            return
+        self._queue, self._queued, self._queue_bytes = [], set(), 0
+        known = self.known([sid for sid, _ in queue])
+        new = [(sid, plain) for sid, plain in queue if sid not in known]
+        sketches = [chunk_sketch(plain) for _, plain in new]
+        wanted = sorted({key for sketch in sketches if sketch for key in features(sketch)})
+        stored = self.repo.index.candidates_by_feature(wanted, CANDIDATES_PER_FEATURE)
+        for (sid, plain), sketch in zip(new, sketches, strict=True):
+            self._add_chunk(sid, plain, sketch, stored)
+
+    def _add_chunk(self, sid: bytes, plain: bytes, sketch: bytes | None,
+                   stored: dict[int, list[tuple[bytes, bytes, int]]]) -> None:
         bases: list[bytes] = []
         if sketch is not None:
-            keys = features(sketch)
-            found = self.repo.index.candidates(keys)
-            seen = {c[0] for c in found}
-            for key in keys:
-                found += [c for c in self._features.get(key, ()) if c[0] not in seen]
-            bases = [base for _, base, _ in rank(sketch, found, self.max_depth)][:TRIALS]
+            found: dict[bytes, tuple[bytes, bytes, int]] = {}
+            for key in features(sketch):
+                for candidate in (*stored.get(key, ()), *self._features.get(key, ())):
+                    found.setdefault(candidate[0], candidate)
+            bases = [base for _, base, _ in rank(sketch, list(found.values()),
+                                                 self.max_depth)][:TRIALS]
         encoding, record, base, depth, alone = self._encode(plain, bases)
         entry = self.data.add(Kind.CHUNK, sid, encoding, record, len(plain), base, depth, sketch)
         with self._lock:
@@ -172,7 +204,9 @@ class BlobWriter:
 
     def add_tree(self, kind: Kind, sid: bytes, plain: bytes, base: bytes | None = None) -> None:
         """Store a node, dir or meta blob not known yet; ``base`` a candidate for a delta
-        (the same directory in the parent snapshot)."""
+        (the same directory in the parent snapshot). The offered chunks are stored first:
+        a tree blob never goes to a flush before what it names."""
+        self.drain()
         bases = [base] if base is not None and base != sid else []
         encoding, record, used, depth, _ = self._encode(plain, bases)
         entry = self.tree.add(kind, sid, encoding, record, len(plain), used, depth)
@@ -195,6 +229,7 @@ class BlobWriter:
     def flush(self) -> None:
         """Close the open packs and upload them, then their index object, in the
         background (at most FLUSHES_IN_FLIGHT at once)."""
+        self.drain()
         packs = [p for p in (self.data, self.tree) if len(p)]
         if not packs and not self._files:
             return
