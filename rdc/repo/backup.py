@@ -39,7 +39,7 @@ from rdc.repo.dirs import HeldDirs
 from rdc.repo.errors import RepoError
 from rdc.repo.repository import Repository
 from rdc.repo.snapshots import Snapshot, parent_of, reference_of
-from rdc.repo.trees import DirEntry, FileRef, decode_dir, encode_dir, encode_meta, inner_nodes
+from rdc.repo.trees import DirEntry, FileRef, encode_dir, encode_meta, inner_nodes
 from rdc.repo.writer import BlobWriter, WriteStats
 
 READ_SIZE = 4 << 20
@@ -142,7 +142,7 @@ class _ParentTree:
         if above is not None and parent not in self.read:
             self.read.add(parent)
             try:
-                for entry in decode_dir(self.repo.load(Kind.DIR, above)):
+                for entry in self.repo.load_dir(above):
                     if entry.kind == "d":
                         self.ids[join(parent, entry.name)] = entry.content
             except (RepoError, ValueError):

@@ -7,7 +7,7 @@ from rdc.errors import RdcError
 from rdc.repo.blobs import Encoding, Kind
 from rdc.repo.repository import Repository
 from rdc.repo.snapshots import Snapshot
-from rdc.repo.trees import decode_dir, decode_meta, decode_node
+from rdc.repo.trees import decode_meta, decode_node
 
 
 class Unreadable(Exception):
@@ -51,10 +51,12 @@ def reach(repo: Repository, snapshots: list[Snapshot], problems: list[str] | Non
                 continue
             used.add(s)
             where = f"{snap.short_id}:{path or '/'}"
-            content = load(Kind.DIR, plain, where)
-            if content is None:
+            try:
+                entries = repo.load_dir(plain)
+            except RdcError as exc:
+                _note(problems, f"snapshot {where}: {exc.fields.get('message', exc)}")
                 continue
-            for entry in decode_dir(content):
+            for entry in entries:
                 child = f"{path}/{entry.name}" if path else entry.name
                 if entry.kind == "d":
                     stack.append((child, entry.content))

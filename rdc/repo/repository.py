@@ -38,7 +38,7 @@ from rdc.repo.indexfile import decode_index
 from rdc.repo.locks import Lock
 from rdc.repo.packs import pack_name, record_aad
 from rdc.repo.snapshots import PREFIX, Snapshot, decode_snapshot, encode_snapshot, find
-from rdc.repo.trees import content_hash, decode_dir, decode_node
+from rdc.repo.trees import DirEntry, content_hash, decode_dir, decode_node
 from rdc.storage import ObjectNotFound, Store, StoreMissing, map_parallel, open_store
 
 CONFIG = "config"
@@ -47,6 +47,7 @@ VERSION = 1
 CIPHER = "chacha20-poly1305"
 # Decoded blobs kept for reuse: delta bases, and tree blobs met again.
 LRU_BYTES = 64 << 20
+DIRS_KEPT = 4096  # parsed dir blobs kept
 
 Passphrase = Callable[[], bytes]
 
@@ -60,15 +61,20 @@ def _store(location: str, create: bool = False) -> Store:
         raise RepoNotFound(location=location) from None
 
 
-def plain_id_of(kind: Kind, content: bytes) -> bytes:
-    """The plain id a blob of ``kind`` with ``content`` has; ValueError if malformed."""
+def plain_id_of(kind: Kind, content: bytes, dirs: dict | None = None) -> bytes:
+    """The plain id a blob of ``kind`` with ``content`` has; ValueError if malformed. A dir
+    blob's decoded entries are put in ``dirs`` (by plain id), so they are parsed once."""
     if kind is Kind.CHUNK:
         return blake3.blake3(content).digest()
     if kind is Kind.NODE:
         level, hashes, lengths = decode_node(content)
         return node_hash(level, hashes, lengths)
     if kind is Kind.DIR:
-        return content_hash(decode_dir(content))
+        entries = decode_dir(content)
+        plain_id = content_hash(entries)
+        if dirs is not None:
+            dirs[plain_id] = entries
+        return plain_id
     return meta_id(content)
 
 
@@ -84,6 +90,7 @@ class Repository:
         self._index: LocalIndex | None = None
         self._lru: OrderedDict[bytes, bytes] = OrderedDict()
         self._lru_bytes = 0
+        self._dirs: OrderedDict[bytes, list[DirEntry]] = OrderedDict()
         self._synced = False
 
     # ------------------------------------------------------------ opening
@@ -198,7 +205,7 @@ class Repository:
                 assert entry.base is not None
                 base = (base_of or self.load_sid)(entry.base)
             plain = codec.decode(entry.encoding, record, entry.size, base)
-            if self.crypto.storage_id(plain_id_of(entry.kind, plain)) != entry.sid:
+            if self.crypto.storage_id(plain_id_of(entry.kind, plain, self._dirs)) != entry.sid:
                 raise ValueError("content does not match its id")
         except (ValueError, Unauthentic) as exc:
             raise CorruptRepo(
@@ -233,6 +240,19 @@ class Repository:
         while self._lru_bytes > LRU_BYTES and self._lru:
             _, old = self._lru.popitem(last=False)
             self._lru_bytes -= len(old)
+
+    def load_dir(self, plain_id: bytes) -> list[DirEntry]:
+        """The entries of a dir blob, checked (parsed once: decoding checks the id)."""
+        entries = self._dirs.pop(plain_id, None)
+        if entries is None:
+            self.load_sid(self.crypto.storage_id(plain_id), Kind.DIR)
+            entries = self._dirs.pop(plain_id, None)
+            if entries is None:  # it came from the LRU: parse it again
+                entries = decode_dir(self.load(Kind.DIR, plain_id))
+        self._dirs[plain_id] = entries
+        while len(self._dirs) > DIRS_KEPT:
+            self._dirs.popitem(last=False)
+        return entries
 
     def load(self, kind: Kind, plain_id: bytes) -> bytes:
         """The blob of ``kind`` whose plain id is ``plain_id`` (a `trees.BlobLoader`)."""

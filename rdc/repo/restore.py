@@ -36,8 +36,8 @@ from rdc.storage import map_parallel
 
 BATCH_BYTES = 32 << 20
 GAP = 256 << 10  # records closer than this in a pack are read in one range
-WRITERS = 8  # files committed (fsynced, renamed) at once
-OPEN_FILES = 64
+WRITERS = 16  # files committed (fsynced, renamed) at once
+OPEN_FILES = 128
 
 
 @dataclass

@@ -31,9 +31,12 @@ MAX_LEVEL = 64
 
 
 class BlobLoader(Protocol):
-    """What reading a tree needs of a repository: a blob by kind and plain id, checked."""
+    """What reading a tree needs of a repository: a blob by kind and plain id, checked, and
+    a dir blob's entries."""
 
     def load(self, kind: Kind, plain_id: bytes) -> bytes: ...
+
+    def load_dir(self, plain_id: bytes) -> list[DirEntry]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +285,7 @@ def walk(loader: BlobLoader, tree: bytes, meta: bytes | None) -> Iterator[Item]:
     if meta is not None:
         times, modes = decode_meta(loader.load(Kind.META, meta))
     position = 0
-    stack: list[tuple[str, Iterator[DirEntry]]] = [
-        ("", iter(decode_dir(loader.load(Kind.DIR, tree))))]
+    stack: list[tuple[str, Iterator[DirEntry]]] = [("", iter(loader.load_dir(tree)))]
     while stack:
         prefix, entries = stack[-1]
         entry = next(entries, None)
@@ -300,6 +302,6 @@ def walk(loader: BlobLoader, tree: bytes, meta: bytes | None) -> Iterator[Item]:
         position += 1
         yield Item(path, entry, mode, mtime)
         if entry.kind == "d":
-            stack.append((path, iter(decode_dir(loader.load(Kind.DIR, entry.content)))))
+            stack.append((path, iter(loader.load_dir(entry.content))))
     if meta is not None and position != len(times):
         raise ValueError("the meta blob has more entries than the tree")
