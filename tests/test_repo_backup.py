@@ -265,3 +265,15 @@ def test_similar_files_in_one_backup_are_stored_as_deltas(tmp_path: Path, capsys
     stored = report["stored"]
     assert stored["new_chunks"] == 20 and stored["delta_chunks"] >= 15
     assert stored["stored_chunk_bytes"] < 2 * 4000 + 20 * 200  # a miss costs one copy
+
+
+def test_progress_is_shown_when_asked(tmp_path: Path, capsys) -> None:
+    location = str(tmp_path / "repo")
+    run(capsys, "init", location)
+    src = make_tree(tmp_path / "src", seed=12, big=1000)
+    code, _, err = run(capsys, "backup", "--progress", str(src), location)
+    assert code == 0 and "backing up" in err and "files" in err
+    code, _, err = run(capsys, "restore", "--progress", location, "latest", str(tmp_path / "d"))
+    assert code == 0 and "restoring" in err
+    code, _, err = run(capsys, "backup", "--no-progress", str(src), location)
+    assert code == 0 and err == ""
