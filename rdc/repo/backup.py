@@ -25,7 +25,7 @@ from rdc import _native
 from rdc.content.chunking import Chunker, boundaries
 from rdc.content.entries import pack_varints, unpack_varints
 from rdc.content.tree import Level, Tree, build_tree
-from rdc.errors import UsageError
+from rdc.errors import RdcError, UsageError
 from rdc.local.filestat import mtime_ns, stamp
 from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
@@ -38,11 +38,13 @@ from rdc.repo.cache import CachedFile
 from rdc.repo.dirs import HeldDirs
 from rdc.repo.errors import RepoError
 from rdc.repo.repository import Repository
-from rdc.repo.snapshots import Snapshot, parent_of, reference_of
-from rdc.repo.trees import DirEntry, FileRef, encode_dir, encode_meta, inner_nodes
+from rdc.repo.similarity import node_sketch
+from rdc.repo.snapshots import Snapshot, newest_first, parent_of
+from rdc.repo.trees import DirEntry, FileRef, decode_node, encode_dir, encode_meta, inner_nodes
 from rdc.repo.writer import BlobWriter, WriteStats
 
 READ_SIZE = 4 << 20
+REFERENCES = 16  # recent snapshots considered as the reference of a backup without parent
 RACY_NS = 2_000_000_000  # a file modified this close to the backup is not cached
 
 
@@ -122,6 +124,24 @@ def _gather(sources: list[_Source], excludes: Excludes, started: int
     return root, not single, files, errors
 
 
+def _reference(repo: Repository, snapshots: list[Snapshot], root: Entry) -> Snapshot | None:
+    """For a backup without a parent (a tree backed up from a new place, as each release
+    unpacked into a directory of its own), the recent snapshot whose root shares the most
+    names with ``root`` (the newest of those sharing as many): its directories are the
+    delta bases of ours."""
+    names = set(root.children)
+    best: tuple[int, Snapshot] | None = None
+    for snap in newest_first(snapshots)[:REFERENCES]:
+        try:
+            theirs = {entry.name for entry in repo.load_dir(snap.tree)}
+        except (RdcError, ValueError):
+            continue
+        score = len(names & theirs)
+        if score and (best is None or score > best[0]):
+            best = (score, snap)
+    return best[1] if best else None
+
+
 class _ParentTree:
     """The parent snapshot's directories by path, read as needed: bases for dir deltas."""
 
@@ -184,7 +204,7 @@ class _Backup:
         if not more:
             ends = boundaries(first)
             batch_hashes, batch_lengths = _native.hash_chunks(first, ends)
-            self.store_chunks(memoryview(first), ends, batch_hashes)
+            self.store_chunks(memoryview(first), ends, batch_hashes, None)
             hashes += batch_hashes
             lengths.extend(batch_lengths)
             self.result.bytes_read += len(first)
@@ -192,6 +212,7 @@ class _Backup:
             chunker = Chunker()
             pending = bytearray()
             base = 0
+            prev = None
             data = first
             while True:
                 cuts = chunker.feed(data) if data else chunker.finish()
@@ -201,7 +222,7 @@ class _Backup:
                     ends = [c - base for c in cuts]
                     view = memoryview(pending)
                     batch_hashes, batch_lengths = _native.hash_chunks(view, ends)
-                    self.store_chunks(view, ends, batch_hashes)
+                    prev = self.store_chunks(view, ends, batch_hashes, prev)
                     view.release()
                     hashes += batch_hashes
                     lengths.extend(batch_lengths)
@@ -215,17 +236,23 @@ class _Backup:
         if nodes:
             sids = [self.sid(node_id) for node_id, _ in nodes]
             known = self.writer.known(sids)
+            new: dict[bytes, tuple[bytes, bytes, bytes | None]] = {}
             for sid, (_, blob) in zip(sids, nodes, strict=True):
-                if sid not in known:
-                    self.writer.add_tree(Kind.NODE, sid, blob)
-                    known.add(sid)
+                if sid not in known and sid not in new:
+                    new[sid] = (sid, blob, node_sketch(decode_node(blob)[1]))
+            if new:
+                self.writer.add_nodes(list(new.values()))
         return tree
 
-    def store_chunks(self, view: memoryview, ends: list[int], hashes: bytes) -> None:
+    def store_chunks(self, view: memoryview, ends: list[int], hashes: bytes,
+                     prev: bytes | None) -> bytes | None:
+        """Offer a run of a file's chunks (``prev`` the one before them); the last's id."""
         start = 0
         for i, end in enumerate(ends):
-            self.writer.offer(self.sid(hashes[32 * i : 32 * i + 32]), view[start:end])
-            start = end
+            sid = self.sid(hashes[32 * i : 32 * i + 32])
+            self.writer.offer(sid, view[start:end], prev)
+            prev, start = sid, end
+        return prev
 
     # ------------------------------------------------------------ directories
 
@@ -274,7 +301,7 @@ def backup(
         paths = [os.fsencode(s.path) for s in resolved]
         snapshots = repo.snapshots()
         parent_snap = parent_of(snapshots, host, paths)
-        reference = reference_of(snapshots, host, paths)
+        reference = parent_snap or _reference(repo, snapshots, root)
         writer = BlobWriter(repo)
         snap = Snapshot(started, host, paths, sorted(set(tags or [])), b"", b"",
                         root.mode, root.mtime_ns, synthetic,

@@ -22,6 +22,7 @@ from rdc.repo.similarity import features
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 60.0
+CACHE_KIB = 64 << 10
 _BATCH = 500  # variables per IN (...) query
 
 # Error codes that are not the database's fault: deleting it would not help.
@@ -101,6 +102,9 @@ class LocalIndex:
             self._wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
+            # Records arrive in random id order: a larger page cache keeps the B-trees'
+            # inner pages in memory while a large backup is indexed.
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             with _write(conn):
                 self._prepare(conn)
         except BaseException:
@@ -180,7 +184,8 @@ class LocalIndex:
                 )
                 conn.executemany(
                     "INSERT OR IGNORE INTO similar VALUES (?, ?)",
-                    [(f, e.sid) for e in pack.entries if e.sketch for f in features(e.sketch)],
+                    [(f, e.sid) for e in pack.entries if e.sketch
+                     for f in features(e.sketch, e.kind)],
                 )
 
     def forget_index(self) -> None:
@@ -258,6 +263,21 @@ class LocalIndex:
 
     def blob_count(self) -> int:
         return self.conn.execute("SELECT COUNT(DISTINCT sid) FROM blob").fetchone()[0]
+
+    # ------------------------------------------------------------ stream locality
+
+    def successors(self, sids: Iterable[bytes]) -> dict[bytes, bytes]:
+        """The chunk that followed each of ``sids`` where this client first stored it."""
+        found: dict[bytes, bytes] = {}
+        for batch in _chunks(list(set(sids))):
+            found.update(self.conn.execute(
+                f"SELECT sid, next FROM follows WHERE sid IN ({','.join('?' * len(batch))})",
+                batch))
+        return found
+
+    def add_follows(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        with self.transaction() as conn:
+            conn.executemany("INSERT OR IGNORE INTO follows VALUES (?, ?)", pairs)
 
     # ------------------------------------------------------------ the file cache
 

@@ -34,15 +34,22 @@ def chunk_sketch(data: bytes | memoryview) -> bytes | None:
     return _native.sketch(hashes)
 
 
-def features(sketch: bytes) -> list[int]:
-    """The super-feature keys of a sketch: feature ``i`` is ``i << 24`` and its four traits."""
+def features(sketch: bytes, kind: int = 0) -> list[int]:
+    """The super-feature keys of a sketch of a blob of ``kind``: feature ``i`` is
+    ``(kind * 3 + i) << 24`` and its four traits (blobs of two kinds never meet)."""
     keys = []
     for i in range(FEATURES):
-        value = i
+        value = kind * FEATURES + i
         for trait in sketch[i * TRAITS_PER_FEATURE : (i + 1) * TRAITS_PER_FEATURE]:
             value = value << 6 | trait
         keys.append(value)
     return keys
+
+
+def node_sketch(child_hashes: bytes) -> bytes | None:
+    """The sketch of a tree node over its children's hashes: a node of an edited file
+    differs from its old version in one or two children of about eight."""
+    return _native.sketch(child_hashes)
 
 
 def rank(sketch: bytes, candidates: list[tuple[bytes, bytes, int]], max_depth: int

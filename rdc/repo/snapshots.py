@@ -115,15 +115,3 @@ def parent_of(snapshots: list[Snapshot], host: str, paths: list[bytes]) -> Snaps
         if snap.group() == key:
             return snap
     return None
-
-
-def reference_of(snapshots: list[Snapshot], host: str, paths: list[bytes]) -> Snapshot | None:
-    """The snapshot whose directories are tried as delta bases for the next backup's: its
-    parent, else the newest of the same host (a tree backed up from a new place, as each
-    release unpacked into its own directory), else the newest."""
-    parent = parent_of(snapshots, host, paths)
-    if parent is not None:
-        return parent
-    ordered = newest_first(snapshots)
-    same_host = [s for s in ordered if s.host == host]
-    return (same_host or ordered or [None])[0]

@@ -35,6 +35,7 @@ TRIALS = 2
 BATCH_CHUNKS = 512
 BATCH_BYTES = 4 << 20
 CANDIDATES_PER_FEATURE = 16
+WORKERS = 2  # threads sketching and compressing new chunks
 
 
 @dataclass
@@ -63,6 +64,7 @@ class WriteStats:
 class _Flush:
     packs: list[PackWriter]
     files: list[tuple[bytes, bytes, CachedFile]]
+    follows: list[tuple[bytes, bytes]]
     sids: set[bytes] = field(default_factory=set)
 
 
@@ -84,13 +86,17 @@ class BlobWriter:
         self._recent: OrderedDict[bytes, bytes] = OrderedDict()
         self._recent_bytes = 0
         self._files: list[tuple[bytes, bytes, CachedFile]] = []
-        self._queue: list[tuple[bytes, bytes]] = []  # chunks offered, not yet checked
+        self._queue: list[tuple[bytes, bytes, bytes | None]] = []  # offered: sid, data, prev
         self._queued: set[bytes] = set()
+        self._follows: list[tuple[bytes, bytes]] = []  # (chunk, the chunk after it)
+        self._next: dict[bytes, bytes] = {}  # the same, of this backup
+        self._based: dict[bytes, bytes] = {}  # new chunk -> its base, of this backup
         self._queue_bytes = 0
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix="rdc-flush")
         self._in_flight: list[Future[None]] = []
         self._lock = threading.Lock()
         self._background_index: LocalIndex | None = None
+        self._workers: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------ lookups
 
@@ -133,12 +139,13 @@ class BlobWriter:
 
     # ------------------------------------------------------------ adding
 
-    def _encode(self, plain: bytes, bases: list[bytes]) -> tuple[Encoding, bytes, bytes | None,
-                                                                  int, int]:
-        """(encoding, record, base, depth, zstd-alone size) for the best of plain zstd and
-        a delta against each base tried."""
-        encoding, record = codec.compress(plain)
-        alone = len(record)
+    def _encode(self, plain: bytes, bases: list[bytes],
+                alone: tuple[Encoding, bytes] | None = None
+                ) -> tuple[Encoding, bytes, bytes | None, int, int]:
+        """(encoding, record, base, depth, zstd-alone size) for the best of plain zstd
+        (``alone``, if already made) and a delta against each base tried."""
+        encoding, record = alone or codec.compress(plain)
+        alone_size = len(record)
         best_base, depth = None, 0
         for base in bases:
             base_depth = self._depth(base)
@@ -147,78 +154,134 @@ class BlobWriter:
             attempt = codec.delta(plain, self.plain(base))
             if codec.better_delta(record, attempt):
                 encoding, record, best_base, depth = Encoding.DELTA, attempt, base, base_depth + 1
-        return encoding, record, best_base, depth, alone
+        return encoding, record, best_base, depth, alone_size
 
-    def offer(self, sid: bytes, data: bytes | memoryview) -> None:
-        """A chunk of a file being backed up: stored unless it is known. Checked and
-        stored in batches (`drain`), before any tree blob is added and at every flush."""
+    def offer(self, sid: bytes, data: bytes | memoryview, prev: bytes | None = None) -> None:
+        """A chunk of a file being backed up (``prev`` the chunk before it in the file):
+        stored unless it is known. Checked and stored in batches (`drain`), before any tree
+        blob is added and at every flush."""
+        if prev is not None:
+            self._follows.append((prev, sid))
+            self._next.setdefault(prev, sid)
         if sid in self._queued:
             return
-        self._queue.append((sid, bytes(data)))
+        self._queue.append((sid, bytes(data), prev))
         self._queued.add(sid)
         self._queue_bytes += len(data)
         if len(self._queue) >= BATCH_CHUNKS or self._queue_bytes >= BATCH_BYTES:
             self.drain()
 
     def drain(self) -> None:
-        """Store the offered chunks that are not known: each as a delta against the stored
-        chunk its sketch resembles most, where that is smaller than zstd alone."""
+        """Store the offered chunks that are not known. A new chunk is tried as a delta
+        against the chunk that followed its predecessor when that was stored (the stream's
+        locality: the old version of an edited region), and against the stored chunks its
+        sketch resembles most; it is stored as the smallest of those and zstd alone."""
         queue = self._queue
         if not queue:
             return
         self._queue, self._queued, self._queue_bytes = [], set(), 0
-        known = self.known([sid for sid, _ in queue])
-        new = [(sid, plain) for sid, plain in queue if sid not in known]
-        sketches = [chunk_sketch(plain) for _, plain in new]
-        wanted = sorted({key for sketch in sketches if sketch for key in features(sketch)})
+        known = self.known([sid for sid, _, _ in queue])
+        new = [item for item in queue if item[0] not in known]
+        prepared = self._prepare([plain for _, plain, _ in new])
+        wanted = sorted({key for _, keys, _ in prepared for key in keys})
         stored = self.repo.index.candidates_by_feature(wanted, CANDIDATES_PER_FEATURE)
-        for (sid, plain), sketch in zip(new, sketches, strict=True):
-            self._add_chunk(sid, plain, sketch, stored)
+        successors = self.repo.index.successors(prev for _, _, prev in new if prev)
+        for (sid, plain, prev), (sketch, keys, alone) in zip(new, prepared, strict=True):
+            hints = []
+            if prev is not None:
+                after = successors.get(prev)
+                if prev in self._based:  # a new chunk too: go on from where its base was
+                    base = self._based[prev]
+                    after = self._next.get(base) or self.repo.index.successors([base]).get(base)
+                if after is not None and after != sid:
+                    hints.append(after)
+            self._add(Kind.CHUNK, sid, plain, sketch, stored, hints, keys, alone)
 
-    def _add_chunk(self, sid: bytes, plain: bytes, sketch: bytes | None,
-                   stored: dict[int, list[tuple[bytes, bytes, int]]]) -> None:
-        bases: list[bytes] = []
+    def _prepare(self, plains: list[bytes]) -> list[tuple[bytes | None, list[int],
+                                                          tuple[Encoding, bytes]]]:
+        """Sketch, super-features and zstd record of each new chunk, on WORKERS threads:
+        the chunker, BLAKE3 and zstd run without the interpreter lock."""
+        def prepare(part: list[bytes]) -> list[tuple[bytes | None, list[int],
+                                                     tuple[Encoding, bytes]]]:
+            out = []
+            for plain in part:
+                sketch = chunk_sketch(plain)
+                out.append((sketch, features(sketch) if sketch else [], codec.compress(plain)))
+            return out
+
+        if len(plains) < 2 * WORKERS:
+            return prepare(plains)
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="rdc-encode")
+        step = -(-len(plains) // WORKERS)
+        parts = self._workers.map(prepare, [plains[i : i + step]
+                                            for i in range(0, len(plains), step)])
+        return [item for part in parts for item in part]
+
+    def _add(self, kind: Kind, sid: bytes, plain: bytes, sketch: bytes | None,
+             stored: dict[int, list[tuple[bytes, bytes, int]]], hints: list[bytes],
+             keys: list[int] | None = None, alone: tuple[Encoding, bytes] | None = None
+             ) -> Entry:
+        """Store one new blob, trying ``hints`` and then its sketch's candidates as bases."""
+        bases = list(hints)
         if sketch is not None:
+            keys = features(sketch, kind) if keys is None else keys
             found: dict[bytes, tuple[bytes, bytes, int]] = {}
-            for key in features(sketch):
+            for key in keys:
                 for candidate in (*stored.get(key, ()), *self._features.get(key, ())):
                     found.setdefault(candidate[0], candidate)
-            bases = [base for _, base, _ in rank(sketch, list(found.values()),
-                                                 self.max_depth)][:TRIALS]
-        encoding, record, base, depth, alone = self._encode(plain, bases)
-        entry = self.data.add(Kind.CHUNK, sid, encoding, record, len(plain), base, depth, sketch)
+            bases += [base for _, base, _ in rank(sketch, list(found.values()), self.max_depth)
+                      if base not in bases][: TRIALS]
+        encoding, record, base, depth, alone_size = self._encode(plain, bases, alone)
+        pack = self.data if kind is Kind.CHUNK else self.tree
+        entry = pack.add(kind, sid, encoding, record, len(plain), base, depth, sketch)
         with self._lock:
-            self.unindexed[sid] = (self.data, entry)
-        self._remember(sid, plain)
+            self.unindexed[sid] = (pack, entry)
         if sketch is not None:
-            for key in features(sketch):
+            for key in keys or ():
                 self._features.setdefault(key, []).append((sid, sketch, depth))
         s = self.stats
-        s.new_chunks += 1
-        s.new_chunk_bytes += len(plain)
-        s.zstd_bytes += alone
-        s.stored_chunk_bytes += entry.length
-        s.delta_chunks += encoding is Encoding.DELTA
-        if self.data.size >= PACK_SIZE:
+        if kind is Kind.CHUNK:
+            self._remember(sid, plain)
+            if base is not None:
+                self._based[sid] = base
+            s.new_chunks += 1
+            s.new_chunk_bytes += len(plain)
+            s.zstd_bytes += alone_size
+            s.stored_chunk_bytes += entry.length
+            s.delta_chunks += encoding is Encoding.DELTA
+        else:
+            s.new_tree_blobs += 1
+            s.tree_raw_bytes += len(plain)
+            s.stored_tree_bytes += entry.length
+            s.delta_tree_blobs += encoding is Encoding.DELTA
+        if pack.size >= PACK_SIZE:
             self.flush()
+        return entry
 
-    def add_tree(self, kind: Kind, sid: bytes, plain: bytes, base: bytes | None = None) -> None:
+    def add_tree(self, kind: Kind, sid: bytes, plain: bytes, base: bytes | None = None,
+                 sketch: bytes | None = None) -> None:
         """Store a node, dir or meta blob not known yet; ``base`` a candidate for a delta
-        (the same directory in the parent snapshot). The offered chunks are stored first:
-        a tree blob never goes to a flush before what it names."""
+        (the same directory in the reference snapshot), ``sketch`` (of a node) finds more.
+        The offered chunks are stored first: a tree blob never goes to a flush before what
+        it names."""
         self.drain()
-        bases = [base] if base is not None and base != sid else []
-        encoding, record, used, depth, _ = self._encode(plain, bases)
-        entry = self.tree.add(kind, sid, encoding, record, len(plain), used, depth)
-        with self._lock:
-            self.unindexed[sid] = (self.tree, entry)
-        s = self.stats
-        s.new_tree_blobs += 1
-        s.tree_raw_bytes += len(plain)
-        s.stored_tree_bytes += entry.length
-        s.delta_tree_blobs += encoding is Encoding.DELTA
-        if self.tree.size >= PACK_SIZE:
-            self.flush()
+        stored = {}
+        if sketch is not None:
+            stored = self.repo.index.candidates_by_feature(features(sketch, kind),
+                                                           CANDIDATES_PER_FEATURE)
+        hints = [base] if base is not None and base != sid else []
+        self._add(kind, sid, plain, sketch, stored, hints)
+
+    def add_nodes(self, nodes: list[tuple[bytes, bytes, bytes | None]]) -> None:
+        """Store new inner nodes of a file's tree: (storage id, blob, sketch) each, their
+        candidates looked up at once."""
+        self.drain()
+        keys = [features(sketch, Kind.NODE) if sketch else [] for _, _, sketch in nodes]
+        stored = self.repo.index.candidates_by_feature(sorted({k for ks in keys for k in ks}),
+                                                       CANDIDATES_PER_FEATURE)
+        for (sid, blob, sketch), node_keys in zip(nodes, keys, strict=True):
+            self._add(Kind.NODE, sid, blob, sketch, stored, [], node_keys)
 
     def note_file(self, source: bytes, path: bytes, cached: CachedFile) -> None:
         """A file-cache row, written once everything stored so far is indexed."""
@@ -231,13 +294,13 @@ class BlobWriter:
         background (at most FLUSHES_IN_FLIGHT at once)."""
         self.drain()
         packs = [p for p in (self.data, self.tree) if len(p)]
-        if not packs and not self._files:
+        if not packs and not self._files and not self._follows:
             return
-        job = _Flush(packs, self._files)
+        job = _Flush(packs, self._files, self._follows)
         for pack in packs:
             job.sids.update(e.sid for e in pack.entries)
         self.data, self.tree = PackWriter(self.crypto), PackWriter(self.crypto)
-        self._files = []
+        self._files, self._follows = [], []
         self._features.clear()  # the local index has them once this flush is done
         self._recent.clear()
         self._recent_bytes = 0
@@ -266,6 +329,8 @@ class BlobWriter:
             self.stats.pack_bytes += sum(i.size for i in infos)
             self.stats.index_objects += 1
             self.stats.index_bytes += len(data)
+        if job.follows:
+            index.add_follows(job.follows)
         if job.files:
             by_source: dict[bytes, list[tuple[bytes, CachedFile]]] = {}
             for source, path, cached in job.files:
@@ -288,6 +353,8 @@ class BlobWriter:
     def abandon(self) -> None:
         """Stop without flushing (uploads under way finish)."""
         self._uploader.shutdown(wait=True)
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
         if self._background_index is not None:
             self._background_index.close()
             self._background_index = None

@@ -53,6 +53,14 @@ CREATE TABLE similar (
     PRIMARY KEY (feature, sid)
 ) STRICT, WITHOUT ROWID;
 
+-- Which chunk followed which in the files this client read (the first time it saw each):
+-- a new chunk after a known one is tried against the known one's successor first, the
+-- backup stream's locality (Shilane et al.'s "stream-informed" deltas).
+CREATE TABLE follows (
+    sid BLOB PRIMARY KEY,
+    next BLOB NOT NULL
+) STRICT, WITHOUT ROWID;
+
 -- The file cache: per source directory, what a file was when it was last backed up.
 CREATE TABLE file (
     source BLOB NOT NULL,
