@@ -255,6 +255,10 @@ class LocalIndex:
         """Every indexed pack: id -> size."""
         return dict(self.conn.execute("SELECT name, size FROM pack"))
 
+    def pack_size(self, pack_id: bytes) -> int | None:
+        row = self.conn.execute("SELECT size FROM pack WHERE name = ?", (pack_id,)).fetchone()
+        return row[0] if row else None
+
     def entries(self, pack_id: bytes) -> list[Entry]:
         rows = self.conn.execute(
             f"SELECT {_ENTRY} FROM blob b JOIN pack p ON p.id = b.pack WHERE p.name = ? "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -48,6 +49,9 @@ CIPHER = "chacha20-poly1305"
 # Decoded blobs kept for reuse: delta bases, and tree blobs met again.
 LRU_BYTES = 64 << 20
 DIRS_KEPT = 4096  # parsed dir blobs kept
+# Tree packs are read whole and kept: a walk reads thousands of small tree blobs, which on
+# object storage would be as many requests.
+TREE_PACK_BYTES = 64 << 20
 
 Passphrase = Callable[[], bytes]
 
@@ -91,6 +95,9 @@ class Repository:
         self._lru: OrderedDict[bytes, bytes] = OrderedDict()
         self._lru_bytes = 0
         self._dirs: OrderedDict[bytes, list[DirEntry]] = OrderedDict()
+        self._tree_packs: OrderedDict[bytes, bytes] = OrderedDict()
+        self._tree_pack_bytes = 0
+        self._pack_lock = threading.Lock()
         self._synced = False
 
     # ------------------------------------------------------------ opening
@@ -189,9 +196,31 @@ class Repository:
         return location
 
     def read_record(self, location: Location) -> bytes:
-        """The sealed record at ``location``."""
+        """The sealed record at ``location`` (a tree blob's from its whole pack, kept)."""
         entry = location.entry
+        if entry.kind is not Kind.CHUNK:
+            pack = self._tree_pack(location.pack_id)
+            if pack is not None and entry.end <= len(pack):
+                return pack[entry.offset : entry.end]
         return self.store.get_range(pack_name(location.pack_id), entry.offset, entry.length)
+
+    def _tree_pack(self, pack_id: bytes) -> bytes | None:
+        with self._pack_lock:
+            data = self._tree_packs.get(pack_id)
+            if data is not None:
+                self._tree_packs.move_to_end(pack_id)
+                return data
+        size = self.index.pack_size(pack_id)
+        if size is None or size > TREE_PACK_BYTES // 4:
+            return None
+        data = self.store.get(pack_name(pack_id))
+        with self._pack_lock:
+            self._tree_packs[pack_id] = data
+            self._tree_pack_bytes += len(data)
+            while self._tree_pack_bytes > TREE_PACK_BYTES:
+                _, old = self._tree_packs.popitem(last=False)
+                self._tree_pack_bytes -= len(old)
+        return data
 
     def decode(self, location: Location, sealed: bytes,
                base_of: Callable[[bytes], bytes] | None = None) -> bytes:
