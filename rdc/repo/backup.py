@@ -12,12 +12,15 @@ snapshot record last.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import socket
 import stat
+import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -142,6 +145,51 @@ def _reference(repo: Repository, snapshots: list[Snapshot], root: Entry) -> Snap
     return best[1] if best else None
 
 
+def _blocks(f: BinaryIO, first: bytes, second: bytes
+            ) -> Iterator[tuple[bytes, list[int], bytes, array]]:
+    """A large file's chunks, a few MiB at a time: (bytes, chunk ends in them, their hashes
+    and lengths). A thread reads, chunks and hashes the next blocks (all without the
+    interpreter lock) while the caller stores these."""
+    ready: queue.Queue[tuple | BaseException | None] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            chunker = Chunker()
+            pending = bytearray()
+            base = 0  # stream offset of pending[0]
+            data, more = first, second
+            while not stop.is_set():
+                cuts = chunker.feed(data) if data else chunker.finish()
+                pending += data
+                if cuts:
+                    ends = [c - base for c in cuts]
+                    block = bytes(pending[: ends[-1]])
+                    del pending[: ends[-1]]
+                    base = cuts[-1]
+                    ready.put((block, ends, *_native.hash_chunks(block, ends)))
+                if not data:
+                    break
+                data, more = (more, b"") if more else (f.read(READ_SIZE), b"")
+            ready.put(None)
+        except BaseException as exc:  # handed to the caller
+            ready.put(exc)
+
+    reader = threading.Thread(target=read, name="rdc-read", daemon=True)
+    reader.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while reader.is_alive():  # let a reader blocked on a full queue finish
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.1)
+        reader.join()
+
+
 class _ParentTree:
     """The parent snapshot's directories by path, read as needed: bases for dir deltas."""
 
@@ -209,28 +257,12 @@ class _Backup:
             lengths.extend(batch_lengths)
             self.result.bytes_read += len(first)
         else:
-            chunker = Chunker()
-            pending = bytearray()
-            base = 0
             prev = None
-            data = first
-            while True:
-                cuts = chunker.feed(data) if data else chunker.finish()
-                pending += data
-                self.result.bytes_read += len(data)
-                if cuts:
-                    ends = [c - base for c in cuts]
-                    view = memoryview(pending)
-                    batch_hashes, batch_lengths = _native.hash_chunks(view, ends)
-                    prev = self.store_chunks(view, ends, batch_hashes, prev)
-                    view.release()
-                    hashes += batch_hashes
-                    lengths.extend(batch_lengths)
-                    del pending[: ends[-1]]
-                    base = cuts[-1]
-                if not data:
-                    break
-                data, more = (more, b"") if more else (f.read(READ_SIZE), b"")
+            for block, ends, batch_hashes, batch_lengths in _blocks(f, first, more):
+                self.result.bytes_read += len(block)
+                prev = self.store_chunks(memoryview(block), ends, batch_hashes, prev)
+                hashes += batch_hashes
+                lengths.extend(batch_lengths)
         tree = build_tree(Level(bytes(hashes), lengths))
         nodes = list(inner_nodes(tree))
         if nodes:

@@ -88,6 +88,8 @@ class BlobWriter:
         self._files: list[tuple[bytes, bytes, CachedFile]] = []
         self._queue: list[tuple[bytes, bytes, bytes | None]] = []  # offered: sid, data, prev
         self._queued: set[bytes] = set()
+        self._nodes: list[tuple[bytes, bytes, bytes | None]] = []  # added, not yet stored
+        self._nodes_known: set[bytes] = set()
         self._follows: list[tuple[bytes, bytes]] = []  # (chunk, the chunk after it)
         self._next: dict[bytes, bytes] = {}  # the same, of this backup
         self._based: dict[bytes, bytes] = {}  # new chunk -> its base, of this backup
@@ -103,7 +105,8 @@ class BlobWriter:
     def known(self, sids: list[bytes]) -> set[bytes]:
         """Which of ``sids`` are stored (indexed, or stored by this writer)."""
         with self._lock:
-            mine = {sid for sid in sids if sid in self.unindexed or sid in self._queued}
+            mine = {sid for sid in sids if sid in self.unindexed or sid in self._queued
+                    or sid in self._nodes_known}
         rest = [sid for sid in sids if sid not in mine]
         return mine | (self.repo.index.known(rest) if rest else set())
 
@@ -172,13 +175,24 @@ class BlobWriter:
             self.drain()
 
     def drain(self) -> None:
+        """Store what was offered: the chunks first, then the tree nodes that name them."""
+        if self._queue:
+            self._drain_chunks()
+        if self._nodes:
+            nodes, self._nodes = self._nodes, []
+            keys = [features(sketch, Kind.NODE) if sketch else [] for _, _, sketch in nodes]
+            stored = self.repo.index.candidates_by_feature(
+                sorted({k for ks in keys for k in ks}), CANDIDATES_PER_FEATURE)
+            for (sid, blob, sketch), node_keys in zip(nodes, keys, strict=True):
+                self._add(Kind.NODE, sid, blob, sketch, stored, [], node_keys)
+            self._nodes_known.clear()  # stored now: `unindexed` has them
+
+    def _drain_chunks(self) -> None:
         """Store the offered chunks that are not known. A new chunk is tried as a delta
         against the chunk that followed its predecessor when that was stored (the stream's
         locality: the old version of an edited region), and against the stored chunks its
         sketch resembles most; it is stored as the smallest of those and zstd alone."""
         queue = self._queue
-        if not queue:
-            return
         self._queue, self._queued, self._queue_bytes = [], set(), 0
         known = self.known([sid for sid, _, _ in queue])
         new = [item for item in queue if item[0] not in known]
@@ -212,11 +226,12 @@ class BlobWriter:
         if len(plains) < 2 * WORKERS:
             return prepare(plains)
         if self._workers is None:
-            self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="rdc-encode")
+            self._workers = ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="rdc-encode")
         step = -(-len(plains) // WORKERS)
-        parts = self._workers.map(prepare, [plains[i : i + step]
-                                            for i in range(0, len(plains), step)])
-        return [item for part in parts for item in part]
+        others = [self._workers.submit(prepare, plains[i : i + step])
+                  for i in range(step, len(plains), step)]
+        mine = prepare(plains[:step])  # this thread takes a share too
+        return mine + [item for future in others for item in future.result()]
 
     def _add(self, kind: Kind, sid: bytes, plain: bytes, sketch: bytes | None,
              stored: dict[int, list[tuple[bytes, bytes, int]]], hints: list[bytes],
@@ -274,15 +289,11 @@ class BlobWriter:
         self._add(kind, sid, plain, sketch, stored, hints)
 
     def add_nodes(self, nodes: list[tuple[bytes, bytes, bytes | None]]) -> None:
-        """Store new inner nodes of a file's tree: (storage id, blob, sketch) each, their
-        candidates looked up at once."""
-        self.drain()
-        keys = [features(sketch, Kind.NODE) if sketch else [] for _, _, sketch in nodes]
-        stored = self.repo.index.candidates_by_feature(sorted({k for ks in keys for k in ks}),
-                                                       CANDIDATES_PER_FEATURE)
-        for (sid, blob, sketch), node_keys in zip(nodes, keys, strict=True):
-            self._add(Kind.NODE, sid, blob, sketch, stored, [], node_keys)
-
+        """Store new inner nodes of a file's tree, (storage id, blob, sketch) each, after
+        the chunks offered so far (at the next `drain`, with their candidates looked up
+        at once)."""
+        self._nodes += nodes
+        self._nodes_known.update(sid for sid, _, _ in nodes)
     def note_file(self, source: bytes, path: bytes, cached: CachedFile) -> None:
         """A file-cache row, written once everything stored so far is indexed."""
         self._files.append((source, path, cached))
