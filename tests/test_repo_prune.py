@@ -76,9 +76,19 @@ def test_forget_with_prune_and_dry_run(tmp_path: Path, capsys) -> None:
     assert run(capsys, "check", "--read-data", location)[0] == 0
 
 
-def test_check_names_a_flipped_byte_in_any_pack(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_check_names_a_flipped_byte_in_any_pack(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, encrypted: bool
+) -> None:
     location = str(tmp_path / "repo")
-    run(capsys, "init", location)
+    if encrypted:
+        from rdc.repo import crypto
+
+        monkeypatch.setattr(crypto, "KDF_N", 1 << 12)
+        monkeypatch.setenv("RDC_PASSWORD", "flip")
+        run(capsys, "init", "--encrypt", location)
+    else:
+        run(capsys, "init", location)
     src = make_tree(tmp_path / "src", seed=6)
     run_json(capsys, "backup", str(src), location)
     (src / "more.txt").write_text("more\n")
