@@ -5,7 +5,8 @@ Steps, each backed up into one repository per tool: the six Django releases in o
 (/tmp/corpus/django/*), the 256 MiB bigbin, its edited version, then the renamed tree.
 Per step and tool: repository growth, wall time and peak RSS; for rdc also what each level
 saved (identical chunks, zstd, similarity deltas: from its --json report). Then a full
-restore of the last snapshot per tool, timed. Ratios are rdc / peer: below 1 rdc wins.
+restore of the last snapshot per tool, timed. Ratios are rdc / peer: below 1 rdc wins. Restores
+run in rounds (`--restores`, tools interleaved) and their medians are compared.
 
 Tools run as run_peers.sh runs them (../shared/bench): `borg init -e none` and `borg create`
 from the step's directory; `restic init` and `restic backup` (password from the
@@ -253,6 +254,8 @@ def main() -> int:
                         help="start a SeaweedFS on loopback and use it as --repo")
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--quick", action="store_true", help="two releases and the renamed tree")
+    parser.add_argument("--restores", type=int, default=3,
+                        help="restore rounds (tools interleaved; medians compared)")
     args = parser.parse_args()
     chosen = args.tools.split(",")
     work = Path(args.work)
@@ -264,7 +267,7 @@ def main() -> int:
         weed, place = start_seaweedfs(work)
     load_before = os.getloadavg()
     try:
-        results = run_all(work, place, chosen, steps(args.quick))
+        results = run_all(work, place, chosen, steps(args.quick), args.restores)
     finally:
         if weed is not None:
             weed.kill()
@@ -288,7 +291,8 @@ def start_seaweedfs(work: Path) -> tuple[object, S3Place]:
     return server, S3Place(server.url(prefix="bench"))
 
 
-def run_all(work: Path, place: S3Place | None, chosen: list[str], plan: list[Step]) -> dict:
+def run_all(work: Path, place: S3Place | None, chosen: list[str], plan: list[Step],
+            rounds: int) -> dict:
     tools = make_tools(work, place, chosen)
     for tool in tools:
         tool.init()
@@ -306,16 +310,21 @@ def run_all(work: Path, place: S3Place | None, chosen: list[str], plan: list[Ste
             sizes[tool.name] = size
             print(f"{step.name:>14} {tool.name:>6}: {done.seconds:6.2f} s, "
                   f"+{human(entry['growth'])}", file=sys.stderr, flush=True)
-    restores = {}
-    for tool in tools:
-        target = work / f"restore-{tool.name}"
-        done = tool.restore(target)
-        restores[tool.name] = {"seconds": done.seconds, "rss_kb": done.rss_kb}
-        print(f"{'restore':>14} {tool.name:>6}: {done.seconds:6.2f} s", file=sys.stderr,
-              flush=True)
-        if tool.name == "rdc":
-            restores["rdc"]["identical"] = same_tree(plan[-1].source, target)
-        shutil.rmtree(target, ignore_errors=True)
+    restores: dict[str, dict] = {t.name: {"runs": [], "rss_kb": 0} for t in tools}
+    for round_ in range(rounds):  # interleaved: a slow moment of the machine hits all tools
+        for tool in tools:
+            target = work / f"restore-{tool.name}"
+            done = tool.restore(target)
+            entry = restores[tool.name]
+            entry["runs"].append(done.seconds)
+            entry["rss_kb"] = max(entry["rss_kb"], done.rss_kb)
+            print(f"{'restore':>14} {tool.name:>6}: {done.seconds:6.2f} s", file=sys.stderr,
+                  flush=True)
+            if tool.name == "rdc" and round_ == 0:
+                entry["identical"] = same_tree(plan[-1].source, target)
+            shutil.rmtree(target, ignore_errors=True)
+    for entry in restores.values():
+        entry["seconds"] = sorted(entry["runs"])[len(entry["runs"]) // 2]  # the median
     return {"steps": [s.name for s in plan], "tools": {t.name: t.runs for t in tools},
             "restore": restores}
 
@@ -385,9 +394,11 @@ def report(results: dict, chosen: list[str], load_before: tuple, load_after: tup
              "trees+index", "added"], levels)
 
     restore = results["restore"]
-    rows = [[t, f"{restore[t]['seconds']:.2f}", f"{restore[t]['rss_kb'] / 1024:.0f}"]
+    rows = [[t, f"{restore[t]['seconds']:.2f}",
+             " ".join(f"{x:.2f}" for x in restore[t]["runs"]), f"{restore[t]['rss_kb'] / 1024:.0f}"]
             for t in chosen]
-    print_table(f"restore of the last snapshot ({names[-1]})", ["tool", "s", "MB rss"], rows)
+    print_table(f"restore of the last snapshot ({names[-1]}): median of rounds",
+                ["tool", "s", "rounds", "MB rss"], rows)
     if "rdc" in restore:
         print(f"rdc restore identical to its source: {restore['rdc'].get('identical')}")
         for peer in ("restic", "borg"):
