@@ -277,3 +277,13 @@ def test_progress_is_shown_when_asked(tmp_path: Path, capsys) -> None:
     assert code == 0 and "restoring" in err
     code, _, err = run(capsys, "backup", "--no-progress", str(src), location)
     assert code == 0 and err == ""
+
+
+def test_a_repository_inside_its_source_is_left_out(tmp_path: Path, capsys) -> None:
+    src = make_tree(tmp_path / "home", seed=13, big=1000)
+    location = str(src / "my backups [daily]")  # gitignore specials in its name
+    run(capsys, "init", location)
+    run_json(capsys, "backup", str(src), location)
+    report = run_json(capsys, "backup", str(src), location)
+    paths = {e["path"] for e in run_json(capsys, "ls", location, report["short_id"])["entries"]}
+    assert "run.sh" in paths and not any(p.startswith("my backups") for p in paths)

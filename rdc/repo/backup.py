@@ -99,6 +99,24 @@ def _sources(paths: list[str]) -> list[_Source]:
     return out
 
 
+def _without_repository(repo: Repository, sources: list[_Source], excludes: Excludes
+                        ) -> Excludes:
+    """``excludes``, plus the repository itself where it lies in a source directory (a
+    backup of a home directory into ~/backups must not back up its own packs)."""
+    root = getattr(repo.store, "root", None)
+    if root is None:
+        return excludes
+    repo_path = os.path.realpath(root)
+    extra = []
+    for source in sources:
+        if not source.is_dir:
+            continue
+        rel = os.path.relpath(repo_path, os.path.realpath(source.path))
+        if rel != "." and not rel.startswith(".."):
+            extra.append("/" + "".join("\\" + c if c in "\\*?[]!# " else c for c in rel) + "/")
+    return Excludes([*excludes.patterns, *extra]) if extra else excludes
+
+
 def _gather(sources: list[_Source], excludes: Excludes, started: int
             ) -> tuple[Entry, bool, list[_File], list[tuple[str, str]]]:
     """The snapshot's tree (without file roots), whether its root is synthetic, the files to
@@ -327,7 +345,8 @@ def backup(
     started = time.time_ns()
     host = host or socket.gethostname()
     resolved = _sources(sources)
-    root, synthetic, files, errors = _gather(resolved, excludes or Excludes(), started)
+    excludes = _without_repository(repo, resolved, excludes or Excludes())
+    root, synthetic, files, errors = _gather(resolved, excludes, started)
     with repo.lock("shared", "backup") as lock:
         repo.sync_index()
         paths = [os.fsencode(s.path) for s in resolved]
