@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rdc.errors import UsageError
 from rdc.local.ignore import Excludes
 from rdc.local.paths import displayable
 from rdc.repo.backup import backup
@@ -29,9 +30,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
-        args.repo = args.paths[0]
-        from rdc.errors import UsageError
-
         raise UsageError(message="backup needs SRC... and REPO")
     *sources, args.repo = args.paths
     excludes = Excludes(args.exclude)

@@ -3,7 +3,6 @@ index objects, reading blobs (checked against their ids), snapshots, and locks."
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
@@ -28,6 +27,7 @@ from rdc.repo.crypto import (
 )
 from rdc.repo.errors import (
     CorruptRepo,
+    PassphraseNeeded,
     RemoteRepoNotYet,
     RepoError,
     RepoExists,
@@ -134,8 +134,6 @@ class Repository:
         crypto: Crypto = Plain()
         if config["encryption"] != "none":
             if passphrase is None:
-                from rdc.repo.errors import PassphraseNeeded
-
                 raise PassphraseNeeded(location=store.location)
             crypto = Sealed(_unlock(store, config["id"], passphrase()))
         return cls(store.location, store, config, crypto)
@@ -366,6 +364,3 @@ def _unlock(store: Store, repo_id: str, passphrase: bytes) -> MasterKeys:
             return keys
     raise WrongPassphrase(location=store.location)
 
-
-def passphrase_bytes(text: str) -> bytes:
-    return os.fsencode(text)

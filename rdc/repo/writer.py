@@ -312,7 +312,10 @@ class BlobWriter:
             job.sids.update(e.sid for e in pack.entries)
         self.data, self.tree = PackWriter(self.crypto), PackWriter(self.crypto)
         self._files, self._follows = [], []
-        self._features.clear()  # the local index has them once this flush is done
+        # The local index has these once this flush is done.
+        self._features.clear()
+        self._next.clear()
+        self._based.clear()
         self._recent.clear()
         self._recent_bytes = 0
         while len(self._in_flight) >= FLUSHES_IN_FLIGHT:
