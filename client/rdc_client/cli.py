@@ -26,6 +26,15 @@ COMMANDS = {
     "sig": "rdc_client.cmd_sig",
     "similar": "rdc_client.cmd_similar",
     "delta": "rdc_client.cmd_delta",
+    "init": "rdc_client.cmd_repo",
+    "backup": "rdc_client.cmd_backup",
+    "snapshots": "rdc_client.cmd_repo",
+    "ls": "rdc_client.cmd_restore",
+    "restore": "rdc_client.cmd_restore",
+    "diff": "rdc_client.cmd_restore",
+    "forget": "rdc_client.cmd_repo",
+    "prune": "rdc_client.cmd_repo",
+    "check": "rdc_client.cmd_repo",
 }
 
 
