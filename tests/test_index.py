@@ -359,12 +359,11 @@ def test_a_directory_turned_symlink_before_its_files_are_read_is_an_error_not_a_
     db.close()
 
 
-def test_trait_lists_in_memory_agree_with_the_table(tmp_path) -> None:
+def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
     """Candidates come from the trait lists held in memory; every kind of write keeps them
-    in step with the database, and a write by another connection is seen."""
+    in step with the sketches in the database (counted here file by file), and a write by
+    another connection is seen."""
     import random as _random
-
-    from rdc.content.sketch import buckets
 
     rng = _random.Random(5)
     root = tmp_path / "data"
@@ -379,12 +378,13 @@ def test_trait_lists_in_memory_agree_with_the_table(tmp_path) -> None:
     refresh(db, str(root))
 
     def from_table(sketch: bytes, exclude: int | None = None) -> list[tuple[int, int]]:
-        keys = buckets(sketch)
-        rows = db.conn.execute(
-            f"SELECT file_id, COUNT(*) AS n FROM trait WHERE bucket IN "
-            f"({','.join('?' * len(keys))}) AND file_id IS NOT ? GROUP BY file_id "
-            "HAVING n >= 4 ORDER BY n DESC, file_id LIMIT 5", (*keys, exclude))
-        return list(rows)
+        counted = []
+        for file_id, other in db.conn.execute("SELECT id, sketch FROM file"):
+            if other is not None and file_id != exclude:
+                n = sum(a == b for a, b in zip(sketch, other, strict=True))
+                if n >= 4:
+                    counted.append((-n, file_id))
+        return [(file_id, -n) for n, file_id in sorted(counted)[:5]]
 
     def agree() -> None:
         for f in db.files():
@@ -406,4 +406,36 @@ def test_trait_lists_in_memory_agree_with_the_table(tmp_path) -> None:
     other.close()
     agree()
     assert not any(f.path.startswith(("d0/", "d1/")) for f in db.files())
+    db.close()
+
+
+def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
+    """Schema 2 drops the trait table: an index made by schema 1 keeps its rows, loses the
+    table, and still answers candidate queries (from the sketch column)."""
+    from rdc.local.index.db import _migrations, _statements
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "a").write_bytes(bytes(range(256)) * 40)
+    (root / "b").write_bytes(bytes(range(256)) * 39 + b"edited")
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    refresh(db, str(root))
+    rows = sorted((f.path, f.root) for f in db.files())
+    db.close()
+    conn = sqlite3.connect(tmp_path / "index.sqlite3", isolation_level=None)
+    (_, first), *_ = _migrations()
+    for statement in _statements(first):
+        if "CREATE TABLE trait" in statement or "CREATE INDEX trait_file" in statement:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version=1")
+    conn.close()
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    tables = {name for (name,) in db.conn.execute("SELECT name FROM sqlite_master")}
+    assert "trait" not in tables and "file" in tables
+    assert sorted((f.path, f.root) for f in db.files()) == rows
+    a = next(f for f in db.files() if f.path == "a")
+    assert [file_id for file_id, _ in db.candidates(a.sketch, 4, 5, exclude=a.id)] == [
+        f.id for f in db.files() if f.path == "b"
+    ]
     db.close()

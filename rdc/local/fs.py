@@ -26,12 +26,13 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, TypeVar
 
 from rdc.errors import RdcError
 from rdc.local import beneath
@@ -48,6 +49,7 @@ FRESH_SECONDS = 1.0
 # cannot be made to plant a setuid program. Directories keep every bit.
 ALLOW_SETID = False
 
+_R = TypeVar("_R")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TYPES = {
     stat.S_IFREG: "a regular file", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symlink",
@@ -313,9 +315,34 @@ def _unlink_if(dfd: int, tmp: str, st: os.stat_result) -> None:
             os.unlink(tmp, dir_fd=dfd)
 
 
+def _changes(*arguments: int) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
+    """Note, when the method returns or raises, the directories whose listing it may have
+    changed: those holding the paths in positional ``arguments`` (see
+    ``SafeRoot.changed``)."""
+    def decorate(method: Callable[..., _R]) -> Callable[..., _R]:
+        @functools.wraps(method)
+        def noted(self: SafeRoot, *args: Any, **kwargs: Any) -> _R:
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                if self.changed is not None:
+                    for i in arguments:
+                        if i < len(args):
+                            self.changed.add(parent(os.fsdecode(args[i])))
+        return noted
+    return decorate
+
+
 class SafeRoot:
     """One synced directory tree, held open; every operation takes a relative path (str or
-    bytes, checked by ``check_relpath``) and stays inside the tree."""
+    bytes, checked by ``check_relpath``) and stays inside the tree.
+
+    ``changed``, when a set, collects the directories whose listing a call here may have
+    changed (their entries, or an entry's mode or time), noted after the change: what a
+    rescan must list again (`rdc.local.rescan`). Temporaries do not count until
+    installed, which their owner notes."""
+
+    changed: set[str] | None = None
 
     def __init__(self, path: str | os.PathLike[str], *, fd: int | None = None) -> None:
         """Open the directory at ``path`` (following a symlink there: the user chose it),
@@ -361,6 +388,26 @@ class SafeRoot:
 
     def fileno(self) -> int:
         return self._fd
+
+    def open_dir(self, rel: str | bytes) -> int:
+        """A new descriptor (the caller's to close) on the directory at ``rel`` ("" is the
+        root), reached without following a symlink."""
+        rel = check_relpath(rel, allow_root=True)
+        try:
+            return self._open_dir(rel, rel)
+        except OSError as exc:
+            exc.filename, exc.filename2 = rel, None
+            raise
+
+    def take_changes(self) -> set[str]:
+        """The directories noted in ``changed`` so far, no longer noted. A change noted
+        while this runs is either returned or kept for next time, never lost (each is
+        noted after it is made, and taken before the caller looks)."""
+        if self.changed is None:
+            return set()
+        taken = set(self.changed)
+        self.changed.difference_update(taken)
+        return taken
 
     def _open_dir(self, rel_dir: str, rel: str) -> int:
         """A new descriptor on directory ``rel_dir``, reached without following a symlink:
@@ -450,7 +497,9 @@ class SafeRoot:
                     continue
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "alive": see clean_temporaries
-                    return TempFile(os.dup(dfd), rel, tmp, fd)
+                    if self.changed is not None:
+                        self.changed.add(parent(rel))  # the directory's time moved
+                    return TempFile(os.dup(dfd), rel, tmp, fd, self.changed)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp, dir_fd=dfd)
@@ -458,6 +507,7 @@ class SafeRoot:
                     raise
             raise FileExistsError(errno.EEXIST, "no free temporary name", rel)
 
+    @_changes(0)
     def mkdir(
         self, rel: str | bytes, mode: int, *, exist_ok: bool = True, sync: bool = True
     ) -> bool:
@@ -480,9 +530,14 @@ class SafeRoot:
         rel = check_relpath(rel)
         made = False
         fd = os.dup(self._fd)
+        done = ""
         try:
             for part in rel.split("/"):
-                made |= _mkdir_at(fd, part, mode)
+                if _mkdir_at(fd, part, mode):
+                    made = True
+                    if self.changed is not None:
+                        self.changed.add(done)
+                done = join(done, part)
                 step = _open_step(fd, part, rel)
                 os.close(fd)
                 fd = step
@@ -493,6 +548,7 @@ class SafeRoot:
             os.close(fd)
         return made
 
+    @_changes(0)
     def symlink(
         self, rel: str | bytes, target: str | bytes, expect: Expect | None = None, *,
         mtime_ns: int | None = None, replace_dir: bool = False,
@@ -517,6 +573,7 @@ class SafeRoot:
                     os.unlink(tmp, dir_fd=dfd)
                 raise
 
+    @_changes(0)
     def remove(self, rel: str | bytes, expect: Expect | None = None) -> bool:
         """Remove the file, link or whole directory tree at ``rel`` (links are removed, not
         followed; mount points inside are not entered: EXDEV); True if something was there.
@@ -568,6 +625,7 @@ class SafeRoot:
         finally:
             os.close(fd)
 
+    @_changes(0)
     def rmdir(self, rel: str | bytes) -> bool:
         """Remove the directory at ``rel`` if it is empty (OSError ENOTEMPTY if not; a
         symlink or file there is NotADirectoryError); True if it was there."""
@@ -582,6 +640,7 @@ class SafeRoot:
             os.fsync(dfd)
             return True
 
+    @_changes(0, 1)
     def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None) -> None:
         """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
         may be at ``new``: it is never replaced. ``expect`` is checked against ``rel``. A
@@ -607,6 +666,7 @@ class SafeRoot:
             os.fsync(dfd)
             os.fsync(sfd)
 
+    @_changes(0)
     def set_meta(
         self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None
     ) -> tuple[os.stat_result | None, os.stat_result | None]:
@@ -723,7 +783,10 @@ class SafeRoot:
                     children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
                 for entry, is_dir in children:
                     if is_temporary(entry):
-                        removed += _remove_stale(dfd, entry)
+                        gone = _remove_stale(dfd, entry)
+                        removed += gone
+                        if gone and self.changed is not None:
+                            self.changed.add(rel_dir)
                     elif is_dir:
                         stack.append(join(rel_dir, entry))
             except OSError:
@@ -839,12 +902,16 @@ class TempFile:
     the ``with`` block uncommitted removes it and leaves the destination as it was. A
     process killed meanwhile leaves only the temporary, for ``clean_temporaries``."""
 
-    def __init__(self, dfd: int, rel: str, temp_name: str, fd: int) -> None:
+    def __init__(self, dfd: int, rel: str, temp_name: str, fd: int,
+                 changed: set[str] | None = None) -> None:
+        """``changed``: the root's `SafeRoot.changed`, noted when the temporary leaves
+        its directory (installed or removed): the directory's time moves each time."""
         self.path = rel
         self.temp_name = temp_name
         self._dfd = dfd
         self._fd = fd
         self._st = os.fstat(fd)
+        self._changed = changed
 
     @property
     def closed(self) -> bool:
@@ -937,6 +1004,8 @@ class TempFile:
             self._close()
 
     def _close(self) -> None:
+        if self._changed is not None and self._fd >= 0:
+            self._changed.add(parent(self.path))  # installed or removed: after the change
         fd, dfd, self._fd, self._dfd = self._fd, self._dfd, -1, -1
         with contextlib.suppress(OSError):
             os.close(fd)

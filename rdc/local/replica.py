@@ -20,9 +20,17 @@ from rdc.content.tree import Tree, TreeFormatError
 from rdc.local.filestat import mtime_ns, stamp
 from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile
 from rdc.local.ignore import Excludes
-from rdc.local.index import CANDIDATE_LIMIT, CANDIDATE_THRESHOLD, IndexDatabase, Progress, refresh
+from rdc.local.index import (
+    CANDIDATE_LIMIT,
+    CANDIDATE_THRESHOLD,
+    IndexDatabase,
+    Progress,
+    refresh,
+    refresh_some,
+)
 from rdc.local.paths import PathError
-from rdc.local.snapshot import Entry, Walk, fill_roots, seal, walk
+from rdc.local.rescan import Unsure, patch
+from rdc.local.snapshot import Entry, Walk, fill_roots, fingerprint, seal, walk
 
 RACY_NS = 2_000_000_000
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
@@ -55,6 +63,8 @@ class Replica:
         self.errors: list[tuple[str, str]] = []  # what the last scan could not read
         self.temporaries: list[str] = []  # rdc temporaries the last scan saw
         self._unsynced: set[str] = set()  # directories renamed into, not yet fsynced
+        self._salt: bytes | None = None  # the exclude patterns ``tree`` was made with
+        self.fs.changed = set()  # what `rescan` lists again
 
     def close(self) -> None:
         self.db.close()
@@ -64,8 +74,7 @@ class Replica:
 
     def walk(self, excludes: Excludes | None = None) -> Walk:
         excludes = excludes or self.excludes
-        salt = "\n".join(excludes.patterns).encode("utf-8", "surrogateescape")
-        return walk(self.fs.fileno(), excludes, salt)
+        return walk(self.fs.fileno(), excludes, _salt(excludes))
 
     def quick(self, excludes: Excludes | None = None) -> tuple[RootHashes | None, Walk]:
         """One walk, and the root hashes it implies if the tree is exactly as stat saw it
@@ -89,6 +98,7 @@ class Replica:
         the replica's own). What could not be read is left out of the tree and listed in
         ``errors``."""
         excludes = excludes or self.excludes
+        self.fs.take_changes()  # the walk sees them all
         walked = walked or self.walk(excludes)
         tree, errors = walked.tree, list(walked.errors)
         with self.lock:
@@ -102,10 +112,42 @@ class Replica:
         self.tree = tree
         self.errors = errors
         self.temporaries = walked.temporaries
+        self._salt = _salt(excludes)
         with self.lock:
             self.db.cache_hashes(
                 walked.fingerprint if not errors else None, (tree.content, tree.meta, tree.smeta)
             )
+        return tree
+
+    def rescan(self, excludes: Excludes | None = None) -> Entry:
+        """The tree after this replica's own writes since the last `scan` or `rescan`,
+        listing again only the directories they touched (`rdc.local.rescan`); a full scan
+        when there is no sealed tree to start from, the last one had errors or other
+        excludes, or a directory cannot be listed now."""
+        excludes = excludes or self.excludes
+        salt = _salt(excludes)
+        touched = self.fs.take_changes()
+        old = self.tree
+        if old is None or self.errors or salt != self._salt:
+            return self.scan(excludes)
+        if not touched:
+            return old
+        try:
+            found = patch(self.fs, old, touched, excludes)
+        except (Unsure, OSError, PathError):
+            return self.scan(excludes)
+        with self.lock:
+            stats = refresh_some(self.db, found.files, found.gone, self.fs.open_read)
+            rows = self.db.get_many([path for path, _ in found.entries])
+        if stats.errors or len(rows) != len(found.entries):
+            return self.scan(excludes)
+        for path, entry in found.entries:
+            entry.root = rows[path].root
+        tree = found.tree
+        seal(tree)
+        self.tree = tree
+        with self.lock:
+            self.db.cache_hashes(fingerprint(tree, salt), (tree.content, tree.meta, tree.smeta))
         return tree
 
     def current_root(self, path: str) -> bytes | None:
@@ -231,17 +273,19 @@ class Replica:
         """Commit a temporary over ``path``, leaving the fsync of its directory to
         `sync_dirs` (once per directory, not once per file)."""
         st = temp.commit(mode, mtime_ns, expect, sync_dir=False)
-        with self.lock:
-            self._unsynced.add(path.rpartition("/")[0])
+        self._installed(path)
         return st
 
     def install(self, temp: TempFile, path: str, expect: Expect | None) -> os.stat_result:
         """Install a temporary that `TempFile.prepare` and `rdc.local.fs.sync_all` made
         durable, leaving the fsync of its directory to `sync_dirs` as `commit` does."""
         st = temp.install(expect, sync_dir=False)
+        self._installed(path)
+        return st
+
+    def _installed(self, path: str) -> None:
         with self.lock:
             self._unsynced.add(path.rpartition("/")[0])
-        return st
 
     def mkdir(self, path: str, mode: int, *, exist_ok: bool = True) -> bool:
         """`SafeRoot.mkdir`, leaving the fsync of the parent to `sync_dirs` as `commit`
@@ -300,3 +344,8 @@ class Replica:
 
 def _changed(a: os.stat_result, b: os.stat_result) -> bool:
     return stamp(a) != stamp(b)
+
+
+def _salt(excludes: Excludes) -> bytes:
+    """What a walk's fingerprint is salted with: the exclude patterns."""
+    return "\n".join(excludes.patterns).encode("utf-8", "surrogateescape")

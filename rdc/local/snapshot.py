@@ -45,6 +45,8 @@ class Entry:
     meta: bytes = b""  # directories: meta hash
     smeta: bytes = b""  # directories: sync meta hash (no directory times)
     count: int = 0  # directories: entries in the subtree, not counting itself
+    ino: int = 0  # the inode stat saw (for `stamp`)
+    seen: bytes = b""  # directories: `stamp` of the subtree, once computed
 
     def digest(self) -> bytes:
         """What a listing says of this entry's content: root, content hash, or link target."""
@@ -61,14 +63,16 @@ class Entry:
 
 def seal(directory: Entry) -> None:
     """Compute content, meta and sync meta hashes (and subtree counts) of ``directory`` and
-    every directory below it, bottom-up."""
+    every directory below it that has none yet, bottom-up (a rescan reuses the sealed
+    subtrees it did not list again)."""
     content = bytearray()
     meta = bytearray()
     smeta = bytearray()
     count = 0
     for name, entry in directory.sorted_children():
         if entry.kind == "d":
-            seal(entry)
+            if not entry.content:
+                seal(entry)
             count += entry.count
         count += 1
         raw = os.fsencode(name)
@@ -92,6 +96,37 @@ def seal(directory: Entry) -> None:
     directory.meta = blake3.blake3(meta, derive_key_context=META_CONTEXT).digest()
     directory.smeta = blake3.blake3(smeta, derive_key_context=SYNC_META_CONTEXT).digest()
     directory.count = count
+
+
+_STAMP = struct.Struct("<cHqQQI")  # kind, mode, mtime, size, inode, name length
+
+
+def stamp(directory: Entry) -> bytes:
+    """A fingerprint of the subtree as stat saw it: every entry's name, kind, mode, mtime,
+    size, inode and link target, as a hash of hashes (a directory's covers its entries and
+    its subdirectories' stamps), kept in ``seen``. Equal stamps mean that, as far as stat
+    can tell, nothing changed; a rescan recomputes only the directories it listed again."""
+    if directory.seen:
+        return directory.seen
+    h = blake3.blake3()
+    for name in sorted(directory.children):
+        entry = directory.children[name]
+        raw = os.fsencode(name)
+        h.update(_STAMP.pack(KIND_CODE[entry.kind], entry.mode, entry.mtime_ns, entry.size,
+                             entry.ino, len(raw)) + raw)
+        if entry.kind == "d":
+            h.update(stamp(entry))
+        elif entry.kind == "l":
+            h.update(os.fsencode(entry.target) + b"\0")
+    directory.seen = h.digest()
+    return directory.seen
+
+
+def fingerprint(tree: Entry, salt: bytes) -> bytes:
+    """What the index keys its cached root hashes on: the tree's `stamp` under ``salt``
+    (the exclude patterns), and the root directory's own mode and time."""
+    top = _STAMP.pack(b"d", tree.mode, tree.mtime_ns, 0, tree.ino, 0)
+    return blake3.blake3(salt + b"\0" + top + stamp(tree)).digest()
 
 
 def lookup(root: Entry, path: str) -> Entry | None:
@@ -122,15 +157,15 @@ Exclude = Callable[[str, bool], bool]
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_RECORD = struct.Struct("<cIqqQQ")
 
 
 @dataclass
 class Walk:
-    """What one walk of a tree saw. ``fingerprint`` covers every entry's path, kind, mode,
-    mtime, size, inode and link target (and ``salt``, the exclude patterns): if it equals
-    that of an earlier walk whose tree was sealed, the sealed hashes still hold, as far as
-    stat can tell (the index's racy rule covers what it cannot)."""
+    """What one walk of a tree saw. ``fingerprint`` (`fingerprint`) covers every entry's
+    path, kind, mode, mtime, size, inode and link target (and ``salt``, the exclude
+    patterns): if it equals that of an earlier walk whose tree was sealed, the sealed
+    hashes still hold, as far as stat can tell (the index's racy rule covers what it
+    cannot)."""
 
     tree: Entry
     files: dict[str, os.stat_result]
@@ -154,11 +189,11 @@ def walk(root: str | int, exclude: Exclude | None = None, salt: bytes = b"") -> 
         top_fd = os.dup(root)
     else:
         top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    scan = _Scan(exclude, salt)
+    scan = Scan(exclude)
     stack: list[tuple[int, str, Entry, list]] = []  # one open directory per level
     try:
         top = os.fstat(top_fd)
-        tree = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top))
+        tree = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino)
         stack.append((top_fd, "", tree, scan.list(top_fd, "", tree) or []))
         while stack:
             fd, rel_dir, node, pending = stack[-1]
@@ -189,23 +224,17 @@ def walk(root: str | int, exclude: Exclude | None = None, salt: bytes = b"") -> 
             if fd != top_fd:
                 os.close(fd)
         os.close(top_fd)
-    return Walk(tree, scan.files, scan.errors, scan.seen.digest(), scan.temporaries)
+    return Walk(tree, scan.files, scan.errors, fingerprint(tree, salt), scan.temporaries)
 
 
-class _Scan:
-    """What a walk collects, and the listing of one directory."""
+class Scan:
+    """What a walk (or a rescan) collects, and the listing of one directory."""
 
-    def __init__(self, exclude: Exclude | None, salt: bytes) -> None:
+    def __init__(self, exclude: Exclude | None) -> None:
         self.exclude = exclude
         self.files: dict[str, os.stat_result] = {}
         self.errors: list[tuple[str, str]] = []
         self.temporaries: list[str] = []
-        self.seen = blake3.blake3(salt)
-
-    def _record(self, kind: bytes, st: os.stat_result, size: int, rel: str) -> None:
-        raw = os.fsencode(rel)
-        self.seen.update(_RECORD.pack(kind, st.st_mode, mtime_ns(st), size, st.st_ino,
-                                      len(raw)) + raw)
 
     def list(self, fd: int, rel_dir: str, node: Entry) -> list[tuple[str, bytes, Entry]] | None:
         """Put the files and links of directory ``fd`` into ``node``; return its
@@ -235,13 +264,12 @@ class _Scan:
                 if exclude and exclude(rel, True):
                     continue
                 subdirs.append((name, os.fsencode(item.name),
-                                Entry("d", stat.S_IMODE(mode), mtime_ns(st))))
-                self._record(b"d", st, 0, rel)
+                                Entry("d", stat.S_IMODE(mode), mtime_ns(st), ino=st.st_ino)))
                 continue
             if stat.S_ISREG(mode):
                 if exclude and exclude(rel, False):
                     continue
-                child = Entry("f", stat.S_IMODE(mode), mtime_ns(st), st.st_size)
+                child = Entry("f", stat.S_IMODE(mode), mtime_ns(st), st.st_size, ino=st.st_ino)
                 self.files[rel] = st
             elif stat.S_ISLNK(mode):
                 if exclude and exclude(rel, False):
@@ -251,13 +279,10 @@ class _Scan:
                 except OSError as exc:
                     self.errors.append((rel, exc.strerror or str(exc)))
                     continue
-                child = Entry("l", 0, mtime_ns(st), target=target)
+                child = Entry("l", 0, mtime_ns(st), target=target, ino=st.st_ino)
             else:
                 continue
             node.children[name] = child
-            self._record(child.kind.encode(), st, st.st_size, rel)
-            if child.kind == "l":
-                self.seen.update(os.fsencode(child.target) + b"\0")
         subdirs.reverse()  # popped from the end: entered in listing order
         return subdirs
 

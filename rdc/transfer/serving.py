@@ -21,7 +21,7 @@ from rdc.local.fs import ConflictError
 from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry
+from rdc.local.snapshot import Entry, Walk
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
@@ -84,6 +84,7 @@ class ServerSession:
     unreadable: int = 0  # entries the last scan could not read (left out of the tree)
     top_fixed: bool = True  # the opened directory is a share's own: its mode and time stay
     _opening: bool = False
+    _walked: Walk | None = None  # the open's walk, for the first scan if nothing changed
 
     async def handle(self, conversation: Conversation, message: m.Message) -> None:
         """Answer one request (the connection lets through only requests: `m.Message`
@@ -128,6 +129,7 @@ class ServerSession:
                 cached = (tree.content, tree.meta, tree.smeta)
             else:  # nothing changed: the tree is scanned only if someone asks for it
                 self.tree, self.unreadable = None, 0
+                self._walked, self.scanned_seq = walked, seq
         log.info("%s opened %s:/%s (%s)", self.peer, opened.share, message.path,
                  "read-write" if opened.writable else "read-only")
         content, meta, smeta = cached
@@ -144,11 +146,21 @@ class ServerSession:
             async with opened.lock:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
 
-    async def _scan(self) -> Entry:
+    async def _scan(self, incremental: bool = False) -> Entry:
+        """A new tree: by a rescan of what was written since the last (``incremental``:
+        only when nobody else wrote meanwhile), from the open's walk if nothing changed
+        since it, else by a full scan."""
         assert self.opened is not None
+        replica = self.opened.replica
         async with self.opened.lock:
             seq = self.opened.sequence()
-            tree = await trio.to_thread.run_sync(self.opened.replica.scan, self.excludes)
+            walked, self._walked = self._walked, None
+            if incremental:
+                tree = await trio.to_thread.run_sync(replica.rescan, self.excludes)
+            elif walked is not None and seq == self.scanned_seq and not self.dirty:
+                tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+            else:
+                tree = await trio.to_thread.run_sync(replica.scan, self.excludes)
             self._scanned(tree, seq)
         return tree
 
@@ -162,11 +174,13 @@ class ServerSession:
         self.scanned_seq = seq
 
     async def _fresh_tree(self) -> Entry:
-        """The last scan, unless this connection wrote since, or the share changed (another
-        client, or an edit on this machine): then a new one."""
+        """The last scan, unless the share changed (another client, or an edit on this
+        machine: a full scan) or this connection wrote since (a rescan)."""
         assert self.opened is not None
-        if self.dirty or self.tree is None or self.scanned_seq != self.opened.sequence():
+        if self.tree is None or self.scanned_seq != self.opened.sequence():
             return await self._scan()
+        if self.dirty:
+            return await self._scan(incremental=True)
         return self.tree
 
     def _writable(self) -> OpenDirectory:
@@ -302,10 +316,11 @@ class ServerSession:
         assert self.opened is not None
         if self.dirty:
             await trio.to_thread.run_sync(self.opened.replica.sync_dirs)
+        alone = self.tree is not None and self.scanned_seq == self.opened.sequence()
         if self.unannounced:
             self.opened.changed()
             self.unannounced = False
-        tree = await self._scan()
+        tree = await self._scan(incremental=alone)
         conversation.send(m.Finished(
             content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),

@@ -104,9 +104,10 @@ class Local:
             await trio.to_thread.run_sync(run)
 
     async def refreshed(self) -> Hashes:
-        """Rescan (renames made durable first)."""
+        """The tree after this run's writes (renames made durable first): a rescan of the
+        directories they touched."""
         await trio.to_thread.run_sync(self.replica.sync_dirs)
-        self.tree = await trio.to_thread.run_sync(self.replica.scan)
+        self.tree = await trio.to_thread.run_sync(self.replica.rescan)
         return Hashes.of_tree(self.tree, len(self.replica.errors))
 
     def hashes(self) -> Hashes:

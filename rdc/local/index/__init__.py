@@ -7,7 +7,7 @@ from rdc.local.index.db import (
     IndexedFile,
     default_location,
 )
-from rdc.local.index.update import Progress, RefreshStats, refresh, walk_files
+from rdc.local.index.update import Progress, RefreshStats, refresh, refresh_some, walk_files
 
 __all__ = [
     "CANDIDATE_LIMIT",
@@ -18,5 +18,6 @@ __all__ = [
     "RefreshStats",
     "default_location",
     "refresh",
+    "refresh_some",
     "walk_files",
 ]

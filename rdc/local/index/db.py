@@ -20,13 +20,12 @@ from pathlib import Path
 import blake3
 
 from rdc.content.signature import FileSignature
-from rdc.content.sketch import buckets
 from rdc.content.tree import Tree, pack_tree, unpack_tree
 from rdc.local.filestat import Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Candidate defaults: 4 matching traits of 12 keep chance matches rare among 10,000 files
 # while finding near-duplicates (J >= 0.5); docs/formats.md section 4.
 CANDIDATE_THRESHOLD = 4
@@ -245,6 +244,20 @@ class IndexDatabase:
         ).fetchone()
         return self._row(row) if row else None
 
+    def get_many(self, paths: list[str]) -> dict[str, IndexedFile]:
+        """The rows of those of ``paths`` that have one, by path (a few queries for many
+        paths)."""
+        out: dict[str, IndexedFile] = {}
+        for i in range(0, len(paths), 500):
+            chunk = [os.fsencode(p) for p in paths[i : i + 500]]
+            marks = ",".join("?" * len(chunk))
+            for row in self.conn.execute(
+                f"SELECT {self._COLUMNS} FROM file WHERE path IN ({marks})", chunk
+            ):
+                found = self._row(row)
+                out[found.path] = found
+        return out
+
     def by_id(self, file_id: int) -> IndexedFile | None:
         row = self.conn.execute(
             f"SELECT {self._COLUMNS} FROM file WHERE id = ?", (file_id,)
@@ -325,9 +338,8 @@ class IndexDatabase:
 
     def put(self, path: str, st: os.stat_result, signature: FileSignature, racy: bool) -> None:
         encoded = os.fsencode(path)
-        self._forget_traits(list(self.conn.execute(
-            "SELECT id, sketch FROM file WHERE path = ?", (encoded,))))
-        self.conn.execute("DELETE FROM file WHERE path = ?", (encoded,))
+        self._forget_traits(self.conn.execute(
+            "DELETE FROM file WHERE path = ? RETURNING id, sketch", (encoded,)).fetchall())
         cursor = self.conn.execute(
             "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -343,13 +355,8 @@ class IndexDatabase:
                 int(racy),
             ),
         )
-        if signature.sketch is not None:
-            self.conn.executemany(
-                "INSERT INTO trait (bucket, file_id) VALUES (?, ?)",
-                [(b, cursor.lastrowid) for b in buckets(signature.sketch)],
-            )
-            if self._traits is not None:
-                self._traits.add(cursor.lastrowid, signature.sketch)
+        if signature.sketch is not None and self._traits is not None:
+            self._traits.add(cursor.lastrowid, signature.sketch)
 
     def move(self, file_id: int, path: str, st: os.stat_result, racy: bool) -> None:
         """A file renamed without a content change keeps its signature."""

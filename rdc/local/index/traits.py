@@ -4,8 +4,9 @@ A candidate query reads 12 lists of about n/64 files each, whatever it asks; SQL
 4 ms for it among 100,000 files, and a first copy asks it once per new file. Held here as
 768 arrays of 4-byte file ids (5 MB for 100,000 files) and counted in C
 (`rdc._native.trait_candidates`), the same query takes microseconds. The database stays
-the truth: the lists are loaded from its ``trait`` table on first use, kept in step by the
-index's own writes, and dropped when another connection may have changed it.
+the truth: the lists are built from its ``sketch`` column on first use, kept in step by the index's
+own writes, and dropped when another connection may have changed it. (Until index schema 2
+they were a table as well: 12 rows in two B-trees per file written.)
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ class TraitLists:
     @classmethod
     def load(cls, conn: sqlite3.Connection) -> TraitLists:
         out = cls()
-        for bucket, file_id in conn.execute("SELECT bucket, file_id FROM trait"):
-            out.lists[bucket].append(file_id)
-            out.max_id = max(out.max_id, file_id)
+        lists = out.lists
+        top = 0
+        for file_id, sketch in conn.execute(
+            "SELECT id, sketch FROM file WHERE sketch IS NOT NULL ORDER BY id"
+        ):
+            for bucket in buckets(sketch):
+                lists[bucket].append(file_id)
+            top = file_id
+        out.max_id = top
         return out
 
     def add(self, file_id: int, sketch: bytes) -> None:

@@ -165,6 +165,35 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
     return stats
 
 
+def refresh_some(
+    db: IndexDatabase, files: dict[str, os.stat_result], gone: list[str], opener: Opener
+) -> RefreshStats:
+    """Bring the rows of some paths up to date, for a caller that knows what else did not
+    change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
+    was below them) are not. Renames are not looked for: a new path is read."""
+    stats = RefreshStats(files=len(files))
+    started = time.time_ns()
+
+    def racy(st: os.stat_result) -> bool:
+        return mtime_ns(st) >= started - RACY_NS
+
+    rows = db.get_many(list(files))
+    changed = []
+    with db.transaction():
+        for path in gone:
+            db.delete_tree(path)
+        for rel, st in files.items():
+            row = rows.get(rel)
+            if row and row.describes(st):
+                stats.unchanged += 1
+                if row.mode != st.st_mode:
+                    db.touch(row.id, st, False)
+            else:
+                changed.append(rel)
+    _sign_all(db, opener, changed, files, 1, racy, stats, None)
+    return stats
+
+
 def _sign_all(db, opener, paths, on_disk, workers, racy, stats, progress) -> None:
     total_bytes = sum(on_disk[p].st_size for p in paths)
     done_bytes = 0

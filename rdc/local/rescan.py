@@ -1,0 +1,143 @@
+"""The tree after this machine's own writes, listing again only the directories they touched.
+
+A sync ends with the target's root hashes, and a push that wrote 200 files into a tree of
+100,000 used to walk, stat and look up all 100,000 again to compute them, twice (once for
+the metadata pass, once for the final hashes). Every write rdc makes goes through a
+`SafeRoot`, which notes the directories whose listing it changed (``SafeRoot.changed``).
+A rescan starts from the last sealed tree and lists again just those directories, and the
+parent of each (whose entry for it has a new mtime); a directory it meets that the old tree
+did not have, or that is another inode now, is listed in full. Everything else, with its
+hashes and its `stamp`, is the old tree's, shared, never changed in place.
+
+What this does not see is an edit that did not go through this replica (another program on
+this machine, or another replica over the same files): the server falls back to a full scan
+when its change counter says someone else wrote, and the next walk's fingerprint catches
+the rest. Anything a rescan cannot vouch for (a directory it cannot list, an entry it cannot
+stat) raises `Unsure`, and the caller scans in full.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+from rdc.local.filestat import mtime_ns
+from rdc.local.fs import SafeRoot
+from rdc.local.paths import join, parent
+from rdc.local.snapshot import Entry, Exclude, Scan
+
+
+class Unsure(Exception):
+    """Something a rescan cannot vouch for: scan the whole tree instead."""
+
+
+@dataclass
+class Patch:
+    """A rescan's new tree (roots of the files listed again still to fill in), those files
+    with their lstat and tree entries, and the paths that left the directories listed
+    again (their index rows, and any below them, must go)."""
+
+    tree: Entry
+    files: dict[str, os.stat_result] = field(default_factory=dict)
+    entries: list[tuple[str, Entry]] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+
+
+def to_list(old: Entry, touched: set[str]) -> set[str]:
+    """The directories to list again: each touched one and its parent; for one the old tree
+    does not hold as a directory, its deepest ancestor that it does hold (whose listing
+    shows the new one, which is then listed in full) and that one's parent."""
+    out: set[str] = set()
+    for path in touched:
+        node, held = old, ""
+        for part in path.split("/") if path else ():
+            child = node.children.get(part)
+            if child is None or child.kind != "d":
+                break
+            node, held = child, join(held, part)
+        out.add(held)
+        if held:
+            out.add(parent(held))
+    return out
+
+
+def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None) -> Patch:
+    """The tree under ``fs`` as a walk would see it, given that it was ``old`` (sealed) but
+    for changes in the listings of ``touched`` directories."""
+    relist = to_list(old, touched)
+    on_path = {""}
+    for path in relist:
+        while path:
+            on_path.add(path)
+            path = parent(path)
+    top = os.fstat(fs.fileno())
+    fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino)
+    rescan = _Rescan(fs, Scan(exclude), relist, on_path)
+    result = Patch(rescan.visit(old, "", fresh, False))
+    if rescan.scan.errors:
+        raise Unsure(rescan.scan.errors[0])
+    result.files, result.entries, result.gone = rescan.scan.files, rescan.entries, rescan.gone
+    return result
+
+
+class _Rescan:
+    def __init__(self, fs: SafeRoot, scan: Scan, relist: set[str], on_path: set[str]) -> None:
+        self.fs, self.scan, self.relist, self.on_path = fs, scan, relist, on_path
+        self.entries: list[tuple[str, Entry]] = []
+        self.gone: list[str] = []
+
+    def visit(self, old: Entry | None, rel: str, fresh: Entry, whole: bool) -> Entry:
+        """Directory ``rel`` (``fresh``: its entry as its parent's listing shows it now;
+        ``old``: as the old tree had it, if it had it as the same directory). Listed again
+        if asked to, or if it is new (``whole``: then all below it too)."""
+        if whole or old is None or rel in self.relist:
+            return self._listed(old, rel, fresh, whole or old is None)
+        node = Entry("d", fresh.mode, fresh.mtime_ns, ino=fresh.ino,
+                     children=dict(old.children))
+        for name, child in old.children.items():
+            path = join(rel, name)
+            if child.kind == "d" and path in self.on_path:
+                again = Entry("d", child.mode, child.mtime_ns, ino=child.ino)
+                node.children[name] = self.visit(child, path, again, False)
+        return node
+
+    def _listed(self, old: Entry | None, rel: str, fresh: Entry, whole: bool) -> Entry:
+        try:
+            fd = self.fs.open_dir(rel)
+        except OSError as exc:
+            raise Unsure(f"{rel or '.'}: {exc.strerror or exc}") from None
+        try:
+            subdirs = self.scan.list(fd, rel, fresh)
+        finally:
+            os.close(fd)
+        if subdirs is None:
+            raise Unsure(self.scan.errors[-1])
+        before = old.children if old is not None else {}
+        for name, entry in fresh.children.items():
+            if entry.kind == "f":
+                self.entries.append((join(rel, name), entry))
+        listed_dirs = {name for name, _, _ in subdirs}
+        for name, was in before.items():
+            now = fresh.children.get(name)
+            kind = "d" if name in listed_dirs else now.kind if now is not None else None
+            if was.kind != "l" and kind != was.kind:  # links have no index rows
+                self.gone.append(join(rel, name))
+        for name, _, entry in subdirs:
+            path = join(rel, name)
+            was = before.get(name)
+            same = was is not None and was.kind == "d" and was.ino == entry.ino
+            if whole or not same:
+                if was is not None and was.kind == "d":
+                    self.gone.append(path)  # another directory now: its rows are stale
+                fresh.children[name] = self.visit(None, path, entry, True)
+            elif path in self.on_path:
+                fresh.children[name] = self.visit(was, path, entry, False)
+            else:
+                assert was is not None
+                fresh.children[name] = Entry(
+                    "d", entry.mode, entry.mtime_ns, ino=entry.ino, children=was.children,
+                    content=was.content, meta=was.meta, smeta=was.smeta, count=was.count,
+                    seen=was.seen,
+                )
+        return fresh

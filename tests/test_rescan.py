@@ -1,0 +1,168 @@
+"""Rescans: after any sequence of writes made through a replica, the tree a rescan patches
+together equals, hash for hash and stamp for stamp, the tree a full scan of the same
+directory builds from nothing; and it lists only what the writes touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rdc.local import rescan as rescan_module
+from rdc.local.fs import SafeRoot
+from rdc.local.ignore import Excludes
+from rdc.local.replica import Replica
+from rdc.local.snapshot import Entry, fingerprint, iter_entries
+
+OLD = 1_600_000_000 * 10**9
+NAMES = ["a", "b", "c", "é"]
+PATHS = [p for p in (*NAMES, *(f"{d}/{n}" for d in NAMES[:2] for n in NAMES),
+                     *(f"a/{d}/{n}" for d in NAMES[:2] for n in NAMES[:2]))]
+
+op = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(PATHS), st.binary(max_size=3000),
+              st.sampled_from([0o644, 0o600])),
+    st.tuples(st.just("mkdir"), st.sampled_from(PATHS)),
+    st.tuples(st.just("makedirs"), st.sampled_from(PATHS)),
+    st.tuples(st.just("remove"), st.sampled_from(PATHS)),
+    st.tuples(st.just("rename"), st.sampled_from(PATHS), st.sampled_from(PATHS)),
+    st.tuples(st.just("link"), st.sampled_from(PATHS), st.sampled_from(["x", "../y", "a"])),
+    st.tuples(st.just("meta"), st.sampled_from(["", *PATHS]), st.sampled_from([0o755, 0o700]),
+              st.integers(0, 5)),
+)
+
+
+def apply(replica: Replica, step: tuple) -> None:
+    """One write through the replica, as the transfer code makes them; a write that the
+    tree does not allow (no parent, something in the way) fails as it would there."""
+    fs = replica.fs
+    kind, path, *rest = step
+    try:
+        if kind == "write":
+            data, mode = rest
+            temp = fs.create_temp(path)
+            temp.write(data)
+            replica.commit(temp, path, mode, OLD + len(data), None)
+        elif kind == "mkdir":
+            replica.mkdir(path, 0o755)
+        elif kind == "makedirs":
+            fs.makedirs(path, 0o755)
+        elif kind == "remove":
+            fs.remove(path)
+            replica.forget(path)
+        elif kind == "rename":
+            fs.rename(path, rest[0])
+            replica.forget(path)
+            replica.forget(rest[0])
+        elif kind == "link":
+            fs.symlink(path, rest[0], mtime_ns=OLD)
+            replica.forget(path)
+        else:
+            mode, seconds = rest
+            replica.set_meta(path, mode, OLD + seconds * 10**9)
+    except (OSError, ValueError):
+        pass
+    except Exception as exc:  # PathError, ConflictError: refused, nothing done
+        if type(exc).__name__ not in ("PathError", "ConflictError"):
+            raise
+
+
+def described(tree: Entry) -> list[tuple]:
+    top = [("", tree.mode, tree.mtime_ns, tree.ino)]
+    return top + [(path, e.kind, e.mode, e.mtime_ns, e.size, e.root, e.target, e.content,
+                   e.meta, e.smeta, e.count, e.ino) for path, e in iter_entries(tree)]
+
+
+def full_scan(root: str, index: Path, excludes: Excludes) -> tuple[Entry, bytes]:
+    other = Replica(root, index, excludes)
+    try:
+        _, walked = other.quick()
+        return other.scan(walked=walked), walked.fingerprint
+    finally:
+        other.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds=st.lists(st.lists(op, max_size=12), min_size=1, max_size=3),
+       exclude=st.booleans())
+def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool) -> None:
+    base = Path(tempfile.mkdtemp())
+    try:
+        root = base / "root"
+        (root / "a" / "b").mkdir(parents=True)
+        for name in ("a/one", "a/b/two", "three"):
+            (root / name).write_bytes(name.encode() * 50)
+            os.utime(root / name, ns=(OLD, OLD))
+        excludes = Excludes(["c/"] if exclude else [])
+        replica = Replica(str(root), base / "index.sqlite3", excludes)
+        replica.scan()
+        for n, steps in enumerate(rounds):
+            for step in steps:
+                apply(replica, step)
+            patched = replica.rescan()
+            fresh, walked_print = full_scan(str(root), base / f"fresh{n}.sqlite3", excludes)
+            assert described(patched) == described(fresh)
+            assert (patched.content, patched.meta, patched.smeta) == (
+                fresh.content, fresh.meta, fresh.smeta)
+            salt = "\n".join(excludes.patterns).encode()
+            assert fingerprint(patched, salt) == walked_print
+        replica.close()
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_rescan_lists_only_the_touched_directories(tmp_path, monkeypatch) -> None:
+    """In a tree of 40 directories, a file written in one lists that one and its parent
+    again, no other; the next quick walk finds the hashes the rescan cached."""
+    root = tmp_path / "root"
+    for i in range(40):
+        (root / f"d{i}" / "sub").mkdir(parents=True)
+        (root / f"d{i}" / "sub" / "f").write_bytes(b"x" * i)
+        os.utime(root / f"d{i}" / "sub" / "f", ns=(OLD, OLD))
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    listed: list[str] = []
+    original = SafeRoot.open_dir
+
+    def counting(self: SafeRoot, rel: str) -> int:
+        listed.append(rel)
+        return original(self, rel)
+
+    monkeypatch.setattr(SafeRoot, "open_dir", counting)
+    temp = replica.fs.create_temp("d7/sub/new")
+    temp.write(b"new content")
+    replica.commit(temp, "d7/sub/new", 0o644, OLD, None)
+    tree = replica.rescan()
+    assert sorted(listed) == ["d7", "d7/sub"]
+    assert replica.quick()[0] == (tree.content, tree.meta, tree.smeta)
+    assert replica.rescan() is tree  # nothing written since: the same tree
+    replica.close()
+
+
+def test_an_unlistable_directory_means_a_full_scan(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    temp = replica.fs.create_temp("d/f")
+    temp.write(b"data")
+    replica.commit(temp, "d/f", 0o644, OLD, None)
+    scans: list[int] = []
+    original = Replica.scan
+
+    def scan(self: Replica, *args, **kwargs) -> Entry:
+        scans.append(1)
+        return original(self, *args, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise rescan_module.Unsure("cannot list")
+
+    monkeypatch.setattr(Replica, "scan", scan)
+    monkeypatch.setattr("rdc.local.replica.patch", refuse)
+    tree = replica.rescan()
+    assert scans == [1] and "f" in tree.children["d"].children
+    replica.close()
