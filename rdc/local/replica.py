@@ -24,6 +24,7 @@ from rdc.local.index import (
     CANDIDATE_LIMIT,
     CANDIDATE_THRESHOLD,
     IndexDatabase,
+    IndexedFile,
     Progress,
     refresh,
     refresh_some,
@@ -207,6 +208,17 @@ class Replica:
         is copied, and one nearly always does)."""
         with self.lock:
             return [f.path for f in self.db.with_root(root, limit)]
+
+    def holders_of(self, roots: list[bytes], limit: int = HOLDERS) -> dict[bytes, list[str]]:
+        """`holders` of many roots at once (a batch's)."""
+        with self.lock:
+            return self.db.with_roots(roots, limit)
+
+    def indexed(self, paths: list[str]) -> dict[str, IndexedFile]:
+        """The index rows of those of ``paths`` that have one (whether the files still
+        match them is the caller's to check, with `IndexedFile.describes`)."""
+        with self.lock:
+            return self.db.get_many(paths)
 
     def seed_trees(self, path: str | None, sketch: bytes | None) -> list[tuple[str, Tree]]:
         """(path, tree) of the file at ``path`` if indexed, then of the files whose

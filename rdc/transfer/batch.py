@@ -28,6 +28,7 @@ from rdc.content.signature import FileSignature, signature_of_bytes
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.filestat import mtime_ns
 from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
+from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import WHOLE_BELOW, whole_is_best
@@ -135,23 +136,35 @@ def decide_batch(
     is written here: copies and inline files are written with the sent ones, by
     `write_batch`, so that one sync makes the whole batch durable."""
     out: list[Decision] = []
+    rows = replica.indexed([offer.path for offer, _ in offers])
+    holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
     for offer, expect in offers:
         try:
-            out.append(_decide(replica, offer, expect))
+            out.append(_decide(replica, offer, expect, rows.get(offer.path),
+                               holders.get(offer.root, [])))
         except _EXPECTED_ERRORS as exc:
             out.append(Decision(_failure(exc, offer.path)))
     return out
 
 
-def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None) -> Decision:
+def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
+            row: IndexedFile | None, holders: list[str]) -> Decision:
+    """One file's verdict; ``row``: its path's index row, ``holders``: the paths indexed
+    with its root (both looked up for the whole batch at once)."""
     path = offer.path
-    check = expectation(replica, path, expect)
-    current = replica.current_root(path)
+    st = replica.fs.lstat(path)
+    if expect is not None and expect.kind == "":  # nothing may be there: one look says
+        if st is not None:
+            raise ConflictError(path=path, expected="nothing", found="an entry")
+        check: Expect | None = Expect.absent()
+    else:
+        check = expectation(replica, path, expect)
+    current = row.root if st is not None and row is not None and row.describes(st) else None
     if current == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Decision("have", check)
     if offer.size < SMALL_FILE:
-        for holder in replica.holders(offer.root):
+        for holder in holders:
             content = _local_copy(replica, holder, path, offer)
             if content is not None:
                 return Decision("copy", check, content)

@@ -273,6 +273,21 @@ class IndexDatabase:
         )
         return [self._row(r) for r in rows]
 
+    def with_roots(self, roots: list[bytes], limit: int = -1) -> dict[bytes, list[str]]:
+        """`with_root` of many roots: paths by root, at most ``limit`` each (-1: all)."""
+        out: dict[bytes, list[str]] = {}
+        wanted = list(dict.fromkeys(roots))
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for path, root in self.conn.execute(
+                f"SELECT path, root FROM file WHERE root IN ({marks}) ORDER BY path", chunk
+            ):
+                found = out.setdefault(root, [])
+                if limit < 0 or len(found) < limit:
+                    found.append(os.fsdecode(path))
+        return out
+
     def tree(self, file_id: int) -> Tree:
         """The stored tree, checked (raises TreeFormatError if it does not add up)."""
         (blob,) = self.conn.execute("SELECT tree FROM file WHERE id = ?", (file_id,)).fetchone()
