@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import pytest
 
@@ -200,3 +201,42 @@ def _root(data: bytes) -> bytes:
     from rdc.content.signature import signature_of_bytes
 
     return signature_of_bytes(data).root
+
+
+async def test_a_push_into_an_empty_directory_reads_each_file_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Into an empty directory the client does not scan (read and sign) its whole tree
+    before sending: the scan stops when the server says it has nothing, and each file is
+    read once, as it is offered. The end is as in step as ever. (The scan is made slow
+    here, as a large tree's is, so that the server's answer comes first.)"""
+    src = tmp_path / "src"
+    small_tree(src, 120)
+    os.symlink("d1/f1.txt", src / "link")
+    scan = Replica.scan
+
+    def slow_scan(self, excludes=None, progress=None, walked=None):
+        if progress is not None and walked is not None:
+            for _ in range(2000):  # until the stop: ScanAbandoned out of the callback
+                progress(None)
+                time.sleep(0.005)
+        return scan(self, excludes, progress, walked)
+
+    reads: list[str] = []
+    open_read = SafeRoot.open_read
+
+    def counting(self, rel):
+        reads.append(rel)
+        return open_read(self, rel)
+
+    monkeypatch.setattr(Replica, "scan", slow_scan)
+    monkeypatch.setattr(SafeRoot, "open_read", counting)
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 120
+    assert tree_state(pair.share) == tree_state(src)
+    assert len(reads) == len(set(reads)) == 120  # (the server reads none: all are new)
+    reads.clear()
+    stats = await pair.run("push", src)  # nothing to do, and nothing read again
+    assert stats.in_step and stats.files_transferred == 0 and reads == []
+    pair.close()

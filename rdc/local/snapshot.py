@@ -98,6 +98,14 @@ def seal(directory: Entry) -> None:
     directory.count = count
 
 
+def _empty_content() -> bytes:
+    empty = Entry("d", 0, 0)
+    seal(empty)
+    return empty.content
+
+
+EMPTY_CONTENT = _empty_content()  # the content hash of an empty directory
+
 _STAMP = struct.Struct("<cHqQQI")  # kind, mode, mtime, size, inode, name length
 
 

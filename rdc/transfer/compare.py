@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rdc.local.paths import join, to_wire
+from rdc.local.snapshot import Entry
 from rdc.transfer.sides import Side
 from rdc.wire import messages as m
 
@@ -82,3 +83,26 @@ def _compare_entry(rel: str, source: m.Listed | None, target: m.Listed | None,
     else:
         changes.links.append((rel, source.digest, expected(target)))
     return None
+
+
+def everything(tree: Entry) -> Changes:
+    """What an empty target needs to have ``tree`` (which need not be sealed: no hash is
+    used), in the order `compare` would give it: level by level, names in wire order."""
+    changes = Changes()
+    level: list[tuple[str, Entry]] = [("", tree)]
+    while level:
+        below: list[tuple[str, Entry]] = []
+        for path, directory in level:
+            for name in sorted(directory.children, key=to_wire):
+                entry = directory.children[name]
+                rel = join(path, name)
+                if entry.kind == "d":
+                    changes.mkdirs.append((rel, entry.mode))
+                    below.append((rel, entry))
+                elif entry.kind == "f":
+                    changes.files.append((rel, None))
+                    changes.sizes[rel] = entry.size
+                else:
+                    changes.links.append((rel, entry.digest(), m.NOTHING))
+        level = below
+    return changes

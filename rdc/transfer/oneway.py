@@ -21,10 +21,10 @@ import trio
 
 from rdc.local.index import Progress as ScanProgress
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, Walk
+from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
 from rdc.transfer import metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch
-from rdc.transfer.compare import Changes, compare
+from rdc.transfer.compare import Changes, compare, everything
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
@@ -59,11 +59,18 @@ async def scan_while_opening(
     opening: Conversation,
     progress: Callable[[ScanProgress], None] | None = None,
     walked: Walk | None = None,
+    streaming: bool = False,
 ) -> tuple[m.Opened, Entry]:
     """The server's answer to ``open`` and the local tree, scanned meanwhile: the two scans
     are independent, and in series a cold push paid for both. A refused open stops the
-    local scan at its next file."""
+    local scan at its next file.
+
+    With ``streaming`` (a push, given the walk), an empty remote directory stops the scan
+    too, and the walk's tree is returned unsealed, without roots: everything goes, and the
+    files are read and signed as they are offered, while the server writes the ones before
+    (a first copy's client no longer reads the whole tree before sending its first byte)."""
     stop = threading.Event()
+    finished = False
 
     def report(event: ScanProgress) -> None:
         if stop.is_set():
@@ -74,9 +81,10 @@ async def scan_while_opening(
     tree: Entry | None = None
 
     async def scan() -> None:
-        nonlocal tree
-        with contextlib.suppress(ScanAbandoned):  # the open was refused
+        nonlocal tree, finished
+        with contextlib.suppress(ScanAbandoned):  # the open was refused, or streaming
             tree = await trio.to_thread.run_sync(replica.scan, None, report, walked)
+        finished = True
 
     with unwrap_group():
         async with trio.open_nursery() as nursery:
@@ -86,8 +94,18 @@ async def scan_while_opening(
             except BaseException:
                 stop.set()
                 raise
-    assert tree is not None
+            if streaming and not finished and _empty(answer):
+                stop.set()
+    if tree is None:  # abandoned for streaming: the walk is all it needs
+        assert walked is not None
+        replica.errors = list(walked.errors)
+        return answer, walked.tree
     return answer, tree
+
+
+def _empty(answer: m.Opened) -> bool:
+    """Whether the opened remote directory is empty (and all of it could be read)."""
+    return answer.content == EMPTY_CONTENT and not answer.unreadable
 
 
 async def run(
@@ -121,7 +139,9 @@ async def open_and_scan(
     if walked.temporaries and not push and not options.dry_run:
         await trio.to_thread.run_sync(replica.fs.clean_temporaries)
     if cached is None:
-        return (*await scan_while_opening(replica, opening, progress, walked), walked)
+        streaming = write and not walked.errors
+        answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming)
+        return answer, tree, walked
     answer = await receive_opened(opening)
     theirs = Hashes.of_message(answer)
     mine = Hashes(*cached, m.Top(walked.tree.mode, walked.tree.mtime_ns))
@@ -146,8 +166,11 @@ def _top_differs(mine: Hashes, theirs: Hashes, push: bool) -> bool:
 async def one_way(connection: Connection, replica: Replica, tree: Entry, answer: m.Opened,
                   push: bool, options: Options) -> Stats:
     """Bring the target (the server's directory in a push, ``replica`` scanned as ``tree``
-    in a pull) to the source's content, modes and times."""
+    in a pull) to the source's content, modes and times. An unsealed ``tree`` (a push into
+    an empty directory, `scan_while_opening`) sends everything without comparing, and is
+    scanned once the files are sent (signed by then: nothing is read again)."""
     started = time.monotonic()
+    streaming = push and not tree.content
     local, remote = Local(replica, tree), Remote(connection, answer)
     source, target = (local, remote) if push else (remote, local)
     stats = Stats(files_total=count_files(tree))
@@ -169,7 +192,10 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             stats.in_step = stats.in_step and not stats.failed
         return _done(stats, started)
     for hb in (8, 32):
-        stats.changes = changes = await compare(source, target, hb)
+        if streaming:
+            stats.changes = changes = everything(tree)
+        else:
+            stats.changes = changes = await compare(source, target, hb)
         if options.dry_run:
             vectors, singles = await metadata.walk(remote, local.tree)
             changes.meta = metadata.differences(vectors, singles)
@@ -184,6 +210,10 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
                 await trio.to_thread.run_sync(replica.sync_dirs)
         if not push:
             await local.refreshed()
+        if streaming:  # the local tree's hashes, now that every file is signed
+            local.tree = await trio.to_thread.run_sync(replica.scan)
+            src = mine = local.hashes()
+            streaming = False
         ops, results = await metadata.bring_in_step(local, remote, push, last)
         stats.ops_done(ops, results)
         dst = await target.refreshed()
