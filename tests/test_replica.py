@@ -100,3 +100,32 @@ def test_times_rdc_sets_keep_index_rows_current_unless_the_file_changed(tmp_path
     replica.scan()
     assert replica.stats.signed == 1
     replica.close()
+
+
+def test_many_directories_written_into_are_made_durable_by_one_syncfs(
+    tmp_path, monkeypatch
+) -> None:
+    """sync_dirs fsyncs each directory renamed or made into when there are a few, and
+    syncs the whole file system once when there are many."""
+    from rdc.local import fs as fs_module
+    from rdc.local import replica as replica_module
+
+    replica = make(tmp_path)
+    replica.scan()
+    fsynced: list[int] = []
+    synced_fs: list[int] = []
+    monkeypatch.setattr(replica_module.os, "fsync", lambda fd: fsynced.append(fd))
+    monkeypatch.setattr(fs_module.os, "fsync", lambda fd: fsynced.append(fd))
+    monkeypatch.setattr(replica_module, "sync_filesystem",
+                        lambda root: synced_fs.append(1) or True)
+    for count, expect_fsyncs, expect_syncfs in ((3, 3, 0), (40, 0, 1)):
+        for i in range(count):
+            replica.mkdir(f"n{count}-{i}", 0o755)
+        replica.sync_dirs()
+        fsynced.clear()
+        synced_fs.clear()
+        for i in range(count):  # one new directory in each: as many to sync
+            replica.mkdir(f"n{count}-{i}/sub", 0o755)
+        replica.sync_dirs()
+        assert (len(fsynced), len(synced_fs)) == (expect_fsyncs, expect_syncfs)
+    replica.close()

@@ -876,10 +876,17 @@ def sync_all(root: SafeRoot, temps: list[TempFile]) -> None:
     one ``fsync`` for the whole batch instead of one per file, else an ``fsync`` each.
     A crash after this and before an install leaves temporaries; after an install, a
     complete new file: never a mix."""
-    if _syncfs is not None and _syncfs(root.fileno()) == 0:
+    if sync_filesystem(root):
         return
     for temp in temps:
         os.fsync(temp.fileno())
+
+
+def sync_filesystem(root: SafeRoot) -> bool:
+    """``syncfs`` of the file system ``root`` is on: everything written to it, data and
+    metadata, durable at once. False where there is no syncfs (the caller fsyncs what it
+    wrote, one by one)."""
+    return _syncfs is not None and _syncfs(root.fileno()) == 0
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
