@@ -59,7 +59,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    if command in COMMANDS:
+        modules = [COMMANDS[command]]
+    elif command == "--version":
+        modules = []
+    else:
+        modules = list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         module = importlib.import_module(name)
         register = getattr(module, "add_parsers", None) or module.add_parser
