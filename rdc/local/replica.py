@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 from rdc.content.signature import FileSignature, signature_of_file
 from rdc.content.tree import Tree, TreeFormatError
+from rdc.local.commits import GroupCommit
 from rdc.local.filestat import mtime_ns, stamp
 from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile, sync_filesystem
 from rdc.local.ignore import Excludes
@@ -69,6 +70,7 @@ class Replica:
         self._unsynced: set[str] = set()  # directories renamed into, not yet fsynced
         self._salt: bytes | None = None  # the exclude patterns ``tree`` was made with
         self.fs.changed = set()  # what `rescan` lists again
+        self._commits = GroupCommit(self)
 
     def close(self) -> None:
         self.db.close()
@@ -195,12 +197,21 @@ class Replica:
         """A check, for a later commit or removal, that the file at ``path`` is still the
         version whose root starts with ``prefix`` (as a listing showed it): ConflictError
         now if it is not, else an expectation of its current stat."""
-        try:
-            signature, st, f = self.sign(path)
-        except FileNotFoundError:
-            raise ConflictError(path=path, expected="a file", found="nothing") from None
-        f.close()
-        if not signature.root.startswith(prefix):
+        st = self.fs.lstat(path)
+        if st is None:
+            raise ConflictError(path=path, expected="a file", found="nothing")
+        with self.lock:
+            row = self.db.get(path)
+        if row is not None and stat.S_ISREG(st.st_mode) and row.describes(st):
+            root = row.root  # the index vouches for it: the file need not be opened
+        else:
+            try:
+                signature, st, f = self.sign(path)
+            except FileNotFoundError:
+                raise ConflictError(path=path, expected="a file", found="nothing") from None
+            f.close()
+            root = signature.root
+        if not root.startswith(prefix):
             raise ConflictError(path=path, expected="the version listed", found="another")
         return Expect.from_stat(st)
 
@@ -290,6 +301,15 @@ class Replica:
         st = temp.commit(mode, mtime_ns, expect, sync_dir=False)
         self._installed(path)
         return st
+
+    def commit_received(
+        self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None,
+        signature: FileSignature,
+    ) -> os.stat_result:
+        """Commit a received file and record its signature, made durable together with the
+        others being committed on other threads (`rdc.local.commits`); the fsync of its
+        directory is left to `sync_dirs`, as `commit` does."""
+        return self._commits.commit(temp, path, mode, mtime_ns, expect, signature)
 
     def install(self, temp: TempFile, path: str, expect: Expect | None) -> os.stat_result:
         """Install a temporary that `TempFile.prepare` and `rdc.local.fs.sync_all` made

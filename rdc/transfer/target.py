@@ -191,8 +191,8 @@ def _copy_local(
         signature = assembly.signer.finish()
         if signature.root != offer.root:
             return None
-        st = replica.commit(assembly.temp, path, offer.mode, offer.mtime_ns, check)
-        replica.record(path, st, signature)
+        replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check,
+                                signature)
         return signature
     finally:
         assembly.abort()
@@ -383,6 +383,5 @@ def _finish_file(
             raise Refusal("verify", message=f"{path}: the received file does not have the "
                           "offered root (it changed at the source while being sent?)")
         return False
-    st = replica.commit(assembly.temp, path, offer.mode, offer.mtime_ns, check)
-    replica.record(path, st, signature)
+    replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check, signature)
     return True
