@@ -12,6 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rdc.local import replica as replica_module
 from rdc.local import rescan as rescan_module
 from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
@@ -165,4 +166,34 @@ def test_an_unlistable_directory_means_a_full_scan(tmp_path, monkeypatch) -> Non
     monkeypatch.setattr("rdc.local.replica.patch", refuse)
     tree = replica.rescan()
     assert scans == [1] and "f" in tree.children["d"].children
+    replica.close()
+
+
+def test_a_scan_of_an_unchanged_tree_reuses_the_sealed_one(tmp_path, monkeypatch) -> None:
+    """A daemon's next session scans again: when the walk sees the tree exactly as the last
+    scan or rescan sealed it, the index is not refreshed and the same tree is returned; an
+    edit made outside the replica is seen."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_bytes(b"one")
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    first = replica.scan()
+    temp = replica.fs.create_temp("d/g")
+    temp.write(b"two")
+    replica.commit(temp, "d/g", 0o644, OLD, None)
+    patched = replica.rescan()
+    refreshes: list[int] = []
+    real_refresh = replica_module.refresh
+
+    def counting(*args, **kwargs):
+        refreshes.append(1)
+        return real_refresh(*args, **kwargs)
+
+    monkeypatch.setattr(replica_module, "refresh", counting)
+    assert replica.scan() is patched and refreshes == []
+    (root / "d" / "f").write_bytes(b"changed outside")
+    os.utime(root / "d" / "f", ns=(OLD + 10**9, OLD + 10**9))
+    fresh = replica.scan()
+    assert refreshes == [1] and fresh is not patched and fresh.content != first.content
+    assert fresh.content != patched.content
     replica.close()

@@ -69,6 +69,7 @@ class Replica:
         self.temporaries: list[str] = []  # rdc temporaries the last scan saw
         self._unsynced: set[str] = set()  # directories renamed into, not yet fsynced
         self._salt: bytes | None = None  # the exclude patterns ``tree`` was made with
+        self._fingerprint: bytes | None = None  # of ``tree`` as sealed, if it had no errors
         self.fs.changed = set()  # what `rescan` lists again
         self._commits = GroupCommit(self)
 
@@ -106,6 +107,11 @@ class Replica:
         excludes = excludes or self.excludes
         self.fs.take_changes()  # the walk sees them all
         walked = walked or self.walk(excludes)
+        if self.tree is not None and not walked.errors and walked.fingerprint == self._fingerprint:
+            # Exactly as last sealed (a daemon's next session after its own writes): the
+            # index needs no refresh, the tree no new hashes.
+            self.temporaries = walked.temporaries
+            return self.tree
         tree, errors = walked.tree, list(walked.errors)
         with self.lock:
             self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress,
@@ -119,10 +125,9 @@ class Replica:
         self.errors = errors
         self.temporaries = walked.temporaries
         self._salt = _salt(excludes)
+        self._fingerprint = walked.fingerprint if not errors else None
         with self.lock:
-            self.db.cache_hashes(
-                walked.fingerprint if not errors else None, (tree.content, tree.meta, tree.smeta)
-            )
+            self.db.cache_hashes(self._fingerprint, (tree.content, tree.meta, tree.smeta))
         return tree
 
     def rescan(self, excludes: Excludes | None = None) -> Entry:
@@ -152,8 +157,9 @@ class Replica:
         tree = found.tree
         seal(tree)
         self.tree = tree
+        self._fingerprint = fingerprint(tree, salt)
         with self.lock:
-            self.db.cache_hashes(fingerprint(tree, salt), (tree.content, tree.meta, tree.smeta))
+            self.db.cache_hashes(self._fingerprint, (tree.content, tree.meta, tree.smeta))
         return tree
 
     def current_root(self, path: str) -> bytes | None:
