@@ -23,7 +23,25 @@ def clamp_ns(ns: int) -> int:
     return NS_MIN if ns < NS_MIN else NS_MAX if ns > NS_MAX else ns
 
 
-def mtime_ns(st: os.stat_result) -> int:
+class Seen(NamedTuple):
+    """What a walk keeps of a file's lstat, by the same names: all that the index's
+    checks read (a whole ``os.stat_result`` is about 700 bytes; a walk of 100,000 files
+    kept 70 MB of them)."""
+
+    st_mode: int
+    st_size: int
+    st_mtime_ns: int
+    st_ino: int
+
+
+FileStat = os.stat_result | Seen
+
+
+def seen(st: os.stat_result) -> Seen:
+    return Seen(st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def mtime_ns(st: FileStat) -> int:
     """The modification time of ``st`` as rdc records and sends it."""
     return clamp_ns(st.st_mtime_ns)
 
@@ -37,5 +55,5 @@ class Stamp(NamedTuple):
     inode: int
 
 
-def stamp(st: os.stat_result) -> Stamp:
+def stamp(st: FileStat) -> Stamp:
     return Stamp(st.st_size, mtime_ns(st), st.st_ino)

@@ -22,7 +22,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from rdc.local.filestat import mtime_ns
+from rdc.local.filestat import Seen, mtime_ns
 from rdc.local.fs import SafeRoot
 from rdc.local.paths import join, parent
 from rdc.local.snapshot import Entry, Exclude, Scan
@@ -39,7 +39,7 @@ class Patch:
     again (their index rows, and any below them, must go)."""
 
     tree: Entry
-    files: dict[str, os.stat_result] = field(default_factory=dict)
+    files: dict[str, Seen] = field(default_factory=dict)
     entries: list[tuple[str, Entry]] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import blake3
 
 from rdc.content.entries import put_varint
-from rdc.local.filestat import mtime_ns
+from rdc.local.filestat import Seen, mtime_ns, seen
 from rdc.local.paths import is_temporary
 from rdc.params import CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT
 
@@ -176,7 +176,7 @@ class Walk:
     cannot)."""
 
     tree: Entry
-    files: dict[str, os.stat_result]
+    files: dict[str, Seen]
     errors: list[tuple[str, str]]
     fingerprint: bytes
     temporaries: list[str]  # rdc temporaries seen (left out of everything else)
@@ -240,7 +240,7 @@ class Scan:
 
     def __init__(self, exclude: Exclude | None) -> None:
         self.exclude = exclude
-        self.files: dict[str, os.stat_result] = {}
+        self.files: dict[str, Seen] = {}
         self.errors: list[tuple[str, str]] = []
         self.temporaries: list[str] = []
 
@@ -278,7 +278,7 @@ class Scan:
                 if exclude and exclude(rel, False):
                     continue
                 child = Entry("f", stat.S_IMODE(mode), mtime_ns(st), st.st_size, ino=st.st_ino)
-                self.files[rel] = st
+                self.files[rel] = seen(st)
             elif stat.S_ISLNK(mode):
                 if exclude and exclude(rel, False):
                     continue

@@ -121,7 +121,7 @@ async def run(
     )
     if tree is None:  # neither side changed since both were last in step
         return Stats(files_total=len(walked.files), in_step=True, seq=answer.seq)
-    return await one_way(connection, replica, tree, answer, push, options)
+    return await one_way(connection, replica, tree, answer, push, options, walked)
 
 
 async def open_and_scan(
@@ -164,11 +164,13 @@ def _top_differs(mine: Hashes, theirs: Hashes, push: bool) -> bool:
 
 
 async def one_way(connection: Connection, replica: Replica, tree: Entry, answer: m.Opened,
-                  push: bool, options: Options) -> Stats:
+                  push: bool, options: Options, walked: Walk | None = None) -> Stats:
     """Bring the target (the server's directory in a push, ``replica`` scanned as ``tree``
     in a pull) to the source's content, modes and times. An unsealed ``tree`` (a push into
     an empty directory, `scan_while_opening`) sends everything without comparing, and is
-    scanned once the files are sent (signed by then: nothing is read again)."""
+    scanned once the files are sent (signed by then: nothing is read again), from
+    ``walked``, the walk it came from, when given (a second walk of a large tree would
+    double the client's memory)."""
     started = time.monotonic()
     streaming = push and not tree.content
     local, remote = Local(replica, tree), Remote(connection, answer)
@@ -211,7 +213,8 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         if not push:
             await local.refreshed()
         if streaming:  # the local tree's hashes, now that every file is signed
-            local.tree = await trio.to_thread.run_sync(replica.scan)
+            same = walked if walked is not None and walked.tree is tree else None
+            local.tree = await trio.to_thread.run_sync(replica.scan, None, None, same)
             src = mine = local.hashes()
             streaming = False
         ops, results = await metadata.bring_in_step(local, remote, push, last)

@@ -43,6 +43,7 @@ class Daemon:
         self.registry = Registry(config.shares, config.state_dir)
         self.tls = tls_context(config)
         self.connections = 0  # ever accepted: numbers them in the log
+        self.active = 0  # admitted and not yet ended
         self.limits = Limits(config.max_connections, config.max_connections_per_address)
 
     async def serve(self, *, task_status: trio.TaskStatus[list[Any]] = trio.TASK_STATUS_IGNORED
@@ -74,11 +75,13 @@ class Daemon:
             return
         log.info("#%d connection from %s", number, peer)
         state = {"authenticated": False}
+        self.active += 1
         try:
             await self._serve_connection(stream, number, peer, address, state)
         finally:
             self.limits.leave(address, state["authenticated"])
-            give_back_memory()
+            self.active -= 1
+            give_back_memory(collect=not self.active)
 
     async def _serve_connection(
         self, stream: trio.abc.Stream, number: int, peer: str, address: str, state: dict

@@ -21,7 +21,7 @@ import blake3
 
 from rdc.content.signature import FileSignature
 from rdc.content.tree import Tree, pack_tree, unpack_tree
-from rdc.local.filestat import Stamp, mtime_ns, stamp
+from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
@@ -63,7 +63,7 @@ class IndexedFile:
     def stamp(self) -> Stamp:
         return Stamp(self.size, self.mtime_ns, self.inode)
 
-    def describes(self, st: os.stat_result) -> bool:
+    def describes(self, st: FileStat) -> bool:
         """Whether this row still describes the file ``st`` was read from: same stamp, and
         not written so recently that a later write could have kept the stamp."""
         return not self.racy and self.stamp == stamp(st)
@@ -373,7 +373,7 @@ class IndexDatabase:
         if signature.sketch is not None and self._traits is not None:
             self._traits.add(cursor.lastrowid, signature.sketch)
 
-    def move(self, file_id: int, path: str, st: os.stat_result, racy: bool) -> None:
+    def move(self, file_id: int, path: str, st: FileStat, racy: bool) -> None:
         """A file renamed without a content change keeps its signature."""
         self._forget_traits(list(self.conn.execute(
             "SELECT id, sketch FROM file WHERE path = ? AND id != ?", (os.fsencode(path), file_id)
@@ -386,7 +386,7 @@ class IndexDatabase:
             (os.fsencode(path), mtime_ns(st), st.st_mode, int(racy), file_id),
         )
 
-    def touch(self, file_id: int, st: os.stat_result, racy: bool) -> None:
+    def touch(self, file_id: int, st: FileStat, racy: bool) -> None:
         self.conn.execute(
             "UPDATE file SET mode = ?, racy = ? WHERE id = ?", (st.st_mode, int(racy), file_id)
         )

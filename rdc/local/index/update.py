@@ -15,13 +15,13 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from rdc.content.signature import FileSignature, signature_of_file
-from rdc.local.filestat import mtime_ns, stamp
+from rdc.local.filestat import FileStat, mtime_ns, stamp
 from rdc.local.index.db import IndexDatabase, unusable
 from rdc.local.paths import PathError, is_temporary
 
@@ -102,7 +102,7 @@ def refresh(
     workers: int = 2,
     exclude: Callable[[str, bool], bool] | None = None,
     progress: Callable[[Progress], None] | None = None,
-    files: dict[str, os.stat_result] | None = None,
+    files: Mapping[str, FileStat] | None = None,
     opener: Opener | None = None,
 ) -> RefreshStats:
     """Update ``db`` to describe the regular files under ``root``. ``files``: their lstat
@@ -126,14 +126,14 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
     started = time.time_ns()
     db_path = os.path.abspath(db.location)
     rows = {f.path: f for f in db.files()}
-    on_disk: dict[str, os.stat_result] = {}
+    on_disk: dict[str, FileStat] = {}
     for rel, st in (files.items() if files is not None else walk_files(root, exclude)):
         if os.path.abspath(os.path.join(root, rel)).startswith(db_path):
             continue
         on_disk[rel] = st
     stats.files = len(on_disk)
 
-    def racy(st: os.stat_result) -> bool:
+    def racy(st: FileStat) -> bool:
         return mtime_ns(st) >= started - RACY_NS
 
     changed: list[str] = []
@@ -166,7 +166,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
 
 
 def refresh_some(
-    db: IndexDatabase, files: dict[str, os.stat_result], gone: list[str], opener: Opener
+    db: IndexDatabase, files: Mapping[str, FileStat], gone: list[str], opener: Opener
 ) -> RefreshStats:
     """Bring the rows of some paths up to date, for a caller that knows what else did not
     change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
@@ -174,7 +174,7 @@ def refresh_some(
     stats = RefreshStats(files=len(files))
     started = time.time_ns()
 
-    def racy(st: os.stat_result) -> bool:
+    def racy(st: FileStat) -> bool:
         return mtime_ns(st) >= started - RACY_NS
 
     rows = db.get_many(list(files))

@@ -1,0 +1,76 @@
+"""An idle daemon holds no trees: when its last connection ends, what the sessions left
+in reference cycles (a finished coroutine's frame, a replica and its group commit) is
+freed at once, not at some later collection that an idle process never triggers."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from rdc.local.replica import Replica
+from rdc.transfer import oneway
+from rdc.transfer.stats import Options
+from rdc.wire.connection import Connection, unwrap_group
+from rdc.wire.frames import FrameStream
+from rdc.wire.handshake import client_handshake
+from rdc_server.config import ServerConfig, Tokens
+from rdc_server.daemon import Daemon
+from rdc_server.shares import Registry, Rights, Share
+
+TOKEN = "a-token-for-the-memory-test"
+
+
+def test_the_last_connection_leaves_no_replica_behind(tmp_path: Path, monkeypatch) -> None:
+    share = tmp_path / "share"
+    share.mkdir()
+    local = tmp_path / "local"
+    for i in range(30):
+        (local / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        (local / f"d{i % 3}" / f"f{i}").write_bytes(b"content %d\n" % i * (i + 1))
+    config = ServerConfig(shares={"s": Share("s", str(share), False)},
+                          tokens=Tokens([(TOKEN, Rights())]), state_dir=tmp_path / "state")
+    daemon = Daemon(config)
+    opened: weakref.WeakSet[Replica] = weakref.WeakSet()
+    acquire = Registry.acquire
+
+    def recording(self: Registry, *args, **kwargs):
+        directory = acquire(self, *args, **kwargs)
+        opened.add(directory.replica)
+        return directory
+
+    monkeypatch.setattr(Registry, "acquire", recording)
+
+    async def main() -> None:
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        with unwrap_group():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(daemon._connection, server_stream)
+                frames = FrameStream(client_stream)
+                await client_handshake(frames, TOKEN)
+                connection = Connection(frames)
+                await nursery.start(connection.run)
+                replica = Replica(str(local), tmp_path / "client.sqlite3")
+                try:
+                    stats = await oneway.run(connection, replica, "s", "", True, Options(), [])
+                finally:
+                    replica.close()
+                assert not stats.failed and len(opened) == 1
+                await connection.close()
+                with trio.move_on_after(5):
+                    while len(opened):  # the connection ends, then its memory goes
+                        await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+
+    gc.collect()
+    gc.disable()  # only the daemon's own collection may free the session's cycles
+    try:
+        trio.run(main)
+        assert len(opened) == 0
+    finally:
+        gc.enable()
+        daemon.registry.close()
+    assert sorted(p.name for p in share.iterdir()) == ["d0", "d1", "d2"]
