@@ -83,8 +83,8 @@ class Report:
             lines = _one_way_lines(stats, push, args.delete, args.dry_run, removed)
             for line in lines:
                 print(line, file=self.out)
-        if self.events is not None and changes is not None and not args.dry_run:
-            for path, _ in changes.removals:
+        if self.events is not None and not args.dry_run:
+            for path in dict.fromkeys(p for plan in stats.plans() for p, _ in plan.removals):
                 if path in removed:
                     self.events.emit("delete", path=path, where=where)
         extras = changes is not None and any(
@@ -178,35 +178,44 @@ def error_text(path: str, error: str) -> str:
 
 def _one_way_lines(stats: Stats, push: bool, delete: bool, dry_run: bool,
                    removed: set[str]) -> list[str]:
-    """The lines of ``-v`` (what was done) or of a dry run (what would be)."""
+    """The lines of ``-v`` (what was done, by every plan carried out) or of a dry run
+    (what would be); the entries kept (no ``--delete``) as the last comparison found
+    them."""
     changes = stats.changes
     assert changes is not None
+    plans = stats.plans()
     verb = "would " if dry_run else ""
     ops = {(kind, path) for kind, path, _ in stats.applied}
-    lines = []
-    for path, _ in changes.replace:
+    lines: dict[str, None] = {}  # in order, each once
+
+    def each(items: str) -> list[tuple]:
+        return [item for plan in plans for item in getattr(plan, items)]
+
+    for path, _ in each("replace"):
         if dry_run or path in removed:
-            lines.append(f"{verb}replace {path}")
-    for path, _ in changes.mkdirs:
+            lines[f"{verb}replace {path}"] = None
+    for path, _ in each("mkdirs"):
         if dry_run or ("mkdir", path) in ops:
-            lines.append(f"{verb}create {path}/")
-    for path, _ in changes.files:
+            lines[f"{verb}create {path}/"] = None
+    for path, _ in each("files"):
         if dry_run or path in stats.moved:
-            lines.append(f"{verb}send {path}" if push else f"{verb}fetch {path}")
-    for path, target, _ in changes.links:
+            lines[f"{verb}send {path}" if push else f"{verb}fetch {path}"] = None
+    for path, target, _ in each("links"):
         if dry_run or ("link", path) in ops:
-            lines.append(f"{verb}link {path} -> {os.fsdecode(target)}")
+            lines[f"{verb}link {path} -> {os.fsdecode(target)}"] = None
     for path, what in changes.meta:
         if "mode" in what:
-            lines.append(f"{verb}chmod {path or '.'}")
+            lines[f"{verb}chmod {path or '.'}"] = None
         if "time" in what:
-            lines.append(f"{verb}touch {path or '.'}")
-    for path, _ in changes.removals:
-        if not delete:
-            lines.append(f"extra {path} (kept; --delete removes it)")
-        elif dry_run or path in removed:
-            lines.append(f"{verb}delete {path}")
-    return lines
+            lines[f"{verb}touch {path or '.'}"] = None
+    if delete:
+        for path, _ in each("removals"):
+            if dry_run or path in removed:
+                lines[f"{verb}delete {path}"] = None
+    else:
+        for path, _ in changes.removals:
+            lines[f"extra {path} (kept; --delete removes it)"] = None
+    return list(lines)
 
 
 def summary_text(stats: Stats, dry_run: bool = False) -> str:

@@ -280,6 +280,7 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
                    options: Options, stats: Stats, push: bool, unreadable_there: int) -> None:
     """The target's entries made like the source's: replacements and directories first,
     then files (many in flight) and links, then deletions."""
+    stats.carried.append(changes)
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
     ok = stats.ops_done(prelude, await target.apply(prelude))

@@ -56,6 +56,9 @@ class Stats:
     deleted: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     changes: Changes | None = None  # what the comparison found (for -v and dry runs)
+    # Every plan carried out, in order: a run that compares again (a hash prefix that
+    # matched by accident) carries out more than one, and ``changes`` is only the last.
+    carried: list[Changes] = field(default_factory=list)
     in_step: bool = False  # both trees equal at the end (content and times)
     seq: int = 0  # the share's change sequence number after this run's writes
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (path, conflict copy)
@@ -67,6 +70,10 @@ class Stats:
     # and ops that succeeded (kind, path, "local" or "remote" where the caller said).
     moved: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     applied: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def plans(self) -> list[Changes]:
+        """The plans carried out (a dry run's: the one it would carry out)."""
+        return self.carried or ([self.changes] if self.changes is not None else [])
 
     def file_done(self, path: str, done: m.Done) -> None:
         """Count one file's outcome (the target's ``done``)."""

@@ -45,7 +45,7 @@ def settle_one_way(stats: Stats, replica: Replica, push: bool, dry_run: bool,
     local tree (as scanned; ``files`` when it was not scanned again); for a pull, the
     local tree at the end but for what only this side has and kept (no ``--delete``)."""
     changes = stats.changes
-    planned = [path for path, _ in changes.files] if changes is not None else []
+    planned = [path for plan in stats.plans() for path, _ in plan.files]
     covered = set(files) if files is not None else files_of(replica.tree)
     unreadable: list[str] = []
     if push:
