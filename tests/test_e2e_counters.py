@@ -208,6 +208,11 @@ def test_sync_counters_with_a_conflict_failures_deletions_and_excludes(e2e: E2E)
     summary = events_of(first.stdout)[-1]
     assert_adds_up(summary)
     assert summary["files_total"] == summary["files_transferred"] == 7
+    again = sync(e2e, here, url, "--exclude", "*.log", "--json")
+    quiet = events_of(again.stdout)[-1]
+    assert quiet["files_unchanged"] == quiet["files_total"] == 7, quiet
+    # Nothing to do, but the connection's bytes (handshake, open) are counted, as in a push.
+    assert quiet["bytes_sent"] > 0 and quiet["bytes_received"] > 0, quiet
 
     write(here / "f0.txt", b"edited here\n")
     write(share / "f1.txt", b"edited there\n")

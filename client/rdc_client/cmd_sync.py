@@ -115,9 +115,12 @@ class SyncJob:
         started: float | None = None,
     ) -> Stats:
         """One sync round against the server's root hashes as ``remote`` last heard them;
-        ``tree``: the local tree if it was scanned just now."""
+        ``tree``: the local tree if it was scanned just now. The first round (``started``
+        given) counts the connection's bytes from its start, handshake and open included,
+        as push and pull do."""
+        first = started is not None
         started = time.monotonic() if started is None else started
-        sent, received = counted.bytes_sent, counted.bytes_received
+        sent, received = (0, 0) if first else (counted.bytes_sent, counted.bytes_received)
         options = self.options()
         self.bar.counter = counted
         try:
