@@ -320,3 +320,41 @@ def test_stats_json_to_stdout_and_quiet(e2e: E2E, verb: str) -> None:
     assert quiet.stdout == "" and quiet.stderr == "", quiet
     clash = e2e.rdc(verb, a, b, *token, "-q", "-v")
     assert clash.returncode == 2 and "-q" in clash.stderr, clash
+
+
+def test_sync_verbose_lists_what_was_done_on_each_side(e2e: E2E) -> None:
+    """``sync -v`` names every kind of change a round makes and on which side, so that a
+    round that only set a time is not a summary of nothing (items 12, 14); a dry run lists
+    the same with ``would``."""
+    share, here = e2e.tmp / "share", e2e.tmp / "here"
+    share.mkdir()
+    here.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        write(share / name, f"{name}\n".encode())
+    server = e2e.serve({"s": share})
+    url = server.url("s")
+    assert sync(e2e, here, url).returncode == 0
+    (here / "nd").mkdir()
+    write(here / "nd" / "n.txt", b"new here\n")
+    os.symlink("a.txt", here / "lnk")
+    os.utime(share / "b.txt", ns=(10**18, 10**18))
+    os.remove(share / "c.txt")
+    (share / "emptyd").mkdir()
+    expected = ["create here emptyd/", "create there nd/", "send nd/n.txt",
+                "link there lnk -> a.txt", "delete here c.txt", "set mode and time here b.txt"]
+
+    def listing(text: str) -> list[str]:
+        """The lines before the summary, but the new link's own time (set or not,
+        as the file system allows)."""
+        return [line for line in text.splitlines()[:len(expected) + 1]
+                if not line.endswith("mode and time there lnk")][:len(expected)]
+
+    plan = sync(e2e, here, url, "-n")
+    assert plan.returncode == 0, plan.stderr
+    assert listing(plan.stdout) == [f"would {line}" for line in expected], plan.stdout
+    done = sync(e2e, here, url, "-v", "--stats")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert listing(done.stdout) == expected, done.stdout
+    assert os.stat(here / "b.txt").st_mtime_ns == 10**18
+    assert "files: 3 total, 1 transferred (0 copied locally), 2 unchanged, 0 failed" in lines

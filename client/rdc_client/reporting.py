@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rdc.errors import UsageError
@@ -101,16 +102,8 @@ class Report:
         self.rounds += 1
         done = {(path, where) for kind, path, where in stats.applied if kind == "rm"}
         if args.verbose or args.dry_run:
-            verb = "would " if args.dry_run else ""
-            for label, items in (("send", actions.pushes), ("fetch", actions.gets)):
-                for path, _ in items:
-                    if args.dry_run or path in stats.moved:
-                        print(f"{verb}{label} {path}", file=self.out)
-            for where, label, items in (("local", "here", actions.local_rms),
-                                        ("remote", "there", actions.remote_rms)):
-                for path, _ in items:
-                    if args.dry_run or (path, where) in done:
-                        print(f"{verb}delete {label} {path}", file=self.out)
+            for line in _two_way_lines(stats, actions, args.dry_run):
+                print(line, file=self.out)
         if self.events is not None and not args.dry_run:
             for where, items in (("local", actions.local_rms), ("remote", actions.remote_rms)):
                 for path, _ in items:
@@ -216,6 +209,37 @@ def _one_way_lines(stats: Stats, push: bool, delete: bool, dry_run: bool,
         for path, _ in changes.removals:
             lines[f"extra {path} (kept; --delete removes it)"] = None
     return list(lines)
+
+
+def _two_way_lines(stats: Stats, actions: Actions, dry_run: bool) -> list[str]:
+    """The lines of a sync round's ``-v`` (what was done, in the order it was done, on
+    which side: ``here`` or ``there``) or of its dry run (what would be)."""
+    verb = "would " if dry_run else ""
+    done = {(kind, path, where) for kind, path, where in stats.applied}
+    lines: list[str] = []
+
+    def each(kind: str, label: str, local: list, remote: list,
+             text: Callable[[Any], str] = str) -> None:
+        """``label`` each item of the two lists (its path first) that was done."""
+        for where, side, items in (("local", "here", local), ("remote", "there", remote)):
+            for item in items:
+                path = item if isinstance(item, str) else item[0]
+                if dry_run or (kind, path, where) in done:
+                    lines.append(f"{verb}{label} {side} {text(item)}")
+
+    a = actions
+    each("mv", "move", a.local_moves, a.remote_moves, lambda i: f"{i[0]} -> {i[1]}")
+    each("rm", "replace", a.local_replace, a.remote_replace, lambda i: i[0])
+    each("mkdir", "create", a.local_mkdirs, a.remote_mkdirs, lambda i: f"{i[0]}/")
+    for label, items in (("send", a.pushes), ("fetch", a.gets)):
+        lines += [f"{verb}{label} {path}" for path, _ in items
+                  if dry_run or path in stats.moved]
+    each("link", "link", a.local_links, a.remote_links,
+         lambda i: f"{i[0]} -> {os.fsdecode(i[1])}")
+    each("rm", "delete", a.local_rms, a.remote_rms, lambda i: i[0])
+    each("rmdir", "delete", a.local_rmdirs, a.remote_rmdirs, lambda i: f"{i}/")
+    each("meta", "set mode and time", a.local_meta, a.remote_meta, lambda i: i[0])
+    return lines
 
 
 def summary_text(stats: Stats, dry_run: bool = False) -> str:
