@@ -31,6 +31,12 @@ class FileAccessError(RdcError):
     exit_code = 3
 
 
+class FileWriteError(RdcError):
+    """cannot write {path}: {reason}"""
+
+    exit_code = 3
+
+
 class ProtocolError(RdcError):
     """protocol error: {message}"""
 

@@ -88,7 +88,9 @@ def test_tls_client_against_a_plain_server_fails_cleanly(e2e: E2E) -> None:
     server = e2e.serve({"s": share})
     result = e2e.push(src, server.url("s"), "--ca-file", str(pems["ca"]))
     assert result.returncode == 5, result
-    assert "TLS with 127.0.0.1 failed: [SSL" in result.stderr, result
+    assert ("TLS with 127.0.0.1 failed: the other side does not speak TLS ([SSL: "
+            "WRONG_VERSION_NUMBER]") in result.stderr, result
+    assert "connect without --tls" in result.stderr, result
     assert "Traceback" not in result.stderr
     assert snapshot(share) == {}
 

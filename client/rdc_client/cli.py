@@ -37,6 +37,10 @@ COMMANDS = {
     "check": "rdc_client.cmd_repo",
 }
 
+# The commands whose --json is an event stream (rdc_client.events); an error that ends
+# them is an event too.
+EVENT_COMMANDS = ("push", "pull", "sync", "watch")
+
 
 class _Version(argparse.Action):
     """``--version``."""
@@ -72,6 +76,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of command ``name`` (for errors in its own usage)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # File names are bytes; those that are not UTF-8 reach us with surrogate escapes. Write
     # them out as the bytes they are (as ls does), not fail with UnicodeEncodeError under a
@@ -80,21 +92,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="surrogateescape")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's parser, with its usage, not the top level's
+        command_parser(parser, args.command).error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     run: Command = args.run
     try:
         return run(args)
     except RdcError as exc:
-        print(f"rdc: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fatal(args, str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        print("rdc: interrupted", file=sys.stderr)
-        return 130
+        return _fatal(args, "interrupted", 130)
     except sqlite3.OperationalError as exc:
         # The signature index is a cache, rebuilt when it is bad; these errors are not its
         # fault (another rdc held it for long, the disk is full), and would be again.
-        print(f"rdc: the signature index: {exc}", file=sys.stderr)
-        return 1
+        return _fatal(args, f"the signature index: {exc}", 1)
     except BrokenPipeError:
         # The reader went away (rdc chunk --list | head): stop quietly, and keep Python from
         # failing again when it flushes stdout at exit.
@@ -104,6 +116,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rdc.wire.frames import ConnectionClosed
 
         if isinstance(exc, ConnectionClosed):
-            print(f"rdc: {exc or 'the connection was closed'}", file=sys.stderr)
-            return 5
+            return _fatal(args, f"{exc or 'the connection was closed'}", 5)
         raise
+
+
+def _fatal(args: argparse.Namespace, message: str, exit_code: int) -> int:
+    """The error that ends the command: a line on stderr, and with ``--json`` an event."""
+    print(f"rdc: {message}", file=sys.stderr)
+    if args.command in EVENT_COMMANDS and getattr(args, "json", False):
+        from rdc_client.events import EventStream
+
+        EventStream().emit("error", path=None, message=message, exit_code=exit_code)
+    return exit_code

@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         "round_trips": total.round_trips,
         "hash_bytes": args.hash_bytes,
     }
+    if args.verify:  # (a file that did not rebuild raised RebuildMismatch)
+        result["verified"] = files
     if args.json:
         print(json.dumps(result))
         return 0
@@ -88,4 +90,7 @@ def run(args: argparse.Namespace) -> int:
         f"  requests    {total.request_bytes:,} bytes, offers {total.offer_bytes:,} bytes\n"
         f"  total       {total.total_bytes:,} bytes in {total.round_trips} round trips"
     )
+    if args.verify:
+        print(f"  verified    {new} rebuilt from the plan byte for byte "
+              f"({files:,} file{'s' if files != 1 else ''})")
     return 0

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import socket
-import sys
 import time
 from typing import Any
 
 import trio
 
-from rdc.errors import EXIT_PARTIAL, ConnectionFailed, FileAccessError, ProtocolError, RemoteError
+from rdc.errors import EXIT_PARTIAL, ConnectionFailed, ProtocolError, RdcError, RemoteError
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
 from rdc.local.replica import Replica
@@ -26,15 +24,15 @@ from rdc.transfer.twoway import Actions
 from rdc.wire import messages as m
 from rdc.wire.connection import unwrap_group
 from rdc.wire.frames import ConnectionClosed
-from rdc_client.cmd_transfer import report
+from rdc_client import preflight, problems, reporting
 from rdc_client.options import (
     add_dry_run_option,
     add_exclude_option,
     add_report_options,
     add_server_options,
 )
-from rdc_client.progress import TransferBar
 from rdc_client.remote import RemoteURL, open_connection, parse_url, read_token, tls_context
+from rdc_client.reporting import Report
 
 RECONNECT_FIRST = 1.0  # seconds; doubles up to RECONNECT_MAX while the server is away
 RECONNECT_MAX = 60.0
@@ -71,28 +69,45 @@ class SyncJob:
     """What one ``rdc sync`` or ``rdc watch`` needs across rounds and reconnections."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        reporting.check(args)
         self.args = args
+        self.report = Report(args, args.command)
         self.remote: RemoteURL = parse_url(args.url)
         self.token = read_token(args.token_file)
         self.tls = tls_context(args.ca_file) if args.tls or args.ca_file else None
-        if not os.path.isdir(args.local):
-            raise FileAccessError(path=args.local, reason="not a directory")
+        self.base_path = base_store.location(args.local, str(self.remote))
+        # Checked before anything changes: a sync that could not record what it did would
+        # leave the next one to guess.
+        preflight.writable(self.base_path.parent, "XDG_STATE_HOME")
+        preflight.writable(default_location(args.local).parent, "XDG_CACHE_HOME")
+        self.made = preflight.make_directory(args.local)  # as a pull would
         self.patterns = [*args.exclude, *read_ignore_file(args.local)]
         self.excludes = Excludes(self.patterns)
-        self.base_path = base_store.location(args.local, str(self.remote))
+        # Conflict copies are named after the machine whose version they are: this one,
+        # or the server (by the name it gives in its welcome; else as the URL has it).
         self.hosts = (socket.gethostname(), self.remote.host)
+        self.bar: Any = None
+
+    def welcomed(self, welcome: m.Welcome) -> None:
+        if welcome.host:
+            self.hosts = (self.hosts[0], welcome.host)
 
     def options(self) -> Options:
-        return Options(delete=True, dry_run=self.args.dry_run,
-                       progress=TransferBar(enabled=self.args.progress))
+        self.bar = self.report.transfer_display()
+        return self.report.options(delete=True, dry_run=self.args.dry_run, progress=self.bar)
 
     async def first_round(self, connection: Any, counted: Any, replica: Replica
                           ) -> tuple[Stats, Remote]:
         """Open the remote directory and sync once; the local scan runs while the server
         scans its side. The stats and the remote side for later rounds."""
         started = time.monotonic()
-        remote, tree = await twoway.open_round(connection, replica, self.remote.share,
-                                               self.remote.path, self.options(), self.patterns)
+        line = self.report.scan_line()
+        try:
+            remote, tree = await twoway.open_round(connection, replica, self.remote.share,
+                                                   self.remote.path, self.options(),
+                                                   self.patterns, line)
+        finally:
+            line.close()
         return await self.round(counted, replica, remote, tree, started), remote
 
     async def round(
@@ -100,12 +115,20 @@ class SyncJob:
         started: float | None = None,
     ) -> Stats:
         """One sync round against the server's root hashes as ``remote`` last heard them;
-        ``tree``: the local tree if it was scanned just now."""
+        ``tree``: the local tree if it was scanned just now. The first round (``started``
+        given) counts the connection's bytes from its start, handshake and open included,
+        as push and pull do."""
+        first = started is not None
         started = time.monotonic() if started is None else started
-        sent, received = counted.bytes_sent, counted.bytes_received
-        stats, actions, _ = await twoway.sync_round(
-            remote, replica, self.base_path, self.hosts, self.options(), tree
-        )
+        sent, received = (0, 0) if first else (counted.bytes_sent, counted.bytes_received)
+        options = self.options()
+        self.bar.counter = counted
+        try:
+            stats, actions, _ = await twoway.sync_round(
+                remote, replica, self.base_path, self.hosts, options, tree
+            )
+        finally:
+            self.bar.close()
         stats.seconds = time.monotonic() - started
         stats.bytes_sent = counted.bytes_sent - sent
         stats.bytes_received = counted.bytes_received - received
@@ -113,28 +136,21 @@ class SyncJob:
         return stats
 
     def show(self, stats: Stats, actions: Actions) -> None:
-        args = self.args
-        if args.verbose or args.dry_run:
-            verb = "would " if args.dry_run else ""
-            for label, items in (("send", actions.pushes), ("fetch", actions.gets)):
-                for path, _ in items:
-                    print(f"{verb}{label} {path}")
-            for path, _ in actions.local_rms:
-                print(f"{verb}delete here {path}")
-            for path, _ in actions.remote_rms:
-                print(f"{verb}delete there {path}")
-        for path, copy in stats.conflicts:
-            print(f"conflict: {path} changed on both sides; the older version is now {copy}",
-                  file=sys.stderr)
-        report(args, stats)
+        code = EXIT_PARTIAL if stats.failed else 0
+        self.report.two_way(stats, actions, code, watch=self.args.command == "watch")
 
 
 def run_sync(args: argparse.Namespace) -> int:
     job = SyncJob(args)
+    completed = False
     try:
         stats = trio.run(_sync_once, job)
-    except ConnectionClosed as exc:
-        raise ConnectionFailed(message=f"{job.remote}: {exc}") from None
+        completed = True
+    except (ConnectionClosed, trio.BrokenResourceError) as exc:
+        raise problems.lost(str(job.remote), exc) from None
+    finally:
+        if args.dry_run or not completed:
+            preflight.remove_made(job.made)
     return EXIT_PARTIAL if stats.failed else 0
 
 
@@ -145,7 +161,8 @@ async def _sync_once(job: SyncJob) -> Stats:
         if not args.dry_run:
             await trio.to_thread.run_sync(replica.fs.clean_temporaries)
         async with open_connection(job.remote, job.token, job.tls,
-                                   compress=not args.no_compress) as (connection, counted):
+                                   compress=not args.no_compress,
+                                   welcomed=job.welcomed) as (connection, counted):
             stats, _ = await job.first_round(connection, counted, replica)
             return stats
     finally:
@@ -158,7 +175,17 @@ async def _sync_once(job: SyncJob) -> Stats:
 def run_watch(args: argparse.Namespace) -> int:
     job = SyncJob(args)
     trio.run(_watch, job)
-    return 0  # only an interruption (130) or a usage error ends a watch
+    return 0  # only an interruption (130) or an error that will not clear ends a watch
+
+
+def permanent(exc: BaseException) -> bool:
+    """Whether an error ends a watch rather than being tried again: access denied (a bad
+    token, an unknown or read-only share), another protocol or format, a path the server
+    refuses. A connection refused, lost or busy (a server restarting, a network away)
+    clears by itself."""
+    if isinstance(exc, RemoteError) and exc.code == "path":
+        return True
+    return isinstance(exc, RdcError) and exc.exit_code in (2, 4, 6)
 
 
 async def _watch(job: SyncJob) -> None:
@@ -175,8 +202,12 @@ async def _watch(job: SyncJob) -> None:
                 await _watch_connected(job, replica, changes)
             except (ConnectionFailed, ConnectionClosed, ProtocolError, RemoteError,
                     OSError, trio.BrokenResourceError) as exc:
-                why = str(exc) or "the connection was closed"
-                print(f"rdc watch: {why}; trying again in {delay:g} s", file=sys.stderr)
+                if permanent(exc):
+                    raise
+                why = str(exc if isinstance(exc, RdcError) else problems.lost(
+                    str(job.remote), exc))
+                job.report.status("retrying", f"{why}; trying again in {delay:g} s",
+                                  retry_in=delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
                 continue
@@ -190,9 +221,10 @@ async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None
     newer remote sequence number, until the connection fails."""
     async with open_connection(job.remote, job.token, job.tls,
                                compress=not job.args.no_compress,
-                               idle_timeout=WATCH_IDLE_TIMEOUT) as (connection, counted):
+                               idle_timeout=WATCH_IDLE_TIMEOUT,
+                               welcomed=job.welcomed) as (connection, counted):
         stats, remote = await job.first_round(connection, counted, replica)
-        print(f"rdc watch: connected to {job.remote}", file=sys.stderr)
+        job.report.status("connected", f"connected to {job.remote}")
         state = {"seq": max(stats.seq, remote.hashes.seq), "remote": not stats.in_step}
         synced = _in_step(stats, replica)
         wake = trio.Event()

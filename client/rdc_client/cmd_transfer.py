@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 import time
 from typing import Any
 
 import trio
 
-from rdc.errors import EXIT_PARTIAL, ConnectionFailed, FileAccessError, UsageError
+from rdc.errors import EXIT_PARTIAL, FileAccessError
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
 from rdc.local.replica import Replica
 from rdc.transfer import oneway
-from rdc.transfer.stats import Options, Stats
+from rdc.transfer.stats import Stats
 from rdc.wire.frames import ConnectionClosed
+from rdc_client import preflight, problems, reporting
 from rdc_client.options import (
     add_dry_run_option,
     add_exclude_option,
     add_report_options,
     add_server_options,
 )
-from rdc_client.progress import ProgressLine, TransferBar, human_bytes
 from rdc_client.remote import RemoteURL, open_connection, parse_url, read_token, tls_context
+from rdc_client.reporting import Report
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -61,55 +59,34 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    reporting.check(args)
+    report = Report(args, args.direction)
     remote = parse_url(args.url)
     token = read_token(args.token_file)
     tls = tls_context(args.ca_file) if args.tls or args.ca_file else None
     local = args.local
+    preflight.writable(default_location(local).parent, "XDG_CACHE_HOME")
     made: list[str] = []  # directories this run created for a pull, outermost first
     if args.direction == "push":
-        if not os.path.isdir(local):
-            raise FileAccessError(path=local, reason="not a directory")
+        preflight.existing_directory(local)
     else:
-        try:
-            made = _missing_directories(local)
-            os.makedirs(local, exist_ok=True)
-        except OSError as exc:
-            raise FileAccessError(path=local, reason=exc.strerror or str(exc)) from None
-        if not os.path.isdir(local):
-            raise FileAccessError(path=local, reason="not a directory")
+        made = preflight.make_directory(local)
     patterns = [*args.exclude, *read_ignore_file(local)]
     excludes = Excludes(patterns)
     started = time.monotonic()
     completed = False
     try:
-        stats = trio.run(_transfer, args, remote, token, tls, excludes, patterns)
+        stats = trio.run(_transfer, args, remote, token, tls, excludes, patterns, report)
         completed = True
-    except ConnectionClosed as exc:
-        raise ConnectionFailed(message=f"{remote}: {exc}") from None
+    except (ConnectionClosed, trio.BrokenResourceError) as exc:
+        raise problems.lost(str(remote), exc) from None
     finally:
         if args.dry_run or not completed:
-            _remove_empty(made)  # a dry run, or a pull that failed, leaves nothing behind
+            preflight.remove_made(made)  # a dry run, or a pull that failed, leaves nothing
     stats.seconds = time.monotonic() - started
-    report(args, stats)
-    return EXIT_PARTIAL if stats.failed else 0
-
-
-def _missing_directories(path: str) -> list[str]:
-    """``path`` and its ancestors that do not exist, outermost first."""
-    missing = []
-    path = os.path.abspath(path)
-    while not os.path.lexists(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    return missing[::-1]
-
-
-def _remove_empty(directories: list[str]) -> None:
-    for path in reversed(directories):
-        try:
-            os.rmdir(path)
-        except OSError:  # not empty (something was fetched into it), or gone: keep the rest
-            return
+    code = EXIT_PARTIAL if stats.failed else 0
+    report.one_way(stats, args.direction == "push", code)
+    return code
 
 
 async def _transfer(
@@ -119,15 +96,17 @@ async def _transfer(
     tls: Any,
     excludes: Excludes,
     patterns: list[str],
+    report: Report,
 ) -> Stats:
     try:
         replica = Replica(args.local, default_location(args.local), excludes)
     except OSError as exc:
-        raise FileAccessError(path=args.local, reason=exc.strerror or str(exc)) from None
+        raise FileAccessError(path=exc.filename or args.local,
+                              reason=exc.strerror or str(exc)) from None
     try:
-        line = ProgressLine(enabled=args.progress)
-        bar = TransferBar(enabled=args.progress, after=line)
-        options = Options(delete=args.delete, dry_run=args.dry_run, progress=bar)
+        line = report.scan_line()
+        bar = report.transfer_display(after=line)
+        options = report.options(delete=args.delete, dry_run=args.dry_run, progress=bar)
         async with open_connection(remote, token, tls, compress=not args.no_compress) as (
             connection,
             counted,
@@ -144,49 +123,3 @@ async def _transfer(
         return stats
     finally:
         replica.close()
-
-
-def report(args: argparse.Namespace, stats: Stats) -> None:
-    changes = stats.changes
-    if (args.dry_run or args.verbose) and changes is not None:
-        verb = "would " if args.dry_run else ""
-        for path, _ in changes.replace:
-            print(f"{verb}replace {path}")
-        for path, _ in changes.mkdirs:
-            print(f"{verb}create {path}/")
-        for path, _ in changes.files:
-            print(f"{verb}send {path}" if args.direction == "push" else f"{verb}fetch {path}")
-        for path, target, _ in changes.links:
-            print(f"{verb}link {path} -> {os.fsdecode(target)}")
-        for path, what in changes.meta:
-            if "mode" in what:
-                print(f"{verb}chmod {path or '.'}")
-            if "time" in what:
-                print(f"{verb}touch {path or '.'}")
-        for path, _ in changes.removals:
-            if args.delete:
-                print(f"{verb}delete {path}")
-            elif args.verbose or args.dry_run:
-                print(f"extra {path} (kept; --delete removes it)")
-    for path, error in stats.failed:
-        print(f"rdc: {path}: {error}", file=sys.stderr)
-    for warning in stats.warnings:
-        print(f"rdc: warning: {warning}", file=sys.stderr)
-    summary = stats.as_json()
-    if args.stats:
-        print(
-            f"files: {stats.files_total:,} total, {stats.files_transferred:,} transferred "
-            f"({stats.copied_files:,} copied locally), {len(stats.failed):,} failed\n"
-            f"data: {human_bytes(stats.literal_bytes)} literal, "
-            f"{human_bytes(stats.matched_bytes)} matched\n"
-            f"wire: {human_bytes(stats.bytes_sent)} sent, "
-            f"{human_bytes(stats.bytes_received)} received in {stats.seconds:.2f} s"
-            + ("" if stats.in_step or args.dry_run else "\nwarning: the trees differ at the end")
-        )
-    if args.stats_json:
-        try:
-            with open(args.stats_json, "w", encoding="utf-8") as f:
-                json.dump(summary, f, indent=2)
-                f.write("\n")
-        except OSError as exc:
-            raise UsageError(message=f"cannot write {args.stats_json}: {exc.strerror}") from None

@@ -22,11 +22,15 @@ def add_exclude_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_report_options(p: argparse.ArgumentParser, verbose_help: str) -> None:
-    """Progress, summaries and the list of what changed."""
+    """Progress, summaries and the list of what changed (rdc_client.reporting)."""
     p.add_argument("--progress", action="store_true", help="show live progress on stderr")
     p.add_argument("--stats", action="store_true", help="print a summary at the end")
-    p.add_argument("--stats-json", metavar="FILE", help="write the summary as JSON to FILE")
+    p.add_argument("--stats-json", metavar="FILE",
+                   help="write the summary as JSON to FILE (-: to stdout, the rest to stderr)")
+    p.add_argument("--json", action="store_true",
+                   help="print events (files, errors, summary) as JSON lines on stdout")
     p.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
+    p.add_argument("-q", "--quiet", action="store_true", help="print errors only")
 
 
 def add_dry_run_option(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -15,9 +15,11 @@ import trio
 from rdc.errors import ConnectionFailed, UsageError
 from rdc.local.paths import PathError, check_relpath
 from rdc.wire import DEFAULT_PORT
+from rdc.wire import messages as m
 from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc.wire.handshake import client_handshake
+from rdc_client import problems
 
 CONNECT_SECONDS = 15
 
@@ -92,18 +94,17 @@ async def open_connection(
     tls: ssl.SSLContext | None = None,
     compress: bool = True,
     idle_timeout: float = 600.0,
+    welcomed: Callable[[m.Welcome], None] | None = None,
 ) -> AsyncIterator[tuple[Connection, CountingStream]]:
     """A handshaken connection, running; yields it and the byte counter under it. Closes
-    the connection (after flushing) when the block ends."""
+    the connection (after flushing) when the block ends. ``welcomed`` gets the server's
+    welcome."""
     try:
         with trio.fail_after(CONNECT_SECONDS):
             tcp = await trio.open_tcp_stream(remote.host, remote.port)
-    except trio.TooSlowError:
-        raise ConnectionFailed(message=f"cannot connect to {remote}: timed out") from None
-    except OSError as exc:
-        raise ConnectionFailed(
-            message=f"cannot connect to {remote.host}:{remote.port}: {exc.strerror or exc}"
-        ) from None
+    except (trio.TooSlowError, OSError) as exc:
+        address = f"[{remote.host}]" if ":" in remote.host else remote.host
+        raise problems.connect_failed(f"{address}:{remote.port}", exc) from None
     counted = CountingStream(tcp)
     stream: trio.abc.Stream = counted
     try:
@@ -115,20 +116,19 @@ async def open_connection(
             except (ssl.SSLError, trio.BrokenResourceError, trio.TooSlowError) as exc:
                 # trio reports a failed handshake as a BrokenResourceError without text;
                 # the reason (certificate verify failed, wrong version number) is its cause.
-                reason = exc.__cause__ or exc
-                if isinstance(exc, trio.TooSlowError):
-                    reason = "timed out"
-                raise ConnectionFailed(
-                    message=f"TLS with {remote.host} failed: {reason or type(reason).__name__}"
-                ) from None
+                raise problems.tls_failed(remote.host, exc) from None
         frames = FrameStream(stream)
         try:
             with trio.fail_after(CONNECT_SECONDS):
-                await client_handshake(frames, token, compress)
+                welcome = await client_handshake(frames, token, compress)
         except trio.TooSlowError:
             raise ConnectionFailed(message=f"{remote}: no answer to the handshake") from None
+        except ConnectionFailed:  # closed before the welcome
+            raise problems.handshake_closed(str(remote), tls) from None
         except (trio.BrokenResourceError, OSError) as exc:
-            raise ConnectionFailed(message=f"{remote}: connection lost: {exc}") from None
+            raise problems.lost(str(remote), exc) from None
+        if welcomed is not None:
+            welcomed(welcome)
         connection = Connection(frames, idle_timeout=idle_timeout)
         with unwrap_group():
             async with trio.open_nursery() as nursery:

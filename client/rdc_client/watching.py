@@ -20,6 +20,7 @@ from watchdog.observers import Observer
 
 from rdc.local.ignore import Excludes
 from rdc.local.paths import is_temporary
+from rdc_server.watcher import ignore_repeated_registration
 
 SETTLE_SECONDS = 0.5
 MAX_DELAY_SECONDS = 5.0
@@ -40,6 +41,7 @@ class LocalChanges(FileSystemEventHandler):
         self._first = 0.0
         self._last = 0.0
         self._wake = trio.Event()
+        ignore_repeated_registration()
         self.observer = Observer()
         self.observer.schedule(self, self.root, recursive=True)
         self.observer.start()

@@ -7,6 +7,7 @@ import os
 
 from rdc.content.signature import FileSignature, signature_of_path
 from rdc.content.tree import Tree
+from rdc.errors import RdcError
 from rdc.local.replica import Replica
 from rdc.params import WIRE_PREFIX
 from rdc.transfer.descent import DeltaReport, SeedFile, SeedMap, SourceFile, rebuild, simulate
@@ -29,8 +30,12 @@ def delta_one(
     if verify and not report.have:
         with open(new_path, "rb") as f:
             if rebuild(plan, seed_map, literal) != f.read():
-                raise AssertionError(f"rebuilt {new_path} differs from the original")
+                raise RebuildMismatch(path=new_path)
     return report
+
+
+class RebuildMismatch(RdcError):
+    """verification failed: {path} rebuilt from the plan differs from the file"""
 
 
 def delta_file_over_file(old: str, new: str, **kwargs) -> DeltaReport:

@@ -28,6 +28,7 @@ from rdc.transfer.compare import Changes, compare, everything
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
+from rdc.transfer.tally import files_of, settle_one_way
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation, unwrap_group
 
@@ -120,8 +121,10 @@ async def run(
         connection, replica, share, path, push, options, excludes, progress
     )
     if tree is None:  # neither side changed since both were last in step
-        return Stats(files_total=len(walked.files), in_step=True, seq=answer.seq)
-    return await one_way(connection, replica, tree, answer, push, options, walked)
+        stats = Stats(in_step=True, seq=answer.seq)
+        return settle_one_way(stats, replica, push, options.dry_run, walked.files)
+    stats = await one_way(connection, replica, tree, answer, push, options, walked)
+    return settle_one_way(stats, replica, push, options.dry_run, files_of(tree) if push else None)
 
 
 async def open_and_scan(
@@ -280,13 +283,15 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
                    options: Options, stats: Stats, push: bool, unreadable_there: int) -> None:
     """The target's entries made like the source's: replacements and directories first,
     then files (many in flight) and links, then deletions."""
+    stats.carried.append(changes)
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
     ok = stats.ops_done(prelude, await target.apply(prelude))
     stats.dirs_created += sum(ok[len(changes.replace):])
-    progress = Progress(options, len(changes.files), sum(changes.sizes.values()))
+    progress = Progress(options, len(changes.files), sum(changes.sizes.values()), stats)
+    action = "send" if push else "fetch"
     await move_files(connection, replica, changes.files, changes.sizes, push, options, stats,
-                     lambda path, size, _: progress.file_done(path, size))
+                     lambda path, size, ok: progress.file_done(path, size, ok, action))
     links = [m.Op("link", p, target=t, expect=e) for p, t, e in changes.links]
     stats.links += sum(stats.ops_done(links, await target.apply(links)))
     if not options.delete:

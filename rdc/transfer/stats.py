@@ -3,7 +3,7 @@ events it reports along the way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +31,23 @@ class Options:
     dry_run: bool = False
     concurrency: int = CONCURRENT_FILES
     progress: Callable[[Event], None] | None = None
+    # Told of each file transferred, as it lands: path, action ("send" or "fetch"), how
+    # ("whole", "delta" or "copy"), size, literal and matched bytes (rdc --json).
+    files: Callable[[dict[str, Any]], None] | None = None
 
 
 @dataclass
 class Stats:
     """What a push, pull or sync round did. Socket byte counts are filled in by the
-    caller."""
+    caller; the file counters are settled at the end (`settle`), so that they add up:
+    ``files_total == files_unchanged + files_transferred + files_failed`` (plus
+    ``files_to_transfer`` in a dry run, where nothing is transferred)."""
 
     files_total: int = 0
     files_transferred: int = 0
+    files_unchanged: int = 0
+    files_failed: int = 0
+    files_to_transfer: int = 0  # dry runs: what would be transferred
     literal_bytes: int = 0
     matched_bytes: int = 0
     copied_files: int = 0
@@ -48,6 +56,9 @@ class Stats:
     deleted: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     changes: Changes | None = None  # what the comparison found (for -v and dry runs)
+    # Every plan carried out, in order: a run that compares again (a hash prefix that
+    # matched by accident) carries out more than one, and ``changes`` is only the last.
+    carried: list[Changes] = field(default_factory=list)
     in_step: bool = False  # both trees equal at the end (content and times)
     seq: int = 0  # the share's change sequence number after this run's writes
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (path, conflict copy)
@@ -55,26 +66,59 @@ class Stats:
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
+    # What was done, for -v and --json: files transferred (path: how, literal, matched)
+    # and ops that succeeded (kind, path, "local" or "remote" where the caller said).
+    moved: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    applied: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def plans(self) -> list[Changes]:
+        """The plans carried out (a dry run's: the one it would carry out)."""
+        return self.carried or ([self.changes] if self.changes is not None else [])
 
     def file_done(self, path: str, done: m.Done) -> None:
         """Count one file's outcome (the target's ``done``)."""
         if not done.ok:
             self.failed.append((path, f"{done.code}: {done.msg}"))
             return
-        if done.how in ("copy", "whole", "delta"):
+        if done.how in ("copy", "whole", "delta") and path not in self.moved:
             self.files_transferred += 1
-        if done.how == "copy":
-            self.copied_files += 1
+            self.moved[path] = (done.how, done.literal, done.matched)
+            if done.how == "copy":
+                self.copied_files += 1
         self.literal_bytes += done.literal
         self.matched_bytes += done.matched
 
-    def ops_done(self, ops: list[m.Op], results: list[m.Failure | None]) -> list[bool]:
-        """Record the failures among ``results`` (one per op); True per op that
-        succeeded."""
+    def ops_done(self, ops: list[m.Op], results: list[m.Failure | None],
+                 where: str = "") -> list[bool]:
+        """Record the failures among ``results`` (one per op) and the ops done (on side
+        ``where``); True per op that succeeded."""
         for op, result in zip(ops, results, strict=True):
             if result is not None:
                 self.failed.append((op.path, f"{result.code}: {result.msg}"))
+            else:
+                self.applied.append((op.kind, op.path, where))
         return [result is None for result in results]
+
+    def settle(self, files: Iterable[str], planned: Iterable[str], unreadable: Iterable[str] = (),
+               dry_run: bool = False) -> None:
+        """Set the file counters from the files the run covered (``files``: those at the
+        source, or, for a two-way round, those here at its end), the files it set out to
+        transfer (``planned``) and the files it could not read (``unreadable``). A file is
+        counted once: transferred, failed (an error on a planned or unreadable file that
+        was not transferred), or unchanged; other errors (directories, links, modes) are
+        only in ``failed``."""
+        planned = set(planned)
+        moved = set(self.moved)
+        broken = {path for path, _ in self.failed} & (planned | set(unreadable))
+        broken -= moved
+        covered = set(files) | moved | broken | (planned if dry_run else set())
+        self.files_total = len(covered)
+        self.files_transferred = len(moved)
+        self.copied_files = sum(1 for how, _, _ in self.moved.values() if how == "copy")
+        self.files_failed = len(broken)
+        self.files_to_transfer = len((planned & covered) - broken) if dry_run else 0
+        self.files_unchanged = (self.files_total - self.files_transferred - self.files_failed
+                                - self.files_to_transfer)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -83,8 +127,11 @@ class Stats:
             "literal_bytes": self.literal_bytes,
             "matched_bytes": self.matched_bytes,
             "files_total": self.files_total,
+            "files_unchanged": self.files_unchanged,
             "files_transferred": self.files_transferred,
             "files_copied_locally": self.copied_files,
+            "files_failed": self.files_failed,
+            "files_to_transfer": self.files_to_transfer,
             "dirs_created": self.dirs_created,
             "links": self.links,
             "deleted": self.deleted,
@@ -97,21 +144,33 @@ class Stats:
 
 
 class Progress:
-    """Files and bytes done of those planned, reported to ``options.progress``."""
+    """Files and bytes done of those planned, reported to ``options.progress`` (first with
+    nothing done, so a display shows the totals at once), and each file transferred to
+    ``options.files``, with what ``stats`` knows of it."""
 
-    def __init__(self, options: Options, files_total: int, bytes_total: int) -> None:
+    def __init__(self, options: Options, files_total: int, bytes_total: int,
+                 stats: Stats | None = None) -> None:
         self.report = options.progress
+        self.files = options.files
+        self.stats = stats
         self.files_total = files_total
         self.bytes_total = bytes_total
         self.files_done = 0
         self.bytes_done = 0
+        if self.report and files_total:
+            self.report(Event(0, files_total, 0, bytes_total))
 
-    def file_done(self, path: str, size: int) -> None:
+    def file_done(self, path: str, size: int, ok: bool = True, action: str = "") -> None:
         self.files_done += 1
         self.bytes_done += size
         if self.report:
             self.report(Event(self.files_done, self.files_total, self.bytes_done,
                               self.bytes_total, path))
+        moved = self.stats.moved.get(path) if ok and self.stats is not None else None
+        if self.files is not None and moved is not None:
+            how, literal, matched = moved
+            self.files({"path": path, "action": action, "how": how, "size": size,
+                        "literal_bytes": literal, "matched_bytes": matched})
 
 
 def count_files(tree: Entry) -> int:

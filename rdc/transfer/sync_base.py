@@ -10,6 +10,7 @@ in the same state is in step whatever the base says.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 import blake3
 import msgpack
+
+from rdc.errors import FileWriteError
 
 FORMAT = 1
 DIGEST_BYTES = 8  # files: a root prefix, like the listings; links keep their whole target
@@ -65,10 +68,18 @@ def load(path: Path) -> Known | None:
 
 
 def save(path: Path, root: Known) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Store the base (atomically); FileWriteError if it cannot be (a full disk, a state
+    directory made read-only during the run: the client checks it first)."""
     temp = path.with_suffix(f".tmp{os.getpid()}")
-    with open(temp, "wb") as f:
-        f.write(msgpack.packb([FORMAT, root.to_wire()], use_bin_type=True))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as f:
+            f.write(msgpack.packb([FORMAT, root.to_wire()], use_bin_type=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise FileWriteError(path=exc.filename or path, reason=exc.strerror or str(exc)
+                             ) from None

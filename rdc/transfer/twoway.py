@@ -23,19 +23,22 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
+from rdc.local.index import Progress as ScanProgress
 from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, lookup
 from rdc.transfer import sync_base as base_store
 from rdc.transfer.oneway import move_files, request_open, scan_while_opening
 from rdc.transfer.sides import Hashes, Local, Remote
-from rdc.transfer.stats import Options, Stats, count_files
+from rdc.transfer.stats import Options, Progress, Stats
 from rdc.transfer.sync_base import DIGEST_BYTES, Known
+from rdc.transfer.tally import settle_two_way
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection
 
@@ -439,7 +442,8 @@ async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options
 
     async def apply(side: Local | Remote, ops: list[m.Op]) -> int:
         """Apply ``ops`` on ``side``; how many succeeded."""
-        ok = stats.ops_done(ops, await side.apply(ops)) if ops else []
+        where = "local" if side is local else "remote"
+        ok = stats.ops_done(ops, await side.apply(ops), where) if ops else []
         for op, done in zip(ops, ok, strict=True):
             round_.confirm(op.path) if done else round_.revert(op.path)
         return sum(ok)
@@ -453,17 +457,24 @@ async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options
         stats.dirs_created += await apply(side, [m.Op("mkdir", p, mode=mode)
                                                  for p, mode in parents_first])
     connection, replica = remote.connection, local.replica
-
-    def arrived(path: str, size: int, ok: bool) -> None:
-        round_.confirm(path) if ok else round_.revert(path)
-
     local_sizes = {path: entry.size for path, _ in a.pushes
                    if (entry := lookup(local.tree, path)) is not None and entry.kind == "f"}
+    sizes = [local_sizes.get(p, 0) for p, _ in a.pushes]
+    sizes += [round_.remote_sizes.get(p, 0) for p, _ in a.gets]
+    progress = Progress(options, len(sizes), sum(sizes), stats)
+
+    def arrived(action: str) -> Callable[[str, int, bool], None]:
+        def done(path: str, size: int, ok: bool) -> None:
+            round_.confirm(path) if ok else round_.revert(path)
+            progress.file_done(path, size, ok, action)
+
+        return done
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(move_files, connection, replica, a.pushes, local_sizes, True,
-                           options, stats, arrived)
+                           options, stats, arrived("send"))
         nursery.start_soon(move_files, connection, replica, a.gets, round_.remote_sizes,
-                           False, options, stats, arrived)
+                           False, options, stats, arrived("fetch"))
     for side, links in ((local, a.local_links), (remote, a.remote_links)):
         stats.links += await apply(side, [m.Op("link", p, target=t, expect=e)
                                           for p, t, e in links])
@@ -480,11 +491,13 @@ async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options
 
 
 async def open_round(connection: Connection, replica: Replica, share: str, path: str,
-                     options: Options, excludes: list[str]) -> tuple[Remote, Entry]:
+                     options: Options, excludes: list[str],
+                     progress: Callable[[ScanProgress], None] | None = None,
+                     ) -> tuple[Remote, Entry]:
     """Open the remote directory for a sync (writable unless a dry run) and scan the local
-    one meanwhile; the remote side and the local tree."""
+    one meanwhile (``progress``: of that scan); the remote side and the local tree."""
     opening = request_open(connection, share, path, not options.dry_run, excludes)
-    answer, tree = await scan_while_opening(replica, opening)
+    answer, tree = await scan_while_opening(replica, opening, progress)
     return Remote(connection, answer), tree
 
 
@@ -507,8 +520,10 @@ async def sync_round(
                     unreadable_here=[p for p, _ in replica.errors],
                     unreadable_there=remote.hashes.unreadable)
     actions = await round_.plan(remote)
+    moving = [path for path, _ in actions.pushes + actions.gets]
     if options.dry_run:
-        return Stats(conflicts=list(actions.conflicts)), actions, tree
+        stats = Stats(conflicts=list(actions.conflicts))
+        return settle_two_way(stats, replica, tree, moving, True), actions, tree
     local = Local(replica, tree)
     try:
         stats = await execute(local, remote, round_, options) if actions else Stats()
@@ -526,5 +541,4 @@ async def sync_round(
         tree = await trio.to_thread.run_sync(replica.scan)
     stats.seq = finished.seq
     stats.in_step = tree.content == finished.content and tree.smeta == finished.smeta
-    stats.files_total = count_files(tree)
-    return stats, actions, tree
+    return settle_two_way(stats, replica, tree, moving, False), actions, tree

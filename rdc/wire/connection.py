@@ -30,6 +30,7 @@ import trio
 from rdc.errors import ProtocolError, Refusal, RemoteError
 from rdc.wire import messages as m
 from rdc.wire.codec import pack
+from rdc.wire.failures import reason
 from rdc.wire.frames import ConnectionClosed, FrameStream
 
 log = logging.getLogger("rdc.wire.connection")
@@ -359,8 +360,8 @@ class Connection:
         except RemoteError as exc:
             self._fail(exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            if not self._closing:
-                self._fail(ConnectionClosed(f"connection lost: {exc}"))
+            if not self._closing:  # why, in words (a reset, a broken pipe): for messages
+                self._fail(ConnectionClosed(reason(exc)))
         finally:
             nursery.cancel_scope.cancel()
 

@@ -36,11 +36,17 @@ BULK_FROM = 32 << 20  # plaintext bytes sent before the stream switches to BULK_
 MAX_WINDOW = 1 << 23
 PLAIN_SIZE = struct.Struct(">I")
 READ_SIZE = 65536
+# The first bytes of a TLS handshake record: a client with TLS talking to a server without.
+TLS_RECORD = b"\x16\x03"
 
 
 class ConnectionClosed(Exception):
     """The connection ended: closed cleanly between two frames, or cut in the middle of
     one (a peer that died while sending is a lost connection, not a protocol error)."""
+
+
+class TLSWithoutTLS(ProtocolError):
+    """protocol error: the peer started a TLS handshake on a connection without TLS"""
 
 
 class CountingStream(trio.abc.Stream):
@@ -172,6 +178,8 @@ class FrameStream:
         (header,) = HEADER.unpack_from(self._buffer)
         length = header & ~COMPRESSED
         if not 1 <= length <= self.max_receive:
+            if self._buffer[:2] == TLS_RECORD:
+                raise TLSWithoutTLS
             raise ProtocolError(message=f"frame length {length} outside 1..{self.max_receive}")
         await self._fill(4 + length)
         body = bytes(self._buffer[4 : 4 + length])

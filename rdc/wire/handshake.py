@@ -73,11 +73,13 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
 
 
 async def server_handshake(
-    frames: FrameStream, token_ok: Callable[[str], T | None], compress: bool = True
+    frames: FrameStream, token_ok: Callable[[str], T | None], compress: bool = True,
+    host: str = "",
 ) -> tuple[m.Hello, T]:
     """Wait for hello (at most HANDSHAKE_SECONDS), check the version and the token; send
-    welcome. Returns the hello and what ``token_ok`` returned for the token (the client's
-    rights). A bad token gets ``error auth`` and nothing else."""
+    welcome (naming this machine, ``host``, whose versions conflict copies name). Returns
+    the hello and what ``token_ok`` returned for the token (the client's rights). A bad
+    token gets ``error auth`` and nothing else."""
     frames.max_receive = HELLO_FRAME  # a peer that has not authenticated sends little
     with trio.fail_after(HANDSHAKE_SECONDS):
         try:
@@ -104,7 +106,8 @@ async def server_handshake(
             code="version", msg=f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"))
         raise ProtocolError(message=f"client speaks protocol {low}..{high}")
     features = [f for f in hello.features if f in FEATURES and compress]
-    await _send(frames, m.Welcome(proto=chosen, agent=agent(), features=features, format=FORMAT))
+    await _send(frames, m.Welcome(proto=chosen, agent=agent(), features=features, format=FORMAT,
+                                  host=host))
     frames.compress = "zstd" in features
     frames.max_receive = MAX_FRAME
     return hello, rights

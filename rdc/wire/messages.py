@@ -554,6 +554,7 @@ class Welcome(Message):
     agent: str = wire(text(256), "")
     features: list[str] = wire(array(text(64), 64), factory=list)
     format: str = wire(text(512), "")
+    host: str = wire(text(255), "", omit="")  # the server's host name (conflict copies)
 
 
 @message("error")

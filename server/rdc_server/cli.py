@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import ssl
-import sys
 
 import trio
 
-from rdc.errors import ConnectionFailed, UsageError
+from rdc.errors import UsageError
 from rdc_server import config as server_config
+from rdc_server import logs
 from rdc_server.daemon import run, tls_context
+
+log = logging.getLogger("rdc.serve")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,11 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     config = server_config.load(args)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s rdc serve: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.setup(args.verbose)
+    for warning in config.warnings:
+        log.warning("warning: %s", warning)
     try:
         tls_context(config)
     except (OSError, ssl.SSLError) as exc:
@@ -57,10 +57,5 @@ def main(args: argparse.Namespace) -> int:
         config.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(message=f"cannot create {config.state_dir}: {exc.strerror}") from None
-    try:
-        trio.run(run, config)
-    except OSError as exc:
-        raise ConnectionFailed(
-            message=f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
-        ) from None
+    trio.run(run, config)
     return 0

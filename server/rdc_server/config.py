@@ -136,6 +136,25 @@ class ServerConfig:
     tls_key: str | None = None
     max_connections: int = MAX_CONNECTIONS
     max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+    warnings: list[str] = field(default_factory=list)  # logged once the log is set up
+
+
+# The keys a config file may hold; any other is reported (a typo would otherwise be
+# ignored without a word).
+KNOWN_KEYS = {"listen", "state_dir", "token_file", "tls_cert", "tls_key", "max_connections",
+              "max_connections_per_address", "shares"}
+KNOWN_SHARE_KEYS = {"path", "readonly"}
+
+
+def unknown_keys(data: dict[str, Any], source: str) -> list[str]:
+    """A warning per key of the config file that rdc does not know."""
+    found = [f"{source}: unknown key {key!r} (ignored)" for key in data if key not in KNOWN_KEYS]
+    shares = data.get("shares")
+    for name, value in shares.items() if isinstance(shares, dict) else ():
+        if isinstance(value, dict):
+            found += [f"{source}: unknown key {key!r} in share {name!r} (ignored)"
+                      for key in value if key not in KNOWN_SHARE_KEYS]
+    return found
 
 
 def load(args: Any) -> ServerConfig:
@@ -163,11 +182,16 @@ def load(args: Any) -> ServerConfig:
             config.shares[name] = make_share(name, value["path"], bool(value.get("readonly")))
         else:
             raise UsageError(message=f"share {name!r}: expected a path or {{path = ...}}")
-    for text in args.share or []:
-        share = parse_share(text, False)
-        config.shares[share.name] = share
-    for text in args.share_ro or []:
-        share = parse_share(text, True)
+    config.warnings = unknown_keys(data, args.config) if args.config else []
+    given: set[str] = set()  # on the command line, which overrides the file
+    for text, readonly in [(t, False) for t in args.share or []] + [
+        (t, True) for t in args.share_ro or []
+    ]:
+        share = parse_share(text, readonly)
+        if share.name in given:
+            raise UsageError(message=f"share {share.name!r} is given twice "
+                             "(--share and --share-ro names must differ)")
+        given.add(share.name)
         config.shares[share.name] = share
     if not config.shares:
         raise UsageError(message="no shares: give --share NAME=PATH (or a config file)")

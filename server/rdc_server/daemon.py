@@ -8,18 +8,21 @@ temporary, removed at the next open of its directory), indexes are closed.
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
+import socket
 import ssl
 from typing import Any
 
 import trio
 
-from rdc.errors import AccessDenied, ProtocolError, RemoteError
+from rdc.errors import AccessDenied, ProtocolError, RemoteError, UsageError
 from rdc.transfer.serving import ServerSession
 from rdc.wire.codec import pack
-from rdc.wire.connection import Connection
-from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream
+from rdc.wire.connection import Connection, unwrap_group
+from rdc.wire.failures import os_reason, reason, ssl_error
+from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream, TLSWithoutTLS
 from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
 from rdc_server.limits import Limits, give_back_memory, tune_allocator
@@ -50,7 +53,7 @@ class Daemon:
                     ) -> None:
         """Listen until cancelled; ``task_status.started`` gets the listeners (so tests and
         the log know the bound port)."""
-        listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
+        listeners = await open_listeners(self.config.host, self.config.port)
         for listener in listeners:
             host, port = listener.socket.getsockname()[:2]
             log.info("listening on %s:%d%s", host, port, " (TLS)" if self.tls else "")
@@ -93,7 +96,8 @@ class Daemon:
                     await stream.do_handshake()
             frames = FrameStream(stream)
             assert self.config.tokens is not None
-            _, rights = await server_handshake(frames, self.config.tokens.check)
+            _, rights = await server_handshake(frames, self.config.tokens.check,
+                                               host=socket.gethostname())
             self.limits.authenticated(address)
             state["authenticated"] = True
             session = ServerSession(self.registry.for_client(rights), peer=f"#{number}")
@@ -105,12 +109,19 @@ class Daemon:
         except AccessDenied:
             log.warning("#%d from %s: authentication failed", number, peer)
         except (ProtocolError, RemoteError) as exc:
-            log.warning("#%d: %s", number, exc)
+            hint = (" (a client with --tls, and this server has no --tls-cert?)"
+                    if isinstance(exc, TLSWithoutTLS) else "")
+            log.warning("#%d: %s%s", number, exc, hint)
         except trio.TooSlowError:
             log.warning("#%d: handshake timed out", number)
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError,
                 ssl.SSLError, OSError) as exc:
-            log.info("#%d ended: %s", number, exc or type(exc).__name__)
+            if self.tls is not None and not state["authenticated"] and ssl_error(exc):
+                why = reason(exc)
+                hint = " (a client without --tls?)" if "not speak TLS" in why else ""
+                log.warning("#%d: TLS handshake failed: %s%s", number, why, hint)
+            else:
+                log.info("#%d ended: %s", number, reason(exc))
         except Exception:  # a bug: log it, keep serving the others
             log.exception("#%d failed", number)
         finally:
@@ -139,11 +150,30 @@ def _peer(stream: trio.abc.Stream) -> str:
         return "?"
 
 
+async def open_listeners(host: str, port: int) -> list[trio.SocketListener]:
+    """The listening sockets; UsageError (one line naming the address) if the address
+    cannot be had."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        hint = _LISTEN_HINTS.get(exc.errno or 0, "")
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise UsageError(message=f"cannot listen on {where}: {os_reason(exc)}{hint}") from None
+
+
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: " (another rdc serve or another program has that port: stop it, or "
+                      "choose another with --listen HOST:PORT)",
+    errno.EACCES: " (ports below 1024 need privileges: choose another with --listen)",
+    errno.EADDRNOTAVAIL: " (that host is not an address of this machine)",
+}
+
+
 async def run(config: ServerConfig) -> None:
     """Serve until SIGINT or SIGTERM."""
     tune_allocator()
     daemon = Daemon(config)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals, unwrap_group():
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.serve)
             async for signum in signals:

@@ -80,10 +80,15 @@ class Registry:
 
     def watch(self, share: str) -> trio.Event:
         """An event set at the share's next change; the first call also starts watching
-        the share's directory, so edits made on this machine reach watching clients."""
+        the share's directory, so edits made on this machine reach watching clients. An
+        edit made before that went unseen: the first call counts as a change (its event
+        is already set), so the client that asked looks once more."""
         if share not in self._watchers:
             path = self.shares[share].path
             self._watchers[share] = ShareWatcher(share, path, lambda: self.bump(share))
+            started = self.changed[share]
+            self.bump(share)
+            return started
         return self.changed[share]
 
     def index_location(self, share: str, path: str) -> Path:

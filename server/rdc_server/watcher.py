@@ -4,6 +4,10 @@ machine (not through rdc) reach the clients that watch the share.
 watchdog calls back on its own thread; events are coalesced there into one pending bump,
 which a trio task makes after SETTLE_SECONDS of calm (at most MAX_DELAY_SECONDS after the
 first event). rdc's own temporaries are ignored.
+
+One watch per share, started by the first client that watches it, stopped with the
+daemon. watchdog itself registers some directories twice, harmlessly; see
+`ignore_repeated_registration`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
 import trio
@@ -26,6 +31,21 @@ SETTLE_SECONDS = 0.3
 MAX_DELAY_SECONDS = 2.0
 
 
+def ignore_repeated_registration() -> None:
+    """Silence watchdog's warning about a directory it registers twice.
+
+    When a directory appears, watchdog's inotify observer watches it and every directory
+    it then finds below it; the creation events of those below, queued meanwhile, make it
+    register them once more. That second registration replaces a callback with itself
+    (nothing is lost or watched twice), but watchdog (7.x) warns each time, and its text
+    holds the repr of the watch's callback, which lists every path the observer watches:
+    a push that makes a few hundred directories in a share wrote dozens of such warnings
+    of up to 900 KB each to the daemon's log (a client's ``rdc watch`` saw the same for
+    directories made locally)."""
+    warnings.filterwarnings("ignore", message=r"Callback with id .* already exists for watch",
+                            category=RuntimeWarning)
+
+
 class ShareWatcher(FileSystemEventHandler):
     def __init__(self, share: str, path: str, changed: Callable[[], None]) -> None:
         """Watch ``path`` (share ``share``); ``changed`` is called (from a trio system
@@ -36,6 +56,7 @@ class ShareWatcher(FileSystemEventHandler):
         self._first = 0.0
         self._last = 0.0
         self._pending = False
+        ignore_repeated_registration()
         self.observer = Observer()
         try:
             self.observer.schedule(self, path, recursive=True)
