@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from rdc.errors import AccessDenied, RemoteError
+from rdc.transfer import oneway
 from rdc.transfer.stats import Options
 from rdc.wire import messages as m
 
@@ -80,6 +81,30 @@ async def test_edit_rename_copy_delete_and_metadata(tmp_path) -> None:
     stats = await pair.run("push", src, options=Options(delete=True))
     assert not stats.failed and stats.in_step
     assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_files_kept_without_delete_cost_no_second_compare(tmp_path, monkeypatch) -> None:
+    """A push into a directory that keeps files the source lacks ends with the trees
+    still different; that is no reason to compare them all over again."""
+    src = tmp_path / "src"
+    populate(src)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    os.remove(src / "d0" / "sub0" / "f4.bin")
+    write(src / "d1" / "new.bin", b"new content", OLD)
+    compares: list[int] = []
+    real = oneway.compare
+
+    async def counting(*args, **kwargs):
+        compares.append(1)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(oneway, "compare", counting)
+    stats = await pair.run("push", src, options=Options(delete=False))
+    assert not stats.failed and not stats.in_step and len(compares) == 1
+    assert (pair.share / "d0" / "sub0" / "f4.bin").exists()
+    assert (pair.share / "d1" / "new.bin").read_bytes() == b"new content"
     pair.close()
 
 

@@ -228,6 +228,8 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         )
         if stats.in_step or stats.failed or dst.content == src.content:
             break
+        if changes.removals and not options.delete:
+            break  # the target keeps files the source lacks: that is all that differs
         # A hash prefix matched by accident: compare again, in full.
     stats.seq = remote.hashes.seq if not push else dst.seq
     if not push:
