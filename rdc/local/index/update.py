@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from rdc.content.signature import FileSignature, signature_of_file
 from rdc.local.filestat import FileStat, mtime_ns, stamp
-from rdc.local.index.db import IndexDatabase, unusable
+from rdc.local.index.db import IndexDatabase, IndexedFile, unusable
 from rdc.local.paths import PathError, is_temporary
 
 RACY_NS = 2_000_000_000
@@ -136,16 +136,8 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
     def racy(st: FileStat) -> bool:
         return mtime_ns(st) >= started - RACY_NS
 
-    changed: list[str] = []
     with db.transaction():
-        for rel, st in on_disk.items():
-            row = rows.get(rel)
-            if row and row.describes(st):
-                stats.unchanged += 1
-                if row.mode != st.st_mode:
-                    db.touch(row.id, st, False)
-            else:
-                changed.append(rel)
+        changed = _changed(db, rows, on_disk, stats)
         vanished = {row.id: row for path, row in rows.items() if path not in on_disk}
         by_inode = {row.inode: row for row in vanished.values() if not row.racy}
         still_changed = []
@@ -178,20 +170,28 @@ def refresh_some(
         return mtime_ns(st) >= started - RACY_NS
 
     rows = db.get_many(list(files))
-    changed = []
     with db.transaction():
         for path in gone:
             db.delete_tree(path)
-        for rel, st in files.items():
-            row = rows.get(rel)
-            if row and row.describes(st):
-                stats.unchanged += 1
-                if row.mode != st.st_mode:
-                    db.touch(row.id, st, False)
-            else:
-                changed.append(rel)
+        changed = _changed(db, rows, files, stats)
     _sign_all(db, opener, changed, files, 1, racy, stats, None)
     return stats
+
+
+def _changed(db: IndexDatabase, rows: Mapping[str, IndexedFile],
+             files: Mapping[str, FileStat], stats: RefreshStats) -> list[str]:
+    """The paths of ``files`` whose rows no longer describe them (to be read again); a
+    row that does gets the file's current mode (inside the caller's transaction)."""
+    changed = []
+    for rel, st in files.items():
+        row = rows.get(rel)
+        if row and row.describes(st):
+            stats.unchanged += 1
+            if row.mode != st.st_mode:
+                db.touch(row.id, st, False)
+        else:
+            changed.append(rel)
+    return changed
 
 
 def _sign_all(db, opener, paths, on_disk, workers, racy, stats, progress) -> None:
