@@ -163,12 +163,16 @@ def test_only_and_prefix_choose_what_is_kept(tmp_path: Path) -> None:
     root.mkdir(parents=True)
     (root / "x").write_bytes(b"x")
     (root / "y").write_bytes(b"y")
+    (root / "d").mkdir()
+    (root / "d" / "in").write_bytes(b"in")
+    (root / "d" / "out").write_bytes(b"out")
     store = VersionStore(tmp_path / "store", str(tmp_path / "share"))
     with SafeRoot(str(root)) as fs:
-        fs.keeper = store.keeper(prefix="sub", only=lambda p: p == "sub/x")
+        fs.keeper = store.keeper(prefix="sub", only=lambda p: p in ("sub/x", "sub/d/in"))
         fs.remove("x")
         fs.remove("y")
-    assert [k.path for k in store.versions()] == ["sub/x"]
+        fs.remove("d")
+    assert [k.path for k in store.versions()] == ["sub/d/in", "sub/x"]
 
 
 def test_another_device_means_a_copy(tree, monkeypatch) -> None:

@@ -210,15 +210,14 @@ class VersionStore:
 
         def keep(dfd: int, leaf: str, rel: str, st: os.stat_result) -> None:
             path = f"{prefix}/{rel}" if prefix else rel
-            if only is not None and not only(path):
-                return
+            wanted = only or (lambda _: True)
             try:
-                self._prepare()
                 when = time.time()
-                if stat.S_ISREG(st.st_mode):
+                if stat.S_ISREG(st.st_mode) and wanted(path):
+                    self._prepare()
                     self._keep_file(dfd, leaf, path, st, when)
                 elif stat.S_ISDIR(st.st_mode):
-                    self._keep_tree(dfd, leaf, path, when)
+                    self._keep_tree(dfd, leaf, path, when, wanted)
             except VersionKeepError:
                 raise
             except OSError as exc:
@@ -258,8 +257,10 @@ class VersionStore:
         if prune:
             self.prune(path, when)
 
-    def _keep_tree(self, dfd: int, leaf: str, path: str, when: float) -> None:
-        """Keep every regular file under the directory ``leaf`` of ``dfd``."""
+    def _keep_tree(self, dfd: int, leaf: str, path: str, when: float,
+                   wanted: Callable[[str], bool]) -> None:
+        """Keep every regular file under the directory ``leaf`` of ``dfd`` that is
+        ``wanted``."""
         fd = os.open(leaf, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=dfd)
         kept = False
@@ -270,11 +271,12 @@ class VersionStore:
                 if is_temporary(name):
                     continue
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode):
+                if stat.S_ISREG(st.st_mode) and wanted(f"{path}/{name}"):
+                    self._prepare()
                     self._keep_file(fd, name, f"{path}/{name}", st, when, prune=False)
                     kept = True
                 elif stat.S_ISDIR(st.st_mode):
-                    self._keep_tree(fd, name, f"{path}/{name}", when)
+                    self._keep_tree(fd, name, f"{path}/{name}", when, wanted)
         finally:
             os.close(fd)
         if kept:
