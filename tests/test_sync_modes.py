@@ -31,8 +31,12 @@ class KeepingPair(Pair):
         remote, tree = await twoway.open_round(connection, replica, "s", path, options,
                                                patterns)
         base = self.tmp / f"base-{replica.fs.path.rpartition('/')[2]}"
+
+        def planned(round_: twoway.TwoWay) -> None:
+            self.undone = round_.undone
+
         stats, self.actions, _ = await twoway.sync_round(
-            remote, replica, base, ("here", "there"), options, tree, self.undone)
+            remote, replica, base, ("here", "there"), options, tree, planned)
         return stats
 
     def kept(self) -> dict[str, bytes]:

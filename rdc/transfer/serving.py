@@ -59,6 +59,15 @@ class OpenDirectory(Protocol):
     def next_change(self) -> trio.Event:
         """An event set at the share's next change."""
 
+    def watching(self) -> None:
+        """This connection watches the share (``rdc status`` lists it until it closes)."""
+
+    def reported(self, health: m.PeerHealth) -> None:
+        """This connection's ``report`` of how its rounds go."""
+
+    def health(self) -> m.Health:
+        """The share's replicas and watchers, for ``status``."""
+
     def release(self) -> None:
         """The connection is done with the directory (idempotent)."""
 
@@ -105,6 +114,7 @@ class ServerSession:
             m.List: self._list, m.MetaList: self._mlist, m.Offer: self._offer,
             m.Get: self._get, m.Offers: self._offers, m.Gets: self._gets, m.Ops: self._ops,
             m.MetaSet: self._mset, m.Finish: self._finish, m.Watch: self._watch,
+            m.Report: self._report, m.Status: self._status,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -280,6 +290,7 @@ class ServerSession:
         HEARTBEAT seconds anyway (which keeps an idle connection alive). Never ends."""
         assert self.opened is not None
         opened = self.opened
+        opened.watching()
         last = message.seq
         while True:
             current = opened.sequence()
@@ -291,6 +302,15 @@ class ServerSession:
                 await event.wait()
             if idle.cancelled_caught:
                 conversation.send(m.Changed(seq=current))
+
+    async def _report(self, conversation: Conversation, message: m.Report) -> None:
+        assert self.opened is not None
+        self.opened.reported(message.health)
+        conversation.send(m.Ok())
+
+    async def _status(self, conversation: Conversation, message: m.Status) -> None:
+        assert self.opened is not None
+        conversation.send(self.opened.health())
 
     def _wrote(self) -> None:
         self.dirty = True

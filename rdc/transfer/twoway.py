@@ -591,14 +591,15 @@ async def sync_round(
     hosts: tuple[str, str],
     options: Options,
     tree: Entry | None = None,
-    undone: set[str] | None = None,
+    planned: Callable[[TwoWay], None] | None = None,
 ) -> tuple[Stats, Actions, Entry]:
     """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
     dry run), store the new base, and check the result. ``remote.hashes`` holds the
     server's current root hashes (from ``opened`` or ``finished``). Returns the stats, the
     actions and the local tree at the end. ``tree``: the local tree if it was scanned just
-    now. ``undone``: filled, before anything is changed, with the local changes a
-    receive-only round undoes (for a keeper that keeps them as versions)."""
+    now. ``planned`` is called with the planned round before anything is changed (its
+    ``undone``: what a receive-only round undoes here, for a keeper of versions; its
+    ``pending``: the actions still to do, for a status)."""
     if tree is None:
         tree = await trio.to_thread.run_sync(replica.scan)
     started = (tree.content, tree.smeta)
@@ -607,9 +608,8 @@ async def sync_round(
                     unreadable_there=remote.hashes.unreadable, mode=options.mode)
     actions = await round_.plan(remote)
     moving = [path for path, _ in actions.pushes + actions.gets]
-    if undone is not None:
-        undone.clear()
-        undone.update(round_.undone)
+    if planned is not None and not options.dry_run:
+        planned(round_)
     if options.dry_run:
         stats = Stats(conflicts=list(actions.conflicts))
         return settle_two_way(stats, replica, tree, moving, True), actions, tree

@@ -100,7 +100,7 @@ class Daemon:
                                                host=socket.gethostname())
             self.limits.authenticated(address)
             state["authenticated"] = True
-            session = ServerSession(self.registry.for_client(rights), peer=f"#{number}")
+            session = ServerSession(self.registry.for_client(rights, peer), peer=f"#{number}")
             try:
                 await Connection(frames, handler=session.handle).run()
             finally:
