@@ -45,6 +45,7 @@ DAY = 86400.0
 # Staggered retention (as Syncthing's): up to an age, at most one version per step.
 STAGGER_STEPS = ((3600.0, 30.0), (DAY, 3600.0), (30 * DAY, DAY), (math.inf, 7 * DAY))
 STAGGER_MAX_DAYS = 365
+PRUNE_SECONDS = 3600.0  # a long-running sync prunes every file's versions this often
 
 
 class VersionKeepError(OSError):
@@ -179,10 +180,16 @@ class VersionStore:
 
     def __init__(self, location: str | os.PathLike[str], root: str,
                  retention: Retention | None = None) -> None:
+        """UsageError if ``location`` is inside ``root`` (or is it)."""
         self.location = Path(location)
         self.root = root
         self.retention = retention
         self.copies = 0  # versions that had to be copied (the store is on another device)
+        self._pruned = -math.inf  # when `prune_due` last pruned everything
+        real, top = os.path.realpath(self.location), os.path.realpath(root)
+        if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+            raise UsageError(message=f"versions are kept outside the synced tree, not in "
+                             f"{location} (inside {root})")
 
     @classmethod
     def existing(cls, location: str | os.PathLike[str]) -> VersionStore:
@@ -354,6 +361,15 @@ class VersionStore:
         for version in self._walk(""):
             groups.setdefault(version.path, []).append(version)
         return self._prune_groups(groups, now)
+
+    def prune_due(self, now: float | None = None) -> int:
+        """`prune_all`, at most once per PRUNE_SECONDS (a watch calls it after each
+        round)."""
+        now = time.time() if now is None else now
+        if self.retention is None or now - self._pruned < PRUNE_SECONDS:
+            return 0
+        self._pruned = now
+        return self.prune_all(now)
 
     def _prune_groups(self, groups: dict[str, list[Version]], now: float | None) -> int:
         if self.retention is None:

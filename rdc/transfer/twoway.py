@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -592,6 +592,7 @@ async def sync_round(
     options: Options,
     tree: Entry | None = None,
     planned: Callable[[TwoWay], None] | None = None,
+    scan: Callable[[], Awaitable[Entry]] | None = None,
 ) -> tuple[Stats, Actions, Entry]:
     """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
     dry run), store the new base, and check the result. ``remote.hashes`` holds the
@@ -599,9 +600,14 @@ async def sync_round(
     actions and the local tree at the end. ``tree``: the local tree if it was scanned just
     now. ``planned`` is called with the planned round before anything is changed (its
     ``undone``: what a receive-only round undoes here, for a keeper of versions; its
-    ``pending``: the actions still to do, for a status)."""
+    ``pending``: the actions still to do, for a status). ``scan``: how to scan the local
+    tree (default: ``replica.scan`` on a worker thread; a server scans under its lock)."""
+
+    async def rescan() -> Entry:
+        return await (scan() if scan is not None else trio.to_thread.run_sync(replica.scan))
+
     if tree is None:
-        tree = await trio.to_thread.run_sync(replica.scan)
+        tree = await rescan()
     started = (tree.content, tree.smeta)
     round_ = TwoWay(tree, base_store.load(base_path), *hosts,
                     unreadable_here=[p for p, _ in replica.errors],
@@ -627,7 +633,7 @@ async def sync_round(
     finished: Hashes = remote.hashes
     if actions:
         finished = await remote.refreshed()
-        tree = await trio.to_thread.run_sync(replica.scan)
+        tree = await rescan()
     stats.seq = finished.seq
     stats.in_step = tree.content == finished.content and tree.smeta == finished.smeta
     if options.mode == SEND_ONLY and not stats.in_step:

@@ -17,7 +17,7 @@ from rdc.errors import Refusal
 from rdc.local.fs import SafeRoot
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
-from rdc.local.versions import Retention, VersionStore
+from rdc.local.versions import PRUNE_SECONDS, Retention, VersionStore
 from rdc.wire import messages as m
 from rdc_server.health import Board
 from rdc_server.watcher import ShareWatcher
@@ -107,6 +107,16 @@ class Registry:
             location = config.versions_dir or self.state_dir / "versions" / share
             store = self._stores[share] = VersionStore(location, config.path, config.versions)
         return store
+
+    async def prune_versions(self) -> None:
+        """Prune the versions of every share that keeps them, once per PRUNE_SECONDS
+        (staggered versions thin out as they age), until cancelled."""
+        while True:
+            for name, share in sorted(self.shares.items()):
+                if share.versions is not None:
+                    store = self.versions(name)
+                    await trio.to_thread.run_sync(store.prune_all)
+            await trio.sleep(PRUNE_SECONDS)
 
     def index_location(self, share: str, path: str) -> Path:
         key = blake3.blake3(os.fsencode(path)).hexdigest()[:16]
