@@ -188,6 +188,8 @@ class Follower:
             planned, scan=lambda: self._scan(directory))
         wire = counted.bytes_sent - sent + counted.bytes_received - received
         self.tracker.round_ended(stats.in_step, len(stats.failed), wire)
+        if directory.replica.temporaries:  # left by a killed run (a live one's stay)
+            await trio.to_thread.run_sync(directory.replica.fs.clean_temporaries)
         here = (actions.gets, actions.local_rms, actions.local_replace, actions.local_mkdirs,
                 actions.local_links, actions.local_moves, actions.local_meta,
                 actions.local_rmdirs)
