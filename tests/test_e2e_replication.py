@@ -360,3 +360,61 @@ def test_a_share_with_versions_keeps_what_a_push_deletes(e2e: E2E, world: World)
     back = world.rdc("versions", "restore", str(store), "sub/file-2.txt")
     assert back.returncode == 0, back.stderr
     assert (share / "sub" / "file-2.txt").read_bytes() == deleted
+
+
+def test_sync_modes_and_client_versions_from_the_command_line(e2e: E2E, world: World) -> None:
+    share, here = e2e.tmp / "share", e2e.tmp / "here"
+    here.mkdir()
+    tokens, readonly = e2e.tmp / "server-tokens", e2e.tmp / "ro-token"
+    tokens.write_text(f"{TOKEN}\n{OTHER_TOKEN} s:ro\n")
+    readonly.write_text(f"{OTHER_TOKEN}\n")
+    server = world.primary("a", share, tokens=tokens)
+    some_files(share, 7)
+    url, ro = server.url("s"), ["--token-file", str(readonly)]
+    two_way = world.rdc("sync", str(here), url, *ro)
+    assert two_way.returncode == 4 and "read-only" in two_way.stderr  # needs writing
+    mirror = world.rdc("sync", str(here), url, "--mode", "receive-only", *ro)
+    assert mirror.returncode == 0, mirror.stderr
+    assert same(share, here)
+
+    rw = ["--token-file", str(e2e.token_file)]
+    write(here / "file-0.txt", b"sent up\n")
+    write(share / "sub" / "file-1.txt", b"changed on the server\n")
+    sent = world.rdc("sync", str(here), url, "--mode", "send-only", *rw)
+    assert sent.returncode == 0, sent.stderr
+    assert (share / "file-0.txt").read_bytes() == b"sent up\n"
+    assert (here / "sub" / "file-1.txt").read_bytes() != b"changed on the server\n"
+
+    before = (here / "sub" / "file-1.txt").read_bytes()
+    both = world.rdc("sync", str(here), url, "--versions", "2", *rw)
+    assert both.returncode == 0, both.stderr
+    assert (here / "sub" / "file-1.txt").read_bytes() == b"changed on the server\n"
+    listed = world.rdc("versions", "list", str(here), "sub", "--json")
+    [kept] = json.loads(listed.stdout)
+    assert kept["path"] == "sub/file-1.txt" and kept["size"] == len(before)
+    back = world.rdc("versions", "restore", str(here), "sub/file-1.txt")
+    assert back.returncode == 0, back.stderr
+    assert (here / "sub" / "file-1.txt").read_bytes() == before
+    assert len(json.loads(world.rdc("versions", "list", str(here), "--json").stdout)) == 2
+
+    missing = world.rdc("versions", "list", str(e2e.tmp / "nowhere"))
+    assert missing.returncode == 3 and "not a directory" in missing.stderr
+    none = world.rdc("versions", "list", str(share))
+    assert none.returncode == 2 and "no versions kept" in none.stderr
+    bad = world.rdc("sync", str(here), url, "--versions", "forever", *rw)
+    assert bad.returncode == 2 and "bad versions policy" in bad.stderr
+    for output in (two_way, mirror, sent, both, back, missing, none, bad):
+        assert "Traceback" not in output.stderr
+
+
+def test_bwlimit_holds_a_push_to_its_rate(e2e: E2E, world: World) -> None:
+    share, src = e2e.tmp / "share", e2e.tmp / "src"
+    src.mkdir()
+    server = world.primary("a", share)
+    random_file(src / "one.bin", 1 << 20, seed=3)
+    pushed = e2e.push(src, server.url("s"), "--bwlimit", "256K").ok()
+    assert (share / "one.bin").read_bytes() == (src / "one.bin").read_bytes()
+    # 1 MiB at 256 KiB/s: at least about 4 s whatever the machine (a lower bound only).
+    assert pushed.stats["seconds"] >= 3.5, pushed.stats
+    bad = e2e.push(src, server.url("s"), "--bwlimit", "fast")
+    assert bad.returncode == 2 and "bad rate" in bad.stderr
