@@ -113,6 +113,7 @@ class SyncJob:
             location = args.versions_dir or versions_location(args.local)
             self.store = VersionStore(location, os.path.realpath(args.local), retention)
         self.undone: set[str] = set()  # what a receive-only round undoes here
+        self.watching = False  # rdc watch: the server's notices tell of later changes
 
     def welcomed(self, welcome: m.Welcome) -> None:
         if welcome.host:
@@ -171,7 +172,8 @@ class SyncJob:
         self.bar.counter = counted
         try:
             stats, actions, _ = await twoway.sync_round(
-                remote, replica, self.base_path, self.hosts, options, tree, self.planned
+                remote, replica, self.base_path, self.hosts, options, tree, self.planned,
+                confirm=not (self.watching and self.mode == twoway.RECEIVE_ONLY),
             )
         finally:
             self.bar.close()
@@ -228,6 +230,7 @@ async def _sync_once(job: SyncJob) -> Stats:
 
 def run_watch(args: argparse.Namespace) -> int:
     job = SyncJob(args)
+    job.watching = True
     trio.run(_watch, job)
     return 0  # only an interruption (130) or an error that will not clear ends a watch
 

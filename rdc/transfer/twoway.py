@@ -593,6 +593,7 @@ async def sync_round(
     tree: Entry | None = None,
     planned: Callable[[TwoWay], None] | None = None,
     scan: Callable[[], Awaitable[Entry]] | None = None,
+    confirm: bool = True,
 ) -> tuple[Stats, Actions, Entry]:
     """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
     dry run), store the new base, and check the result. ``remote.hashes`` holds the
@@ -601,7 +602,11 @@ async def sync_round(
     now. ``planned`` is called with the planned round before anything is changed (its
     ``undone``: what a receive-only round undoes here, for a keeper of versions; its
     ``pending``: the actions still to do, for a status). ``scan``: how to scan the local
-    tree (default: ``replica.scan`` on a worker thread; a server scans under its lock)."""
+    tree (default: ``replica.scan`` on a worker thread; a server scans under its lock).
+    Without ``confirm``, a round that changed nothing there is judged against the
+    server's hashes as they were at its start, not asked for again (``finish``): a
+    receive-only watcher learns of later changes from the server's notices anyway, and
+    the server is spared a scan per round and replica."""
 
     async def rescan() -> Entry:
         return await (scan() if scan is not None else trio.to_thread.run_sync(replica.scan))
@@ -632,7 +637,11 @@ async def sync_round(
     stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
     finished: Hashes = remote.hashes
     if actions:
-        finished = await remote.refreshed()
+        there = any(getattr(actions, name) for name in (
+            "remote_moves", "remote_replace", "remote_mkdirs", "pushes", "remote_links",
+            "remote_rms", "remote_rmdirs", "remote_meta"))
+        if confirm or there:
+            finished = await remote.refreshed()
         tree = await rescan()
     stats.seq = finished.seq
     stats.in_step = tree.content == finished.content and tree.smeta == finished.smeta

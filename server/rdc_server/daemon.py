@@ -70,6 +70,7 @@ class Daemon:
                                         self.config.state_dir)
                 if any(share.versions for share in self.config.shares.values()):
                     nursery.start_soon(self.registry.prune_versions)
+                nursery.start_soon(self.registry.board.log_summaries)
                 task_status.started(listeners)
                 await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
         finally:

@@ -18,6 +18,7 @@ entry).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -70,6 +71,9 @@ class Follower:
         self.label = f"replica {share.name} <- {upstream.url}"
         self.name = f"{socket.gethostname()}/{share.name}"
         self._last_error = ""
+        self._quiet = contextlib.ExitStack()  # the share's watcher paused while we write
+        self._own_seq = -1  # the share's change number our last round announced
+        self._scanned: tuple[int, Entry] | None = None  # the last scan, at change number
 
     def tls(self) -> ssl.SSLContext | None:
         if not self.upstream.tls:
@@ -109,9 +113,23 @@ class Follower:
             self.registry.release(directory)
 
     async def _scan(self, directory: _Directory) -> Entry:
-        """The share's tree, scanned under its lock (as connections scan it)."""
+        """The share's tree, scanned under its lock (as connections scan it). A round's
+        writes are done by then: what the share's watcher sees from here on is news."""
+        self._quiet.close()
         async with directory.lock:
-            return await trio.to_thread.run_sync(directory.replica.scan)
+            seq = self.registry.sequence(self.share.name)
+            tree = await trio.to_thread.run_sync(directory.replica.scan)
+        self._scanned = (seq, tree)
+        return tree
+
+    def _unchanged(self) -> Entry | None:
+        """The last scan, if nothing can have changed since: a mirror is written only by
+        this follower (whose writes it rescans) and by edits on this disk (which the
+        share's watcher announces). A stale tree would only cost a failed ``expect``."""
+        if self.upstream.mode != twoway.RECEIVE_ONLY or self._scanned is None:
+            return None
+        seq, tree = self._scanned
+        return tree if seq == self.registry.sequence(self.share.name) else None
 
     async def _connected(self, directory: _Directory) -> None:
         """One connection's life: a round at once, then one per change on either side."""
@@ -141,9 +159,10 @@ class Follower:
                         state["wake"].set()
 
             async def local_notices() -> None:
-                while True:  # clients' writes, edits on this disk, and our own rounds
+                while True:  # clients' writes and edits on this disk
                     await self.registry.watch(self.share.name).wait()
-                    state["wake"].set()
+                    if self.registry.sequence(self.share.name) != self._own_seq:
+                        state["wake"].set()
 
             synced: tuple[bytes, bytes] | None = None
             with unwrap_group():
@@ -161,7 +180,7 @@ class Follower:
                                 continue  # our own writes, or a change undone
                             self.tracker.change_seen()
                         state["remote"] = False
-                        remote.hashes = await remote.refreshed()
+                        tree = await self._refresh(directory, remote, tree)
                         stats = await self._round(counted, directory, remote, tree)
                         state["seq"] = max(state["seq"], stats.seq, remote.hashes.seq)
                         synced = None
@@ -174,6 +193,21 @@ class Follower:
                         if health:
                             self._report(connection)
 
+    async def _refresh(self, directory: _Directory, remote: Remote,
+                       tree: Entry | None) -> Entry:
+        """The upstream's hashes now (``finish``) and this share's tree, scanned
+        meanwhile (unless ``tree`` is): the two scans run side by side."""
+
+        async def refresh() -> None:
+            remote.hashes = await remote.refreshed()
+
+        with unwrap_group():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(refresh)
+                tree = tree or self._unchanged() or await self._scan(directory)
+        assert tree is not None
+        return tree
+
     async def _round(self, counted: CountingStream, directory: _Directory, remote: Remote,
                      tree: Entry | None) -> Stats:
         sent, received = counted.bytes_sent, counted.bytes_received
@@ -182,10 +216,15 @@ class Follower:
         def planned(round_: twoway.TwoWay) -> None:
             self.undone = round_.undone
             self.tracker.round_started(round_)
+            self._quiet.enter_context(self.registry.writing(self.share.name))
 
-        stats, actions, _ = await twoway.sync_round(
-            remote, directory.replica, self.base_path, self.hosts, self.options, tree,
-            planned, scan=lambda: self._scan(directory))
+        try:
+            stats, actions, _ = await twoway.sync_round(
+                remote, directory.replica, self.base_path, self.hosts, self.options, tree,
+                planned, scan=lambda: self._scan(directory),
+                confirm=self.upstream.mode != twoway.RECEIVE_ONLY)
+        finally:
+            self._quiet.close()
         wire = counted.bytes_sent - sent + counted.bytes_received - received
         self.tracker.round_ended(stats.in_step, len(stats.failed), wire)
         if directory.replica.temporaries:  # left by a killed run (a live one's stay)
@@ -193,8 +232,10 @@ class Follower:
         here = (actions.gets, actions.local_rms, actions.local_replace, actions.local_mkdirs,
                 actions.local_links, actions.local_moves, actions.local_meta,
                 actions.local_rmdirs)
-        if any(here):
-            self.registry.bump(self.share.name)  # tells this share's own watchers
+        if any(here):  # tells this share's own watchers (and not this follower)
+            self._own_seq = self.registry.bump(self.share.name)
+            if self._scanned is not None and self._scanned[0] == self._own_seq - 1:
+                self._scanned = (self._own_seq, self._scanned[1])  # what it announced
         if actions:
             log.info("%s: %d fetched, %d sent, %d deleted, %d bytes on the wire in %.2f s; %s",
                      self.label, len(actions.gets), len(actions.pushes), stats.deleted, wire,

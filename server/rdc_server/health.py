@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from rdc.transfer.health import WATCHING, Tracker
 from rdc.wire import messages as m
 
 log = logging.getLogger("rdc.serve")
+SUMMARY_SECONDS = 600.0  # how often the log lists every replica and watcher
 
 
 class Board:
@@ -47,6 +50,27 @@ class Board:
         if tracker is not None and tracker.state != WATCHING:
             log.info("share %s: %s %s (%s) disconnected", share, tracker.role,
                      tracker.name or "?", tracker.peer)
+
+    def summary(self) -> list[str]:
+        """One log line per follower and watcher: state, last successful round, lag,
+        pending files, last error."""
+        lines = []
+        for share in sorted({*self._followers, *self._watchers}):
+            trackers = [*self._followers.get(share, ()), *self._watchers.get(share, {}).values()]
+            for tracker in trackers:
+                health = tracker.health()
+                ok = "never" if health.ok_ms is None else f"{health.ok_ms / 1000:.0f} s ago"
+                lines.append(f"share {share}: {tracker.role} {tracker.name or '?'}"
+                             f"{f' ({tracker.peer})' if tracker.peer else ''}: "
+                             f"{tracker.summary()}; last in step {ok}")
+        return lines
+
+    async def log_summaries(self, every: float = SUMMARY_SECONDS) -> None:
+        """Write `summary` to the log every ``every`` seconds, until cancelled."""
+        while True:
+            await trio.sleep(every)
+            for line in self.summary():
+                log.info("%s", line)
 
     def health(self, share: str) -> list[m.PeerHealth]:
         trackers = [*self._followers.get(share, ()), *self._watchers.get(share, {}).values()]

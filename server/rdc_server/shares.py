@@ -4,9 +4,11 @@ connection that opens it."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +119,19 @@ class Registry:
                     store = self.versions(name)
                     await trio.to_thread.run_sync(store.prune_all)
             await trio.sleep(PRUNE_SECONDS)
+
+    @contextlib.contextmanager
+    def writing(self, share: str) -> Iterator[None]:
+        """While a replica's round writes to ``share``: the share's own watcher ignores
+        what it sees (the round rescans at its end, and announces its writes itself)."""
+        watcher = self._watchers.get(share)
+        if watcher is not None:
+            watcher.paused += 1
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.paused -= 1
 
     def index_location(self, share: str, path: str) -> Path:
         key = blake3.blake3(os.fsencode(path)).hexdigest()[:16]

@@ -27,7 +27,7 @@ from watchdog.observers import Observer
 from rdc.local.paths import is_temporary
 
 log = logging.getLogger("rdc.serve")
-SETTLE_SECONDS = 0.3
+SETTLE_SECONDS = 0.1
 MAX_DELAY_SECONDS = 2.0
 
 
@@ -57,6 +57,7 @@ class ShareWatcher(FileSystemEventHandler):
         self._last = 0.0
         self._pending = False
         ignore_repeated_registration()
+        self.paused = 0  # while a replica's round writes (it rescans after): events ignored
         self.observer = Observer()
         try:
             self.observer.schedule(self, path, recursive=True)
@@ -67,7 +68,7 @@ class ShareWatcher(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory and event.event_type in ("opened", "closed_no_write"):
             return
-        if event.event_type in ("opened", "closed_no_write"):
+        if event.event_type in ("opened", "closed_no_write") or self.paused:
             return
         paths = [event.src_path, getattr(event, "dest_path", "")]
         if all(not p or is_temporary(os.path.basename(os.fsdecode(p))) for p in paths):
