@@ -131,7 +131,8 @@ def replica_config(work: Path, name: str, share: Path, upstream: str) -> list[st
 def wait_same(a: Path, b: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if workload.content_view(a) == workload.content_view(b):
+        want, got = workload.content_view(a), workload.content_view(b)
+        if want is not None and want == got:
             return
         time.sleep(0.5)
     raise SystemExit(f"{b} did not become a copy of {a}")
@@ -150,31 +151,33 @@ def rdc_phase(work: Path, corpus: Path, changes: list, burst: list,
         d.mkdir()
     (root / "token").write_text(TOKEN + "\n")
     primary = Serve(root, "primary", ["--share", f"s={primary_dir}"])
-    primary.start()
-    servers = [Serve(root, f"r{i}", replica_config(root, f"r{i}", d, primary.url("s")))
-               for i, d in enumerate(replicas, 1)]
-    first = time.monotonic()
-    for server in servers:
-        server.start()
-    for d in replicas:
-        wait_same(primary_dir, d, 600)
-    first_copy = {"seconds": time.monotonic() - first,
-                  "bytes": sum(follower_bytes(s) for s in servers)}
-    time.sleep(2)  # the servers' share watchers settle
+    servers: list[Serve] = []
     try:
+        primary.start()
+        servers += [Serve(root, f"r{i}", replica_config(root, f"r{i}", d, primary.url("s")))
+                    for i, d in enumerate(replicas, 1)]
+        first = time.monotonic()
+        for server in servers:
+            server.start()
+        for d in replicas:
+            wait_same(primary_dir, d, 600)
+        first_copy = {"seconds": time.monotonic() - first,
+                      "bytes": sum(follower_bytes(s) for s in servers)}
+        time.sleep(2)  # the servers' share watchers settle
         print(f"rdc: first copy to both replicas in {first_copy['seconds']:.1f} s; "
               f"workload (load {load()})", file=sys.stderr)
         bytes_before = sum(follower_bytes(s) for s in servers)
-        cpu_before = sum(s.cpu() for s in (primary, *servers))
+        cpu_before = [s.cpu() for s in (primary, *servers)]
         checker = workload.Checker(replicas)
         seconds = workload.run_steady(primary_dir, changes, args.rate, checker)
         done = checker.wait(120)
         checker.stop()
         time.sleep(1)
-        cpu = sum(s.cpu() for s in (primary, *servers)) - cpu_before
+        cpu_each = [s.cpu() - c for s, c in zip((primary, *servers), cpu_before, strict=True)]
+        cpu = sum(cpu_each)
         wire = sum(follower_bytes(s) for s in servers) - bytes_before
         steady = {"seconds": seconds, "lags": checker.lags(), "bytes": wire, "cpu": cpu,
-                  "complete": done}
+                  "cpu by server": cpu_each, "complete": done}
         for d in replicas:
             wait_same(primary_dir, d, 60)
 

@@ -203,19 +203,25 @@ def run_steady(root: Path, changes: list[Change], rate: float, checker: Checker)
     return time.monotonic() - started
 
 
-def content_view(root: Path) -> dict[str, tuple]:
-    """Every entry below ``root``: files by content hash and mode, directories present."""
+def content_view(root: Path) -> dict[str, tuple] | None:
+    """Every entry below ``root``: files by content hash and mode, directories present
+    (rdc's temporaries left out); None if the tree changed under the walk."""
     out: dict[str, tuple] = {}
-    for dirpath, dirnames, names in os.walk(root):
-        for name in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, name), root)] = ("d",)
-        for name in names:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                out[os.path.relpath(path, root)] = ("l", os.readlink(path))
-            else:
-                with open(path, "rb") as f:
-                    out[os.path.relpath(path, root)] = (
-                        "f", st.st_mode & 0o7777, digest(f.read()))
+    try:
+        for dirpath, dirnames, names in os.walk(root):
+            for name in dirnames:
+                out[os.path.relpath(os.path.join(dirpath, name), root)] = ("d",)
+            for name in names:
+                if name.startswith(".rdc-tmp-"):
+                    continue
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                if os.path.islink(path):
+                    out[os.path.relpath(path, root)] = ("l", os.readlink(path))
+                else:
+                    with open(path, "rb") as f:
+                        out[os.path.relpath(path, root)] = (
+                            "f", st.st_mode & 0o7777, digest(f.read()))
+    except FileNotFoundError:
+        return None
     return out
