@@ -138,8 +138,17 @@ class Follower:
             connection, counted
         ):
             write = up.mode != twoway.RECEIVE_ONLY
-            opened = await receive_opened(
-                request_open(connection, up.url.share, up.url.path, write, []))
+            opening = request_open(connection, up.url.share, up.url.path, write, [])
+            fresh: Entry | None = None  # this share's tree, scanned while the upstream opens
+
+            async def scan_here() -> None:
+                nonlocal fresh
+                fresh = await self._scan(directory)
+
+            with unwrap_group():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(scan_here)
+                    opened = await receive_opened(opening)
             remote = Remote(connection, opened)
             self.tracker.connected()
             self.tracker.change_seen()  # behind until the first round says otherwise
@@ -180,7 +189,10 @@ class Follower:
                                 continue  # our own writes, or a change undone
                             self.tracker.change_seen()
                         state["remote"] = False
-                        tree = await self._refresh(directory, remote, tree)
+                        if fresh is not None:  # the first round: both sides just scanned
+                            tree, fresh = fresh, None
+                        else:
+                            tree = await self._refresh(directory, remote, tree)
                         stats = await self._round(counted, directory, remote, tree)
                         state["seq"] = max(state["seq"], stats.seq, remote.hashes.seq)
                         synced = None
@@ -216,7 +228,8 @@ class Follower:
         def planned(round_: twoway.TwoWay) -> None:
             self.undone = round_.undone
             self.tracker.round_started(round_)
-            self._quiet.enter_context(self.registry.writing(self.share.name))
+            if self.upstream.mode == twoway.RECEIVE_ONLY:  # only this follower writes
+                self._quiet.enter_context(self.registry.writing(self.share.name))
 
         try:
             stats, actions, _ = await twoway.sync_round(
