@@ -11,12 +11,14 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import blake3
 import trio
 
 from rdc.errors import Refusal
 from rdc.local.fs import SafeRoot
+from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.versions import PRUNE_SECONDS, Retention, VersionStore
@@ -60,6 +62,7 @@ class _Directory:
     replica: Replica
     lock: trio.Lock = field(default_factory=trio.Lock)
     users: int = 0
+    last_scan: tuple[int, tuple[str, ...], Any, list] | None = None  # seq, excludes, tree
 
 
 class Registry:
@@ -87,6 +90,11 @@ class Registry:
 
     def sequence(self, share: str) -> int:
         return self._current[share]
+
+    def watched(self, share: str) -> bool:
+        """Whether edits on this machine's disk move the share's change number."""
+        watcher = self._watchers.get(share)
+        return watcher is not None and watcher.running
 
     def watch(self, share: str) -> trio.Event:
         """An event set at the share's next change; the first call also starts watching
@@ -254,6 +262,17 @@ class GrantedDirectory:
 
     def next_change(self) -> trio.Event:
         return self.registry.watch(self.share)
+
+    def scanned(self, seq: int, excludes: Excludes) -> tuple[Any, list] | None:
+        last = self._directory.last_scan
+        if last is None or not self.registry.watched(self.share):
+            return None
+        if (last[0], last[1]) != (seq, tuple(excludes.patterns)):
+            return None
+        return last[2], last[3]
+
+    def keep_scan(self, seq: int, excludes: Excludes, tree: Any, errors: list) -> None:
+        self._directory.last_scan = (seq, tuple(excludes.patterns), tree, errors)
 
     def watching(self) -> None:
         self.registry.board.watcher(self.share, id(self), self.peer)

@@ -59,9 +59,11 @@ class ShareWatcher(FileSystemEventHandler):
         ignore_repeated_registration()
         self.paused = 0  # while a replica's round writes (it rescans after): events ignored
         self.observer = Observer()
+        self.running = False  # whether edits on the disk are seen (and move the number)
         try:
             self.observer.schedule(self, path, recursive=True)
             self.observer.start()
+            self.running = True
         except OSError as exc:  # inotify limits, for one: clients still see rdc's writes
             log.warning("cannot watch share %s for local edits: %s", share, exc)
 
