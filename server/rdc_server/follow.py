@@ -31,6 +31,8 @@ import blake3
 import trio
 
 from rdc.errors import ConnectionFailed, ProtocolError, RdcError, RemoteError
+from rdc.local.paths import parent
+from rdc.local.rescan import to_list
 from rdc.local.snapshot import Entry
 from rdc.transfer import twoway
 from rdc.transfer.health import Tracker
@@ -116,11 +118,27 @@ class Follower:
         """The share's tree, scanned under its lock (as connections scan it). A round's
         writes are done by then: what the share's watcher sees from here on is news."""
         self._quiet.close()
+        replica = directory.replica
         async with directory.lock:
             seq = self.registry.sequence(self.share.name)
-            tree = await trio.to_thread.run_sync(directory.replica.scan)
+            seen = self.registry.seen_while_writing(self.share.name)
+            if self._covered(seq, seen, replica):  # only our writes: list just their dirs
+                tree = await trio.to_thread.run_sync(replica.rescan)
+            else:
+                tree = await trio.to_thread.run_sync(replica.scan)
         self._scanned = (seq, tree)
         return tree
+
+    def _covered(self, seq: int, seen: set[str] | None, replica: Any) -> bool:
+        """Whether a rescan of the directories this follower wrote into finds everything
+        changed since its last scan: a mirror (no client writes), no change announced
+        since (``seq``), and every path the paused watcher saw meanwhile (``seen``) is in,
+        or is, a directory the rescan lists again."""
+        if (self.upstream.mode != twoway.RECEIVE_ONLY or seen is None
+                or self._scanned is None or self._scanned[0] != seq or replica.tree is None):
+            return False
+        relist = to_list(replica.tree, set(replica.fs.changed or ()))
+        return all(path in relist or parent(path) in relist for path in seen)
 
     def _unchanged(self) -> Entry | None:
         """The last scan, if nothing can have changed since: a mirror is written only by

@@ -134,12 +134,20 @@ class Registry:
         what it sees (the round rescans at its end, and announces its writes itself)."""
         watcher = self._watchers.get(share)
         if watcher is not None:
-            watcher.paused += 1
+            watcher.pause()
         try:
             yield
         finally:
             if watcher is not None:
-                watcher.paused -= 1
+                watcher.resume()
+
+    def seen_while_writing(self, share: str) -> set[str] | None:
+        """Share-relative paths that the share's watcher saw change while `writing` (since
+        the last call); None: the share is not watched, or too many to list."""
+        watcher = self._watchers.get(share)
+        if watcher is None or not watcher.running:
+            return None
+        return watcher.take_seen_paused()
 
     def index_location(self, share: str, path: str) -> Path:
         key = blake3.blake3(os.fsencode(path)).hexdigest()[:16]
