@@ -210,6 +210,8 @@ class RsyncLoop:
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
 
+        from rdc_server.watcher import CHANGES
+
         self.source, self.replicas, self.localsh = source, replicas, localsh
         self.dirty = threading.Event()
         self.stopping = threading.Event()
@@ -224,7 +226,9 @@ class RsyncLoop:
                     loop.dirty.set()
 
         self.observer = Observer()
-        self.observer.schedule(Handler(), str(source), recursive=True)
+        # Changes only, as lsyncd asks inotify: rsync's own reads must not flood the queue.
+        self.observer.schedule(Handler(), str(source), recursive=True,
+                               event_filter=CHANGES)
         self.observer.start()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()

@@ -21,7 +21,19 @@ import warnings
 from collections.abc import Callable
 
 import trio
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from rdc.local.paths import is_temporary
@@ -30,6 +42,10 @@ log = logging.getLogger("rdc.serve")
 SETTLE_SECONDS = 0.1
 MAX_DELAY_SECONDS = 2.0
 MAX_PAUSED_PATHS = 10_000
+# Only changes: without a filter inotify also reports every open and read-only close, so
+# each file the server reads for a client or a replica floods the kernel's event queue.
+CHANGES = [FileCreatedEvent, DirCreatedEvent, FileModifiedEvent, DirModifiedEvent,
+           FileDeletedEvent, DirDeletedEvent, FileMovedEvent, DirMovedEvent, FileClosedEvent]
 
 
 def ignore_repeated_registration() -> None:
@@ -66,7 +82,7 @@ class ShareWatcher(FileSystemEventHandler):
         self.observer = Observer()
         self.running = False  # whether edits on the disk are seen (and move the number)
         try:
-            self.observer.schedule(self, path, recursive=True)
+            self.observer.schedule(self, path, recursive=True, event_filter=CHANGES)
             self.observer.start()
             self.running = True
         except OSError as exc:  # inotify limits, for one: clients still see rdc's writes
