@@ -75,7 +75,6 @@ def test_a_two_way_replica_takes_writes(tmp_path) -> None:
     ("[shares.mirror.follow]\nurl = \"rdc://h/s\"\ntoken_file = \"TF\"\nbwlimit = \"fast\"\n",
      "bad rate"),
     ('versions = "forever"\n', "bad versions policy"),
-    ('colour = "blue"\n', "unknown setting 'colour'"),
     ('versions = 3\nversions_dir = "MIRROR/.versions"\n', "must be kept outside it"),
 ])
 def test_bad_replication_settings_are_usage_errors(tmp_path, table: str, message: str) -> None:
@@ -83,6 +82,17 @@ def test_bad_replication_settings_are_usage_errors(tmp_path, table: str, message
     table = table.replace("MIRROR", str(tmp_path / "mirror"))
     with pytest.raises(UsageError, match=message):
         load(configure(tmp_path, table))
+
+
+def test_replication_settings_are_known_keys_and_a_typo_is_warned_of(tmp_path) -> None:
+    config = load(configure(tmp_path, (
+        'versions = 3\ncolour = "blue"\n'
+        "[shares.mirror.follow]\n"
+        'url = "rdc://primary.lan/docs"\n'
+        f'token_file = "{tmp_path / "upstream-token"}"\n'
+    )))
+    assert [w for w in config.warnings if "share 'mirror'" in w] == [
+        f"{tmp_path / 'rdc.toml'}: unknown key 'colour' in share 'mirror' (ignored)"]
 
 
 def test_a_share_given_on_the_command_line_follows_nothing(tmp_path) -> None:
