@@ -177,6 +177,12 @@ EXAMPLES: list[m.Message] = [
     m.Listings(dirs=[m.Listing("", [m.Listed("f", "f", 0o644, b"12345678", size=77),
                                     m.Listed("d", "d", 0o755, b"8" * 8, 1, b"m" * 8, b"s" * 8,
                                              True, 0)])]),
+    m.Report(health=m.PeerHealth(role="replica", name="b:8731/mirror", mode="receive-only",
+                                 state="behind", connected_ms=5000, lag_ms=1200, pending=3,
+                                 error="upstream away", error_ms=9000, rounds=4, bytes=1)),
+    m.Status(),
+    m.Health(share="s", seq=9, peers=[m.PeerHealth(), m.PeerHealth(role="follows",
+                                                                   ok_ms=0)]),
 ]
 
 
@@ -443,7 +449,7 @@ def test_the_server_answers_every_request_and_nothing_else() -> None:
     assert requests == {*ServerSession(shares=None).handlers(), m.Open}  # type: ignore[arg-type]
     assert {cls.TYPE for cls in requests} == {
         "open", "list", "mlist", "offer", "get", "offers", "gets", "ops", "mset", "finish",
-        "watch"}
+        "watch", "report", "status"}
     assert {cls for cls in requests if cls.FOLLOW_UPS} == {m.Offer, m.Get, m.Offers, m.Gets}
 
 

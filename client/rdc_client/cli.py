@@ -21,6 +21,8 @@ COMMANDS = {
     "pull": "rdc_client.cmd_transfer",
     "sync": "rdc_client.cmd_sync",
     "watch": "rdc_client.cmd_sync",
+    "status": "rdc_client.cmd_status",
+    "versions": "rdc_client.cmd_versions",
     "serve": "rdc_server.cli",
     "chunk": "rdc_client.cmd_chunk",
     "sig": "rdc_client.cmd_sig",

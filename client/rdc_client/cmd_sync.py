@@ -1,10 +1,13 @@
-"""``rdc sync LOCAL URL`` (two-way, once) and ``rdc watch LOCAL URL`` (two-way, for as long
-as it runs: local events and the server's change notices drive incremental syncs)."""
+"""``rdc sync LOCAL URL`` (once) and ``rdc watch LOCAL URL`` (for as long as it runs: local
+events and the server's change notices drive incremental syncs), two-way, send-only or
+receive-only (``--mode``), keeping what they replace or delete as versions (``--versions``;
+in a receive-only mirror, always the local changes it undoes)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 import time
 from typing import Any
@@ -12,12 +15,16 @@ from typing import Any
 import trio
 
 from rdc.errors import EXIT_PARTIAL, ConnectionFailed, ProtocolError, RdcError, RemoteError
+from rdc.local.fs import Keeper
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
+from rdc.local.versions import Retention, VersionStore
+from rdc.local.versions import default_location as versions_location
 from rdc.transfer import sync_base as base_store
 from rdc.transfer import twoway
+from rdc.transfer.health import Tracker
 from rdc.transfer.sides import Remote
 from rdc.transfer.stats import Options, Stats
 from rdc.transfer.twoway import Actions
@@ -57,6 +64,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     for p, run in ((sync_parser, run_sync), (watch_parser, run_watch)):
         p.add_argument("local", metavar="LOCAL")
         p.add_argument("url", metavar="rdc://HOST[:PORT]/SHARE[/PATH]")
+        p.add_argument("--mode", choices=twoway.MODES, default=twoway.TWO_WAY,
+                       help="two-way (default); send-only: local changes go up, the "
+                       "server's are not applied here; receive-only: an exact mirror of "
+                       "the server (local changes are undone, kept as versions; a "
+                       "read-only token is enough)")
+        p.add_argument("--versions", metavar="POLICY",
+                       help="keep the files a sync replaces or deletes here: N (the newest N "
+                       "of each file), staggered[:DAYS] or all")
+        p.add_argument("--versions-dir", metavar="DIR",
+                       help="where versions are kept (default: under $XDG_STATE_HOME/rdc/"
+                       "versions; outside LOCAL)")
         add_exclude_option(p)
         add_report_options(p, "list what changes")
         add_server_options(p)
@@ -87,6 +105,15 @@ class SyncJob:
         # or the server (by the name it gives in its welcome; else as the URL has it).
         self.hosts = (socket.gethostname(), self.remote.host)
         self.bar: Any = None
+        self.mode = args.mode
+        self.tracker = Tracker("watch", socket.gethostname(), self.mode)
+        retention = Retention.parse(args.versions) if args.versions else None
+        self.store: VersionStore | None = None
+        if retention is not None or self.mode == twoway.RECEIVE_ONLY:
+            location = args.versions_dir or versions_location(args.local)
+            self.store = VersionStore(location, os.path.realpath(args.local), retention)
+        self.undone: set[str] = set()  # what a receive-only round undoes here
+        self.watching = False  # rdc watch: the server's notices tell of later changes
 
     def welcomed(self, welcome: m.Welcome) -> None:
         if welcome.host:
@@ -94,7 +121,27 @@ class SyncJob:
 
     def options(self) -> Options:
         self.bar = self.report.transfer_display()
-        return self.report.options(delete=True, dry_run=self.args.dry_run, progress=self.bar)
+        return self.report.options(delete=True, dry_run=self.args.dry_run, progress=self.bar,
+                                   mode=self.mode)
+
+    def keeper(self) -> Keeper | None:
+        """What the replica calls before it replaces or removes an entry: with
+        ``--versions``, keep it; in a receive-only mirror, keep the local changes a round
+        undoes."""
+        if self.store is None:
+            return None
+        if self.store.retention is not None:
+            return self.store.keeper()
+        return self.store.keeper(only=lambda path: twoway.undoes(path, self.undone))
+
+    def open_replica(self) -> Replica:
+        replica = Replica(self.args.local, default_location(self.args.local), self.excludes)
+        replica.fs.keeper = self.keeper()
+        return replica
+
+    def planned(self, round_: twoway.TwoWay) -> None:
+        self.undone = round_.undone
+        self.tracker.round_started(round_)
 
     async def first_round(self, connection: Any, counted: Any, replica: Replica
                           ) -> tuple[Stats, Remote]:
@@ -125,15 +172,23 @@ class SyncJob:
         self.bar.counter = counted
         try:
             stats, actions, _ = await twoway.sync_round(
-                remote, replica, self.base_path, self.hosts, options, tree
+                remote, replica, self.base_path, self.hosts, options, tree, self.planned,
+                confirm=not (self.watching and self.mode == twoway.RECEIVE_ONLY),
             )
         finally:
             self.bar.close()
         stats.seconds = time.monotonic() - started
         stats.bytes_sent = counted.bytes_sent - sent
         stats.bytes_received = counted.bytes_received - received
+        self.tracker.round_ended(stats.in_step, len(stats.failed),
+                                 stats.bytes_sent + stats.bytes_received)
         self.show(stats, actions)
         return stats
+
+    def report_health(self, connection: Any) -> None:
+        """Tell the server how this watch is doing (``rdc status``), if it listens."""
+        if "health" in connection.frames.features:
+            connection.start(m.Report(health=self.tracker.health())).close()
 
     def show(self, stats: Stats, actions: Actions) -> None:
         code = EXIT_PARTIAL if stats.failed else 0
@@ -156,13 +211,14 @@ def run_sync(args: argparse.Namespace) -> int:
 
 async def _sync_once(job: SyncJob) -> Stats:
     args = job.args
-    replica = Replica(args.local, default_location(args.local), job.excludes)
+    replica = job.open_replica()
     try:
         if not args.dry_run:
             await trio.to_thread.run_sync(replica.fs.clean_temporaries)
         async with open_connection(job.remote, job.token, job.tls,
                                    compress=not args.no_compress,
-                                   welcomed=job.welcomed) as (connection, counted):
+                                   welcomed=job.welcomed,
+                                   rate=args.bwlimit) as (connection, counted):
             stats, _ = await job.first_round(connection, counted, replica)
             return stats
     finally:
@@ -174,6 +230,7 @@ async def _sync_once(job: SyncJob) -> Stats:
 
 def run_watch(args: argparse.Namespace) -> int:
     job = SyncJob(args)
+    job.watching = True
     trio.run(_watch, job)
     return 0  # only an interruption (130) or an error that will not clear ends a watch
 
@@ -192,7 +249,7 @@ async def _watch(job: SyncJob) -> None:
     from rdc_client.watching import LocalChanges  # watchdog: only a watch needs it
 
     args = job.args
-    replica = Replica(args.local, default_location(args.local), job.excludes)
+    replica = job.open_replica()
     changes = LocalChanges(args.local, job.excludes)  # before the first sync: miss nothing
     delay = RECONNECT_FIRST
     try:
@@ -208,6 +265,7 @@ async def _watch(job: SyncJob) -> None:
                     str(job.remote), exc))
                 job.report.status("retrying", f"{why}; trying again in {delay:g} s",
                                   retry_in=delay)
+                job.tracker.disconnected(why)
                 await trio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
                 continue
@@ -222,9 +280,13 @@ async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None
     async with open_connection(job.remote, job.token, job.tls,
                                compress=not job.args.no_compress,
                                idle_timeout=WATCH_IDLE_TIMEOUT,
-                               welcomed=job.welcomed) as (connection, counted):
+                               welcomed=job.welcomed,
+                               rate=job.args.bwlimit) as (connection, counted):
+        job.tracker.connected()
+        job.tracker.change_seen()
         stats, remote = await job.first_round(connection, counted, replica)
         job.report.status("connected", f"connected to {job.remote}")
+        job.report_health(connection)
         state = {"seq": max(stats.seq, remote.hashes.seq), "remote": not stats.in_step}
         synced = _in_step(stats, replica)
         wake = trio.Event()
@@ -235,6 +297,7 @@ async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None
                 message = await watcher.receive(m.Changed)
                 if message.seq > state["seq"]:
                     state["remote"] = True
+                    job.tracker.change_seen()
                     wake.set()
 
         async def local_notices() -> None:
@@ -257,9 +320,13 @@ async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None
                         tree = await trio.to_thread.run_sync(replica.scan)
                         if (tree.content, tree.smeta) == synced:
                             continue  # our own writes, or a change undone: nothing to do
+                        job.tracker.change_seen()
                     state["remote"] = False
                     remote.hashes = await remote.refreshed()
                     stats = await job.round(counted, replica, remote)
+                    job.report_health(connection)
+                    if job.store is not None:
+                        await trio.to_thread.run_sync(job.store.prune_due)
                     state["seq"] = max(state["seq"], stats.seq, remote.hashes.seq)
                     synced = _in_step(stats, replica)
                     if synced is None and not stats.failed:

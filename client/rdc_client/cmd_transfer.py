@@ -107,7 +107,8 @@ async def _transfer(
         line = report.scan_line()
         bar = report.transfer_display(after=line)
         options = report.options(delete=args.delete, dry_run=args.dry_run, progress=bar)
-        async with open_connection(remote, token, tls, compress=not args.no_compress) as (
+        async with open_connection(remote, token, tls, compress=not args.no_compress,
+                                   rate=args.bwlimit) as (
             connection,
             counted,
         ):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from rdc.errors import UsageError
+from rdc.wire.ratelimit import parse_rate
+
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
     """How to reach and authenticate to an ``rdc serve``."""
@@ -13,6 +16,15 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ca-file", metavar="PEM",
                    help="trust this CA for TLS (implies --tls; default: the system store)")
     p.add_argument("--no-compress", action="store_true", help="do not compress (zstd)")
+    p.add_argument("--bwlimit", metavar="RATE", type=_rate, default=None,
+                   help="at most RATE each way: KiB/s, or with a unit (500K, 2M); 0: no limit")
+
+
+def _rate(text: str) -> int | None:
+    try:
+        return parse_rate(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_exclude_option(p: argparse.ArgumentParser) -> None:

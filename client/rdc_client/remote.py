@@ -7,59 +7,19 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
 import trio
 
 from rdc.errors import ConnectionFailed, UsageError
-from rdc.local.paths import PathError, check_relpath
-from rdc.wire import DEFAULT_PORT
 from rdc.wire import messages as m
+from rdc.wire.address import RemoteURL, parse_url  # noqa: F401 (where callers find them)
 from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc.wire.handshake import client_handshake
+from rdc.wire.ratelimit import RateLimitedStream
 from rdc_client import problems
 
 CONNECT_SECONDS = 15
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteURL:
-    host: str
-    port: int
-    share: str
-    path: str  # inside the share, "" for its root
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        tail = f"/{self.path}" if self.path else ""
-        return f"rdc://{host}:{self.port}/{self.share}{tail}"
-
-
-def parse_url(text: str) -> RemoteURL:
-    """``rdc://HOST[:PORT]/SHARE[/PATH]``."""
-    if not text.startswith("rdc://"):
-        raise UsageError(message=f"not an rdc:// URL: {text!r}")
-    parts = urlsplit(text)
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise UsageError(message=f"an rdc URL has no user, query or fragment: {text!r}")
-    try:
-        port = parts.port or DEFAULT_PORT
-    except ValueError:
-        raise UsageError(message=f"bad port in {text!r}") from None
-    if not parts.hostname:
-        raise UsageError(message=f"no host in {text!r}")
-    segments = [unquote(s) for s in parts.path.split("/") if s]
-    if not segments:
-        raise UsageError(message=f"no share in {text!r} (rdc://HOST:PORT/SHARE[/PATH])")
-    path = "/".join(segments[1:])
-    if path:
-        try:
-            path = check_relpath(path)
-        except PathError as exc:
-            raise UsageError(message=str(exc)) from None
-    return RemoteURL(parts.hostname, port, segments[0], path)
 
 
 def read_token(token_file: str | None) -> str:
@@ -95,10 +55,11 @@ async def open_connection(
     compress: bool = True,
     idle_timeout: float = 600.0,
     welcomed: Callable[[m.Welcome], None] | None = None,
+    rate: int | None = None,
 ) -> AsyncIterator[tuple[Connection, CountingStream]]:
     """A handshaken connection, running; yields it and the byte counter under it. Closes
     the connection (after flushing) when the block ends. ``welcomed`` gets the server's
-    welcome."""
+    welcome; ``rate``: at most that many bytes per second each way (``--bwlimit``)."""
     try:
         with trio.fail_after(CONNECT_SECONDS):
             tcp = await trio.open_tcp_stream(remote.host, remote.port)
@@ -106,10 +67,10 @@ async def open_connection(
         address = f"[{remote.host}]" if ":" in remote.host else remote.host
         raise problems.connect_failed(f"{address}:{remote.port}", exc) from None
     counted = CountingStream(tcp)
-    stream: trio.abc.Stream = counted
+    stream: trio.abc.Stream = counted if rate is None else RateLimitedStream(counted, rate)
     try:
         if tls is not None:
-            stream = trio.SSLStream(counted, tls, server_hostname=remote.host)
+            stream = trio.SSLStream(stream, tls, server_hostname=remote.host)
             try:
                 with trio.fail_after(CONNECT_SECONDS):
                     await stream.do_handshake()

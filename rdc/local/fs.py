@@ -51,6 +51,10 @@ ALLOW_SETID = False
 
 _R = TypeVar("_R")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Called with (directory descriptor, name in it, relative path, its lstat) just before an
+# entry is replaced or removed, to keep what is there (rdc.local.versions); an OSError it
+# raises fails the change, which then leaves the entry as it was.
+Keeper = Callable[[int, str, str, os.stat_result], None]
 _TYPES = {
     stat.S_IFREG: "a regular file", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symlink",
     stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
@@ -254,6 +258,7 @@ def _rmtree_at(dfd: int, leaf: str) -> None:
 def _install(
     dfd: int, tmp: str, leaf: str, rel: str, tmp_st: os.stat_result,
     expect: Expect | None, replace_dir: bool, sync_dir: bool = True,
+    keeper: Keeper | None = None,
 ) -> None:
     """Put the finished temporary ``tmp`` in place of ``leaf``, both in directory ``dfd``."""
     # Whatever now sits at our temporary name is installed by the rename: make sure it is
@@ -268,6 +273,8 @@ def _install(
     current = _lstat_at(dfd, leaf)
     if expect is not None:
         _check(expect, current, dfd, leaf, rel)
+    if keeper is not None and current is not None:
+        keeper(dfd, leaf, rel, current)
     aside = None
     if current is not None and stat.S_ISDIR(current.st_mode):
         if not replace_dir:
@@ -352,6 +359,7 @@ class SafeRoot:
         if fd is None:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._fd = fd
+        self.keeper: Keeper | None = None  # what replaces or removes an entry calls first
 
     def subroot(self, rel: str | bytes, *, create: bool = False, mode: int = 0o755) -> SafeRoot:
         """The directory ``rel`` as a root of its own, reached component by component
@@ -499,7 +507,9 @@ class SafeRoot:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "alive": see clean_temporaries
                     if self.changed is not None:
                         self.changed.add(parent(rel))  # the directory's time moved
-                    return TempFile(os.dup(dfd), rel, tmp, fd, self.changed)
+                    temp = TempFile(os.dup(dfd), rel, tmp, fd, self.changed)
+                    temp.keeper = self.keeper
+                    return temp
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp, dir_fd=dfd)
@@ -566,7 +576,7 @@ class SafeRoot:
                 if mtime_ns is not None:
                     os.utime(tmp, ns=(mtime_ns, mtime_ns), dir_fd=dfd, follow_symlinks=False)
                 tmp_st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
-                _install(dfd, tmp, leaf, rel, tmp_st, expect, replace_dir)
+                _install(dfd, tmp, leaf, rel, tmp_st, expect, replace_dir, keeper=self.keeper)
                 return os.stat(leaf, dir_fd=dfd, follow_symlinks=False)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -589,6 +599,8 @@ class SafeRoot:
                     return False
                 if expect is not None:
                     _check(expect, current, dfd, leaf, rel)
+                if self.keeper is not None:
+                    self.keeper(dfd, leaf, rel, current)
                 if not stat.S_ISDIR(current.st_mode):
                     os.unlink(leaf, dir_fd=dfd)
                     return True
@@ -919,6 +931,7 @@ class TempFile:
         self._fd = fd
         self._st = os.fstat(fd)
         self._changed = changed
+        self.keeper: Keeper | None = None  # as SafeRoot.keeper
 
     @property
     def closed(self) -> bool:
@@ -986,7 +999,7 @@ class TempFile:
         self._check_open()
         try:
             _install(self._dfd, self.temp_name, leaf_name(self.path), self.path, self._st,
-                     expect, replace_dir, sync_dir)
+                     expect, replace_dir, sync_dir, self.keeper)
             final = os.fstat(self._fd)
         except BaseException as exc:
             self._fail(exc)

@@ -59,6 +59,24 @@ class OpenDirectory(Protocol):
     def next_change(self) -> trio.Event:
         """An event set at the share's next change."""
 
+    def scanned(self, seq: int, excludes: Excludes) -> tuple[Entry, list] | None:
+        """A scan of the directory made at change number ``seq`` with these excludes by
+        any connection, if the share's own watcher makes the number trustworthy (an edit
+        on the server's disk moves it); else None."""
+
+    def keep_scan(self, seq: int, excludes: Excludes, tree: Entry, errors: list) -> None:
+        """Offer a scan made at ``seq`` to the directory's other connections (several
+        replicas answered by one scan per change)."""
+
+    def watching(self) -> None:
+        """This connection watches the share (``rdc status`` lists it until it closes)."""
+
+    def reported(self, health: m.PeerHealth) -> None:
+        """This connection's ``report`` of how its rounds go."""
+
+    def health(self) -> m.Health:
+        """The share's replicas and watchers, for ``status``."""
+
     def release(self) -> None:
         """The connection is done with the directory (idempotent)."""
 
@@ -105,6 +123,7 @@ class ServerSession:
             m.List: self._list, m.MetaList: self._mlist, m.Offer: self._offer,
             m.Get: self._get, m.Offers: self._offers, m.Gets: self._gets, m.Ops: self._ops,
             m.MetaSet: self._mset, m.Finish: self._finish, m.Watch: self._watch,
+            m.Report: self._report, m.Status: self._status,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -125,6 +144,7 @@ class ServerSession:
             cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
             if cached is None:  # something changed since the last scan: a full one
                 tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+                opened.keep_scan(seq, self.excludes, tree, list(replica.errors))
                 self._scanned(tree, seq)
                 cached = (tree.content, tree.meta, tree.smeta)
             else:  # nothing changed: the tree is scanned only if someone asks for it
@@ -148,27 +168,36 @@ class ServerSession:
 
     async def _scan(self, incremental: bool = False) -> Entry:
         """A new tree: by a rescan of what was written since the last (``incremental``:
-        only when nobody else wrote meanwhile), from the open's walk if nothing changed
-        since it, else by a full scan."""
+        only when nobody else wrote meanwhile), another connection's scan at this change
+        number, the open's walk if nothing changed since it, else a full scan."""
         assert self.opened is not None
         replica = self.opened.replica
         async with self.opened.lock:
             seq = self.opened.sequence()
             walked, self._walked = self._walked, None
+            shared = None if self.dirty else self.opened.scanned(seq, self.excludes)
             if incremental:
                 tree = await trio.to_thread.run_sync(replica.rescan, self.excludes)
+            elif shared is not None:  # another connection's scan at this change number
+                tree, errors = shared
+                self._scanned(tree, seq, errors)
+                return tree
             elif walked is not None and seq == self.scanned_seq and not self.dirty:
                 tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
             else:
                 tree = await trio.to_thread.run_sync(replica.scan, self.excludes)
-            self._scanned(tree, seq)
+            errors = list(replica.errors)
+            self.opened.keep_scan(seq, self.excludes, tree, errors)
+            self._scanned(tree, seq, errors)
         return tree
 
-    def _scanned(self, tree: Entry, seq: int) -> None:
+    def _scanned(self, tree: Entry, seq: int,
+                 errors: list[tuple[str, str]] | None = None) -> None:
         assert self.opened is not None
+        errors = self.opened.replica.errors if errors is None else errors
         self.tree = tree
-        self.unreadable = len(self.opened.replica.errors)
-        for path, reason in self.opened.replica.errors[:20]:
+        self.unreadable = len(errors)
+        for path, reason in errors[:20]:
             log.warning("%s: cannot read %s: %s", self.peer, path, reason)
         self.dirty = False
         self.scanned_seq = seq
@@ -280,6 +309,7 @@ class ServerSession:
         HEARTBEAT seconds anyway (which keeps an idle connection alive). Never ends."""
         assert self.opened is not None
         opened = self.opened
+        opened.watching()
         last = message.seq
         while True:
             current = opened.sequence()
@@ -291,6 +321,15 @@ class ServerSession:
                 await event.wait()
             if idle.cancelled_caught:
                 conversation.send(m.Changed(seq=current))
+
+    async def _report(self, conversation: Conversation, message: m.Report) -> None:
+        assert self.opened is not None
+        self.opened.reported(message.health)
+        conversation.send(m.Ok())
+
+    async def _status(self, conversation: Conversation, message: m.Status) -> None:
+        assert self.opened is not None
+        conversation.send(self.opened.health())
 
     def _wrote(self) -> None:
         self.dirty = True

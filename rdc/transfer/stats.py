@@ -34,6 +34,7 @@ class Options:
     # Told of each file transferred, as it lands: path, action ("send" or "fetch"), how
     # ("whole", "delta" or "copy"), size, literal and matched bytes (rdc --json).
     files: Callable[[dict[str, Any]], None] | None = None
+    mode: str = "two-way"  # of a sync: two-way, send-only or receive-only (rdc.transfer.twoway)
 
 
 @dataclass

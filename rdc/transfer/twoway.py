@@ -13,6 +13,13 @@ Per entry, with L, R, B its local, remote and base states:
   tie) is moved aside to a conflict copy, ``NAME.sync-conflict-YYYYMMDD-HHMMSS-HOST.EXT``,
   which then syncs like any new file; a directory beats a file or link.
 
+Modes (``Options.mode``): ``two-way`` as above; ``send-only``, where only this side's
+changes are made (on the server): a change made only on the server is left alone and its
+base entry kept, so it stays "changed there" (an edit on both sides still goes up, the
+server's version moved aside to a conflict copy there); and ``receive-only``, an exact
+mirror of the server: every difference is settled the server's way, and the local changes
+that this undoes are named in ``TwoWay.undone`` (kept as versions by the caller).
+
 Every change on the remote side carries ``expect`` (what the listing showed), and every
 local one checks the local state, so a change made meanwhile is not overwritten: that
 action fails, and the next sync sees it. The new base records the planned state of each
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +50,8 @@ from rdc.wire import messages as m
 from rdc.wire.connection import Connection
 
 HB = DIGEST_BYTES
+TWO_WAY, SEND_ONLY, RECEIVE_ONLY = "two-way", "send-only", "receive-only"
+MODES = (TWO_WAY, SEND_ONLY, RECEIVE_ONLY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +122,15 @@ def conflict_name(path: str, host: str, when: float) -> str:
     return join(directory, f"{stem}.sync-conflict-{stamp}-{host}{ext}")
 
 
+def undoes(path: str, undone: set[str]) -> bool:
+    """Whether ``path`` is, or is inside, one of the ``undone`` local changes."""
+    while path:
+        if path in undone:
+            return True
+        path = path.rpartition("/")[0]
+    return False
+
+
 def _spec(state: State | None) -> m.Expected:
     return m.NOTHING if state is None else m.Expected(state.kind, state.digest)
 
@@ -156,8 +174,12 @@ class TwoWay:
         remote_host: str,
         unreadable_here: list[str] = (),  # type: ignore[assignment]
         unreadable_there: int = 0,
+        mode: str = TWO_WAY,
     ) -> None:
         self.local = local
+        self.mode = mode
+        # receive-only: the local changes this round undoes (files, or whole new subtrees)
+        self.undone: set[str] = set()
         # What a scan could not read is missing from its tree, not deleted: no deletion is
         # made on the other side on its account (here: by path; there: by count, so no
         # local deletion at all).
@@ -293,7 +315,9 @@ class TwoWay:
         a = self.actions
         for path in sorted(self.half, key=lambda p: p.count("/")):
             deleted_on, survivor = self.half[path]
-            if path in self.kept:
+            if not self.applies(to_local=(deleted_on == "here") == (path in self.kept)):
+                self.revert(path)  # the side this would change is left alone
+            elif path in self.kept:
                 (a.local_mkdirs if deleted_on == "here" else a.remote_mkdirs).append(
                     (path, survivor.mode)
                 )
@@ -312,9 +336,13 @@ class TwoWay:
     def _entry(self, path: str, here: Entry | None, there: m.Listed | None, before: Known | None,
                queue: list) -> None:
         mine, theirs, old = of_local(here), of_remote(there), of_base(before)
+        if self.mode == RECEIVE_ONLY:
+            self._mirror(path, here, there, before, queue)
+            return
         if mine is not None and theirs is not None and mine.kind == theirs.kind == "d":
             if mine.digest != theirs.digest or mine.meta != theirs.meta:
-                self._record_state(path, mine if same_meta(mine, theirs) else theirs)
+                keep_mine = same_meta(mine, theirs) or self.mode == SEND_ONLY
+                self._record_state(path, mine if keep_mine else theirs)
                 self._dir_meta(path, mine, theirs, old)
                 queue.append((path, here, before, True))
             else:
@@ -339,9 +367,53 @@ class TwoWay:
         else:
             self._conflict(path, here, theirs, before, queue)
 
+    def _mirror(self, path: str, here: Entry | None, there: m.Listed | None,
+                before: Known | None, queue: list) -> None:
+        """receive-only: the local entry made like the server's, whatever changed where;
+        what that undoes of the local changes since the base goes into ``undone``."""
+        mine, theirs = of_local(here), of_remote(there)
+        a = self.actions
+        if mine is not None and theirs is not None and mine.kind == theirs.kind == "d":
+            if mine.digest != theirs.digest or mine.meta != theirs.meta:
+                if mine.mode != theirs.mode:
+                    a.local_meta.append((path, theirs.mode, mine.mtime_ns))
+                self._record_state(path, theirs)
+                queue.append((path, here, before, True))
+            else:
+                self._record(path, known_of(here))  # type: ignore[arg-type]
+            return
+        if same_content(mine, theirs):
+            if mine is not None and theirs is not None:
+                if not same_meta(mine, theirs):
+                    a.local_meta.append((path, theirs.mode, theirs.mtime_ns))
+                self._record_state(path, theirs)
+            return
+        if here is not None:
+            self._note_undone(path, here, before)
+        self._take(path, here, theirs, before, queue, to_local=True)
+
+    def _note_undone(self, path: str, here: Entry, before: Known | None) -> None:
+        """Name the local changes at or under ``path`` (against the base ``before``) that
+        making it like the server's undoes."""
+        if here.kind != "d":
+            if not same_content(of_local(here), of_base(before)):
+                self.undone.add(path)
+            return
+        if before is None or before.kind != "d":
+            self.undone.add(path)  # a new directory: all of it
+            return
+        for name, child in here.children.items():
+            self._note_undone(join(path, name), child, before.children.get(name))
+
     def _meta(self, path: str, mine: State, theirs: State, old: State | None) -> None:
         """Same content on both sides; bring modes and times in step."""
         if same_meta(mine, theirs):
+            self._record_state(path, mine)
+            return
+        if self.mode == SEND_ONLY:  # this side's metadata goes up if it changed here
+            winner = mine if old is None or not same_meta(mine, old) else None
+            if winner is not None:
+                self.actions.remote_meta.append((path, mine.mode, mine.mtime_ns))
             self._record_state(path, mine)
             return
         if old is not None and same_meta(mine, old):
@@ -360,7 +432,8 @@ class TwoWay:
         if mine.mode == theirs.mode:
             return
         if old is not None and old.mode == mine.mode:
-            self.actions.local_meta.append((path, theirs.mode, mine.mtime_ns))
+            if self.applies(to_local=True):
+                self.actions.local_meta.append((path, theirs.mode, mine.mtime_ns))
         else:
             self.actions.remote_meta.append((path, mine.mode, theirs.mtime_ns))
 
@@ -368,6 +441,9 @@ class TwoWay:
               queue: list, to_local: bool) -> None:
         """Make one side like the other: the remote state ``theirs`` comes here
         (``to_local``), or the local entry ``here`` goes there."""
+        if not self.applies(to_local):  # the mode leaves that side alone: still a change
+            self.revert(path)
+            return
         a = self.actions
         mine = of_local(here)
         source, target = (theirs, mine) if to_local else (mine, theirs)
@@ -403,6 +479,12 @@ class TwoWay:
             queue.append((path, same_dir, old_dir, theirs is not None))
         self._record_state(path, source)
 
+    def applies(self, to_local: bool) -> bool:
+        """Whether this mode makes changes here (``to_local``) or on the server."""
+        if self.mode == SEND_ONLY:
+            return not to_local
+        return to_local or self.mode != RECEIVE_ONLY
+
     def _unsure_of_absence(self, path: str, to_local: bool) -> bool:
         """Whether the side that lacks ``path`` may only have failed to read it."""
         if to_local:
@@ -416,9 +498,9 @@ class TwoWay:
         mine = of_local(here)
         assert mine is not None
         a = self.actions
-        remote_wins = theirs.kind == "d" or (
+        remote_wins = self.mode != SEND_ONLY and (theirs.kind == "d" or (
             mine.kind != "d" and theirs.mtime_ns >= mine.mtime_ns
-        )
+        ))
         if remote_wins:  # move the local version aside, send it as a new entry
             copy = conflict_name(path, self.local_host, self.now)
             a.local_moves.append((path, copy, _spec(mine)))
@@ -496,7 +578,8 @@ async def open_round(connection: Connection, replica: Replica, share: str, path:
                      ) -> tuple[Remote, Entry]:
     """Open the remote directory for a sync (writable unless a dry run) and scan the local
     one meanwhile (``progress``: of that scan); the remote side and the local tree."""
-    opening = request_open(connection, share, path, not options.dry_run, excludes)
+    write = not options.dry_run and options.mode != RECEIVE_ONLY
+    opening = request_open(connection, share, path, write, excludes)
     answer, tree = await scan_while_opening(replica, opening, progress)
     return Remote(connection, answer), tree
 
@@ -508,19 +591,36 @@ async def sync_round(
     hosts: tuple[str, str],
     options: Options,
     tree: Entry | None = None,
+    planned: Callable[[TwoWay], None] | None = None,
+    scan: Callable[[], Awaitable[Entry]] | None = None,
+    confirm: bool = True,
 ) -> tuple[Stats, Actions, Entry]:
     """One round of ``rdc sync``: scan, plan against the stored base, carry it out (unless a
     dry run), store the new base, and check the result. ``remote.hashes`` holds the
     server's current root hashes (from ``opened`` or ``finished``). Returns the stats, the
     actions and the local tree at the end. ``tree``: the local tree if it was scanned just
-    now."""
+    now. ``planned`` is called with the planned round before anything is changed (its
+    ``undone``: what a receive-only round undoes here, for a keeper of versions; its
+    ``pending``: the actions still to do, for a status). ``scan``: how to scan the local
+    tree (default: ``replica.scan`` on a worker thread; a server scans under its lock).
+    Without ``confirm``, a round that changed nothing there is judged against the
+    server's hashes as they were at its start, not asked for again (``finish``): a
+    receive-only watcher learns of later changes from the server's notices anyway, and
+    the server is spared a scan per round and replica."""
+
+    async def rescan() -> Entry:
+        return await (scan() if scan is not None else trio.to_thread.run_sync(replica.scan))
+
     if tree is None:
-        tree = await trio.to_thread.run_sync(replica.scan)
+        tree = await rescan()
+    started = (tree.content, tree.smeta)
     round_ = TwoWay(tree, base_store.load(base_path), *hosts,
                     unreadable_here=[p for p, _ in replica.errors],
-                    unreadable_there=remote.hashes.unreadable)
+                    unreadable_there=remote.hashes.unreadable, mode=options.mode)
     actions = await round_.plan(remote)
     moving = [path for path, _ in actions.pushes + actions.gets]
+    if planned is not None and not options.dry_run:
+        planned(round_)
     if options.dry_run:
         stats = Stats(conflicts=list(actions.conflicts))
         return settle_two_way(stats, replica, tree, moving, True), actions, tree
@@ -537,8 +637,16 @@ async def sync_round(
     stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
     finished: Hashes = remote.hashes
     if actions:
-        finished = await remote.refreshed()
-        tree = await trio.to_thread.run_sync(replica.scan)
+        there = any(getattr(actions, name) for name in (
+            "remote_moves", "remote_replace", "remote_mkdirs", "pushes", "remote_links",
+            "remote_rms", "remote_rmdirs", "remote_meta"))
+        if confirm or there:
+            finished = await remote.refreshed()
+        tree = await rescan()
     stats.seq = finished.seq
     stats.in_step = tree.content == finished.content and tree.smeta == finished.smeta
+    if options.mode == SEND_ONLY and not stats.in_step:
+        # What the server changed stays there: done, unless something failed or changed
+        # here during the round (then another round sends it).
+        stats.in_step = not stats.failed and (tree.content, tree.smeta) == started
     return settle_two_way(stats, replica, tree, moving, False), actions, tree

@@ -89,6 +89,7 @@ class FrameStream:
     def __init__(self, stream: trio.abc.Stream, level: int | None = None) -> None:
         self.stream = stream
         self.compress = False  # switched on after the handshake if both sides agree
+        self.features: frozenset[str] = frozenset()  # both sides have them (the handshake)
         self.level = level  # None: LEVEL, then BULK_LEVEL past BULK_FROM
         # The largest frame accepted: a server lowers it until the peer has authenticated.
         self.max_receive = MAX_FRAME

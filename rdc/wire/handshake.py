@@ -17,7 +17,8 @@ from rdc.wire.frames import ConnectionClosed, FrameStream
 
 PROTOCOL_MIN = 2
 PROTOCOL_MAX = 2
-FEATURES = ("zstd",)
+# zstd: compressed frames; health: the report and status requests (rdc status).
+FEATURES = ("zstd", "health")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")
@@ -54,7 +55,7 @@ async def _send(frames: FrameStream, message: m.Message) -> None:
 async def client_handshake(frames: FrameStream, token: str, compress: bool = True) -> m.Welcome:
     """Say hello; return the server's welcome. Compression is switched on if both sides
     have it (and ``compress``)."""
-    features = list(FEATURES) if compress else []
+    features = [f for f in FEATURES if compress or f != "zstd"]
     await _send(frames, m.Hello(proto=(PROTOCOL_MIN, PROTOCOL_MAX), agent=agent(),
                                 features=features, token=token, format=FORMAT))
     try:
@@ -69,6 +70,7 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
         raise ProtocolError(message="the server uses other format parameters: "
                             + mismatch(FORMAT, welcome.format))
     frames.compress = "zstd" in welcome.features and "zstd" in features
+    frames.features = frozenset(welcome.features) & frozenset(features)
     return welcome
 
 
@@ -105,9 +107,10 @@ async def server_handshake(
         await _send(frames, m.Error(
             code="version", msg=f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"))
         raise ProtocolError(message=f"client speaks protocol {low}..{high}")
-    features = [f for f in hello.features if f in FEATURES and compress]
+    features = [f for f in hello.features if f in FEATURES and (compress or f != "zstd")]
     await _send(frames, m.Welcome(proto=chosen, agent=agent(), features=features, format=FORMAT,
                                   host=host))
     frames.compress = "zstd" in features
+    frames.features = frozenset(features)
     frames.max_receive = MAX_FRAME
     return hello, rights

@@ -882,6 +882,78 @@ class Results(Message):
                                          out=lambda rs: [r and r.to_wire() for r in rs])
 
 
+# -- health: rdc status
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHealth:
+    """How one replica or watcher is doing, as ``report`` tells the server and ``health``
+    tells ``rdc status``. Times are ages in milliseconds at the moment the message is sent
+    (so the two machines' clocks never meet); None: never. On the wire a map (unknown keys
+    ignored, absent ones default), so it can grow."""
+
+    role: str = "watch"  # "follows": the share's own upstream; "replica" or "watch": a peer
+    name: str = ""  # the peer's host (and share), or the upstream URL
+    peer: str = ""  # the connection's address (filled in by the server)
+    mode: str = ""  # two-way, send-only, receive-only
+    state: str = ""  # in step, syncing, behind, away, failing
+    connected_ms: int | None = None  # since the connection was made; None: not connected
+    ok_ms: int | None = None  # since the last round that ended in step
+    lag_ms: int = 0  # how long the oldest change not yet in step has waited; 0 in step
+    last_lag_ms: int = 0  # from a change to in step, in the last round that got there
+    pending: int = 0  # files the current round still moves, or the last one failed
+    error: str = ""  # the last error
+    error_ms: int | None = None
+    rounds: int = 0
+    bytes: int = 0  # on the wire, both ways, since it started
+
+    TEXT: ClassVar[dict[str, int]] = {"role": 16, "name": 512, "peer": 512, "mode": 16,
+                                      "state": 32, "error": 1024}
+    AGES: ClassVar[tuple[str, ...]] = ("connected_ms", "ok_ms", "error_ms")
+    COUNTS: ClassVar[tuple[str, ...]] = ("lag_ms", "last_lag_ms", "pending", "rounds", "bytes")
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> PeerHealth:
+        if type(v) is not dict or len(v) > 64:
+            raise _fail(where, "expected a map of at most 64 items")
+        values: dict[str, Any] = {}
+        for key, limit in cls.TEXT.items():
+            if key in v:
+                values[key] = text(limit)(v[key], f"{where}.{key}")
+        for key in cls.AGES:
+            if key in v:
+                values[key] = optional(uint())(v[key], f"{where}.{key}")
+        for key in cls.COUNTS:
+            if key in v:
+                values[key] = uint()(v[key], f"{where}.{key}")
+        return cls(**values)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@message("report")
+class Report(Message):
+    """A watching client or a replica tells the server how its rounds go (answer: ``ok``)."""
+
+    REQUEST = True
+    health: PeerHealth = wire(record(PeerHealth))
+
+
+@message("status")
+class Status(Message):
+    """Ask how the opened share's replicas and watchers are doing (answer: ``health``)."""
+
+    REQUEST = True
+
+
+@message("health")
+class Health(Message):
+    share: str = wire(text(255), "")
+    seq: int = wire(uint(), 0)
+    peers: list[PeerHealth] = wire(array(record(PeerHealth)), factory=list)
+
+
 # Every message type, for tests and the fuzzer.
 TYPES: tuple[str, ...] = tuple(sorted(_BY_TYPE))
 KINDS: dict[str, tuple[str, ...]] = {

@@ -14,6 +14,17 @@ Config file (every key optional; the command line adds to or overrides it)::
     docs = "/srv/docs"                          # read-write
     photos = { path = "/srv/photos", readonly = true }
 
+    [shares.mirror]                             # a replica of another server's share
+    path = "/srv/mirror"
+    versions = "staggered"                      # keep what is replaced: N, staggered[:DAYS], all
+    versions_dir = "/srv/.rdc-versions/mirror"  # default: STATE_DIR/versions/mirror
+    [shares.mirror.follow]
+    url = "rdc://primary.lan:8730/docs"         # the upstream share (and directory)
+    token_file = "/etc/rdc/upstream-token"      # its first line
+    mode = "receive-only"                       # or two-way, send-only
+    tls = true                                  # ca_file = "..." also implies TLS
+    bwlimit = "2M"                              # at most this each way
+
 Token file: one token per line, optionally followed by the shares it may use, each
 ``NAME`` (with the share's own mode), ``NAME:ro`` or ``NAME:rw``; without a list the token
 may use every share. ``#`` starts a comment.
@@ -21,6 +32,7 @@ may use every share. ``#`` starts a comment.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -30,7 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from rdc.errors import UsageError
+from rdc.local.versions import Retention
+from rdc.transfer.twoway import MODES, RECEIVE_ONLY
 from rdc.wire import DEFAULT_PORT
+from rdc.wire.address import RemoteURL, parse_url
+from rdc.wire.ratelimit import parse_rate
 from rdc_server.limits import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS
 from rdc_server.shares import Rights, Share
 
@@ -66,6 +82,54 @@ def parse_share(text: str, readonly: bool) -> Share:
     if not sep or not name or not path:
         raise UsageError(message=f"a share is NAME=PATH, not {text!r}")
     return make_share(name, path, readonly)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What a share follows: another server's share (or a directory in it)."""
+
+    url: RemoteURL
+    token: str
+    mode: str = RECEIVE_ONLY
+    tls: bool = False
+    ca_file: str | None = None
+    rate: int | None = None  # bytes per second each way, None: no limit
+
+
+FOLLOW_KEYS = {"url", "token_file", "mode", "tls", "ca_file", "bwlimit"}
+SHARE_KEYS = {"path", "readonly", "versions", "versions_dir", "follow"}
+
+
+def parse_upstream(name: str, data: Any) -> Upstream:
+    """A share's ``follow`` table."""
+    where = f"share {name!r}: follow"
+    if not isinstance(data, dict):
+        raise UsageError(message=f"{where}: expected a table {{url = ..., token_file = ...}}")
+    unknown = set(data) - FOLLOW_KEYS
+    if unknown:
+        raise UsageError(message=f"{where}: unknown setting {sorted(unknown)[0]!r} "
+                         f"(known: {', '.join(sorted(FOLLOW_KEYS))})")
+    if not isinstance(data.get("url"), str) or not isinstance(data.get("token_file"), str):
+        raise UsageError(message=f"{where}: url and token_file are required")
+    url = parse_url(data["url"])
+    mode = data.get("mode", RECEIVE_ONLY)
+    if mode not in MODES:
+        raise UsageError(message=f"{where}: mode must be one of {', '.join(MODES)}, "
+                         f"not {mode!r}")
+    try:
+        with open(data["token_file"], encoding="utf-8") as f:
+            token = f.readline().strip()
+    except OSError as exc:
+        raise UsageError(message=f"{where}: cannot read {data['token_file']}: "
+                         f"{exc.strerror}") from None
+    if not token:
+        raise UsageError(message=f"{where}: token file {data['token_file']} is empty")
+    rate = data.get("bwlimit")
+    ca_file = data.get("ca_file")
+    if ca_file is not None and not isinstance(ca_file, str):
+        raise UsageError(message=f"{where}: ca_file must be a path")
+    return Upstream(url, token, mode, bool(data.get("tls")) or bool(ca_file), ca_file,
+                    None if rate is None else parse_rate(str(rate)))
 
 
 def make_share(name: str, path: str, readonly: bool) -> Share:
@@ -136,6 +200,7 @@ class ServerConfig:
     tls_key: str | None = None
     max_connections: int = MAX_CONNECTIONS
     max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
+    upstreams: dict[str, Upstream] = field(default_factory=dict)  # shares that follow one
     warnings: list[str] = field(default_factory=list)  # logged once the log is set up
 
 
@@ -143,7 +208,7 @@ class ServerConfig:
 # ignored without a word).
 KNOWN_KEYS = {"listen", "state_dir", "token_file", "tls_cert", "tls_key", "max_connections",
               "max_connections_per_address", "shares"}
-KNOWN_SHARE_KEYS = {"path", "readonly"}
+KNOWN_SHARE_KEYS = SHARE_KEYS
 
 
 def unknown_keys(data: dict[str, Any], source: str) -> list[str]:
@@ -155,6 +220,24 @@ def unknown_keys(data: dict[str, Any], source: str) -> list[str]:
             found += [f"{source}: unknown key {key!r} in share {name!r} (ignored)"
                       for key in value if key not in KNOWN_SHARE_KEYS]
     return found
+
+
+def _share_table(config: ServerConfig, name: str, value: dict[str, Any]) -> Share:
+    """``[shares.NAME]`` with its path, mode, versions and what it follows."""
+    share = make_share(name, value["path"], bool(value.get("readonly")))
+    changes: dict[str, Any] = {}
+    if value.get("versions") is not None:
+        changes["versions"] = Retention.parse(value["versions"])
+    if value.get("versions_dir") is not None:
+        if not isinstance(value["versions_dir"], str):
+            raise UsageError(message=f"share {name!r}: versions_dir must be a path")
+        changes["versions_dir"] = os.path.abspath(os.path.expanduser(value["versions_dir"]))
+    if "follow" in value:
+        upstream = parse_upstream(name, value["follow"])
+        config.upstreams[name] = upstream
+        if upstream.mode == RECEIVE_ONLY:  # a mirror: only replication writes to it
+            changes.update(readonly=True, replica_of=str(upstream.url))
+    return dataclasses.replace(share, **changes)
 
 
 def load(args: Any) -> ServerConfig:
@@ -179,7 +262,7 @@ def load(args: Any) -> ServerConfig:
         if isinstance(value, str):
             config.shares[name] = make_share(name, value, False)
         elif isinstance(value, dict) and isinstance(value.get("path"), str):
-            config.shares[name] = make_share(name, value["path"], bool(value.get("readonly")))
+            config.shares[name] = _share_table(config, name, value)
         else:
             raise UsageError(message=f"share {name!r}: expected a path or {{path = ...}}")
     config.warnings = unknown_keys(data, args.config) if args.config else []
@@ -193,6 +276,7 @@ def load(args: Any) -> ServerConfig:
                              "(--share and --share-ro names must differ)")
         given.add(share.name)
         config.shares[share.name] = share
+        config.upstreams.pop(share.name, None)
     if not config.shares:
         raise UsageError(message="no shares: give --share NAME=PATH (or a config file)")
     token_file = args.token_file or data.get("token_file")
@@ -209,6 +293,10 @@ def load(args: Any) -> ServerConfig:
         ) == share.path:
             raise UsageError(message=f"the state directory must not be inside share "
                              f"{share.name!r}")
+        versions = share.versions_dir or str(config.state_dir / "versions" / share.name)
+        if versions == share.path or versions.startswith(share.path + os.sep):
+            raise UsageError(message=f"the versions of share {share.name!r} must be kept "
+                             "outside it")
     config.tls_cert = args.tls_cert or data.get("tls_cert")
     config.tls_key = args.tls_key or data.get("tls_key")
     if bool(config.tls_cert) != bool(config.tls_key):

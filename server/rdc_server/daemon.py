@@ -25,6 +25,7 @@ from rdc.wire.failures import os_reason, reason, ssl_error
 from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream, TLSWithoutTLS
 from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
+from rdc_server.follow import follow_all
 from rdc_server.limits import Limits, give_back_memory, tune_allocator
 from rdc_server.shares import Registry
 
@@ -59,8 +60,17 @@ class Daemon:
             log.info("listening on %s:%d%s", host, port, " (TLS)" if self.tls else "")
         for name, share in sorted(self.config.shares.items()):
             log.info("share %s = %s%s", name, share.path, " (read-only)" if share.readonly else "")
+            if share.versions is not None:
+                log.info("share %s keeps versions in %s (%s)", name,
+                         self.registry.versions(name).location, share.versions)
         try:
             async with trio.open_nursery() as nursery:
+                if self.config.upstreams:
+                    await nursery.start(follow_all, self.registry, self.config.upstreams,
+                                        self.config.state_dir)
+                if any(share.versions for share in self.config.shares.values()):
+                    nursery.start_soon(self.registry.prune_versions)
+                nursery.start_soon(self.registry.board.log_summaries)
                 task_status.started(listeners)
                 await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
         finally:
@@ -100,7 +110,7 @@ class Daemon:
                                                host=socket.gethostname())
             self.limits.authenticated(address)
             state["authenticated"] = True
-            session = ServerSession(self.registry.for_client(rights), peer=f"#{number}")
+            session = ServerSession(self.registry.for_client(rights, peer), peer=f"#{number}")
             try:
                 await Connection(frames, handler=session.handle).run()
             finally:

@@ -4,19 +4,26 @@ connection that opens it."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import blake3
 import trio
 
 from rdc.errors import Refusal
 from rdc.local.fs import SafeRoot
+from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.local.versions import PRUNE_SECONDS, Retention, VersionStore
+from rdc.wire import messages as m
+from rdc_server.health import Board
 from rdc_server.watcher import ShareWatcher
 
 
@@ -25,6 +32,9 @@ class Share:
     name: str
     path: str  # absolute, resolved at start-up
     readonly: bool = False
+    replica_of: str = ""  # the upstream a read-only replica follows (for messages)
+    versions: Retention | None = None  # keep what clients and replication replace
+    versions_dir: str = ""  # where (default: the state directory's versions/NAME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,7 @@ class _Directory:
     replica: Replica
     lock: trio.Lock = field(default_factory=trio.Lock)
     users: int = 0
+    last_scan: tuple[int, tuple[str, ...], Any, list] | None = None  # seq, excludes, tree
 
 
 class Registry:
@@ -67,6 +78,8 @@ class Registry:
         self._current = dict.fromkeys(shares, 0)
         self.changed = {name: trio.Event() for name in shares}
         self._watchers: dict[str, ShareWatcher] = {}
+        self.board = Board()
+        self._stores: dict[str, VersionStore] = {}
 
     def bump(self, share: str) -> int:
         """A connection wrote to ``share``: a new change sequence number; wakes watchers."""
@@ -77,6 +90,11 @@ class Registry:
 
     def sequence(self, share: str) -> int:
         return self._current[share]
+
+    def watched(self, share: str) -> bool:
+        """Whether edits on this machine's disk move the share's change number."""
+        watcher = self._watchers.get(share)
+        return watcher is not None and watcher.running
 
     def watch(self, share: str) -> trio.Event:
         """An event set at the share's next change; the first call also starts watching
@@ -91,12 +109,52 @@ class Registry:
             return started
         return self.changed[share]
 
+    def versions(self, share: str) -> VersionStore:
+        """The share's store of versions (outside the share: docs in rdc.local.versions)."""
+        store = self._stores.get(share)
+        if store is None:
+            config = self.shares[share]
+            location = config.versions_dir or self.state_dir / "versions" / share
+            store = self._stores[share] = VersionStore(location, config.path, config.versions)
+        return store
+
+    async def prune_versions(self) -> None:
+        """Prune the versions of every share that keeps them, once per PRUNE_SECONDS
+        (staggered versions thin out as they age), until cancelled."""
+        while True:
+            for name, share in sorted(self.shares.items()):
+                if share.versions is not None:
+                    store = self.versions(name)
+                    await trio.to_thread.run_sync(store.prune_all)
+            await trio.sleep(PRUNE_SECONDS)
+
+    @contextlib.contextmanager
+    def writing(self, share: str) -> Iterator[None]:
+        """While a replica's round writes to ``share``: the share's own watcher ignores
+        what it sees (the round rescans at its end, and announces its writes itself)."""
+        watcher = self._watchers.get(share)
+        if watcher is not None:
+            watcher.pause()
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.resume()
+
+    def seen_while_writing(self, share: str) -> set[str] | None:
+        """Share-relative paths that the share's watcher saw change while `writing` (since
+        the last call); None: the share is not watched, or too many to list."""
+        watcher = self._watchers.get(share)
+        if watcher is None or not watcher.running:
+            return None
+        return watcher.take_seen_paused()
+
     def index_location(self, share: str, path: str) -> Path:
         key = blake3.blake3(os.fsencode(path)).hexdigest()[:16]
         return self.state_dir / "index" / f"{share}-{key}.sqlite3"
 
-    def for_client(self, rights: Rights) -> ClientShares:
-        return ClientShares(self, rights)
+    def for_client(self, rights: Rights, peer: str = "") -> ClientShares:
+        return ClientShares(self, rights, peer)
 
     def close(self) -> None:
         for watcher in self._watchers.values():
@@ -131,6 +189,8 @@ class Registry:
             if current is not None and current.replica.fs.identity() == root.identity():
                 root.close()
             else:
+                if share.versions is not None:
+                    root.keeper = self.versions(share.name).keeper(prefix=path)
                 try:
                     current = _Directory(Replica(root, self.index_location(share.name, path)))
                 except BaseException:
@@ -156,9 +216,10 @@ class Registry:
 class ClientShares:
     """The shares as one client sees them (implements `rdc.transfer.serving.Shares`)."""
 
-    def __init__(self, registry: Registry, rights: Rights) -> None:
+    def __init__(self, registry: Registry, rights: Rights, peer: str = "") -> None:
         self.registry = registry
         self.rights = rights
+        self.peer = peer  # the client's address, for rdc status
 
     async def open(self, name: str, path: str, write: bool, create: bool) -> GrantedDirectory:
         share = self.registry.shares.get(name)
@@ -166,24 +227,30 @@ class ClientShares:
         if share is None or mode is None:
             raise Refusal("share", message=f"no share {name!r} (or not for this token)")
         if write and mode != "rw":
+            if share.replica_of:
+                raise Refusal("readonly", message=f"share {name!r} is a read-only replica of "
+                              f"{share.replica_of}: change it there")
             raise Refusal("readonly", message=f"share {name!r} is read-only")
         directory = await trio.to_thread.run_sync(
             self.registry.acquire, share, path, create and write
         )
         # A connection that opened without ``write`` stays read-only, whatever its token
         # allows.
-        return GrantedDirectory(self.registry, name, directory, writable=write and mode == "rw")
+        return GrantedDirectory(self.registry, name, directory, writable=write and mode == "rw",
+                                peer=self.peer)
 
 
 class GrantedDirectory:
     """One connection's open directory (implements `rdc.transfer.serving.OpenDirectory`)."""
 
     def __init__(
-        self, registry: Registry, share: str, directory: _Directory, writable: bool
+        self, registry: Registry, share: str, directory: _Directory, writable: bool,
+        peer: str = "",
     ) -> None:
         self.registry = registry
         self.share = share
         self.writable = writable
+        self.peer = peer
         self._directory = directory
         self._released = False
 
@@ -204,7 +271,29 @@ class GrantedDirectory:
     def next_change(self) -> trio.Event:
         return self.registry.watch(self.share)
 
+    def scanned(self, seq: int, excludes: Excludes) -> tuple[Any, list] | None:
+        last = self._directory.last_scan
+        if last is None or not self.registry.watched(self.share):
+            return None
+        if (last[0], last[1]) != (seq, tuple(excludes.patterns)):
+            return None
+        return last[2], last[3]
+
+    def keep_scan(self, seq: int, excludes: Excludes, tree: Any, errors: list) -> None:
+        self._directory.last_scan = (seq, tuple(excludes.patterns), tree, errors)
+
+    def watching(self) -> None:
+        self.registry.board.watcher(self.share, id(self), self.peer)
+
+    def reported(self, health: m.PeerHealth) -> None:
+        self.registry.board.reported(self.share, id(self), self.peer, health)
+
+    def health(self) -> m.Health:
+        return m.Health(share=self.share, seq=self.sequence(),
+                        peers=self.registry.board.health(self.share))
+
     def release(self) -> None:
         if not self._released:
             self._released = True
+            self.registry.board.gone(self.share, id(self))
             self.registry.release(self._directory)

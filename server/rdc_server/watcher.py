@@ -21,14 +21,31 @@ import warnings
 from collections.abc import Callable
 
 import trio
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from rdc.local.paths import is_temporary
 
 log = logging.getLogger("rdc.serve")
-SETTLE_SECONDS = 0.3
+SETTLE_SECONDS = 0.1
 MAX_DELAY_SECONDS = 2.0
+MAX_PAUSED_PATHS = 10_000
+# Only changes: without a filter inotify also reports every open and read-only close, so
+# each file the server reads for a client or a replica floods the kernel's event queue.
+CHANGES = [FileCreatedEvent, DirCreatedEvent, FileModifiedEvent, DirModifiedEvent,
+           FileDeletedEvent, DirDeletedEvent, FileMovedEvent, DirMovedEvent, FileClosedEvent]
 
 
 def ignore_repeated_registration() -> None:
@@ -57,10 +74,17 @@ class ShareWatcher(FileSystemEventHandler):
         self._last = 0.0
         self._pending = False
         ignore_repeated_registration()
+        self.paused = 0  # while a replica's round writes (it rescans after): events ignored
+        self.root = path
+        # What events named while paused (share-relative; None: too many to list), so the
+        # replica can tell whether its rescan covers them or it must scan in full.
+        self.seen_paused: set[str] | None = set()
         self.observer = Observer()
+        self.running = False  # whether edits on the disk are seen (and move the number)
         try:
-            self.observer.schedule(self, path, recursive=True)
+            self.observer.schedule(self, path, recursive=True, event_filter=CHANGES)
             self.observer.start()
+            self.running = True
         except OSError as exc:  # inotify limits, for one: clients still see rdc's writes
             log.warning("cannot watch share %s for local edits: %s", share, exc)
 
@@ -72,6 +96,8 @@ class ShareWatcher(FileSystemEventHandler):
         paths = [event.src_path, getattr(event, "dest_path", "")]
         if all(not p or is_temporary(os.path.basename(os.fsdecode(p))) for p in paths):
             return
+        if self._note_paused(paths):
+            return
         now = time.monotonic()
         with self._lock:
             self._last = now
@@ -81,6 +107,36 @@ class ShareWatcher(FileSystemEventHandler):
             self._first = now
         with contextlib.suppress(trio.RunFinishedError):
             trio.from_thread.run_sync(self._start, trio_token=self.token)
+
+    def pause(self) -> None:
+        with self._lock:
+            self.paused += 1
+
+    def resume(self) -> None:
+        with self._lock:
+            self.paused -= 1
+
+    def _note_paused(self, paths: list) -> bool:
+        """While paused, note the paths (under the lock that `resume` and
+        `take_seen_paused` take, so none falls between them); whether it was paused."""
+        with self._lock:
+            if not self.paused:
+                return False
+            if self.seen_paused is None:
+                return True
+            for path in paths:
+                if path and not is_temporary(os.path.basename(os.fsdecode(path))):
+                    rel = os.path.relpath(os.fsdecode(path), self.root)
+                    self.seen_paused.add("" if rel == "." else rel)
+            if len(self.seen_paused) > MAX_PAUSED_PATHS:
+                self.seen_paused = None
+        return True
+
+    def take_seen_paused(self) -> set[str] | None:
+        """The paths events named while paused, since the last call (None: too many)."""
+        with self._lock:
+            seen, self.seen_paused = self.seen_paused, set()
+        return seen
 
     def _start(self) -> None:
         trio.lowlevel.spawn_system_task(self._bump_when_calm)
