@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     *sources, args.repo = args.paths
     excludes = Excludes(args.exclude)
     line = ProgressLine("backing up", args.progress)
-    with open_repo(args) as repo:
+    with open_repo(args, write=True) as repo:
         try:
             result = backup(repo, sources, tags=args.tag, excludes=excludes, progress=line)
         finally:
