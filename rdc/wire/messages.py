@@ -978,7 +978,6 @@ class StoreCall(Message):
     """One call of the Store contract on the opened repository's store (``k`` says which)."""
 
     TYPE = "store"
-    REQUEST = True
 
 
 @message("store", "put")
@@ -986,7 +985,7 @@ class StorePut(StoreCall):
     """Store ``size`` bytes as ``name``; the client sends them as ``data`` (``more``
     grants room beyond the first WINDOW bytes); ``ok`` when stored."""
 
-    FOLLOW_UPS = True
+    REQUEST = FOLLOW_UPS = True
     name: str = wire(OBJECT_NAME)
     size: int = wire(uint())
     exclusive: bool = wire(boolean, False)
@@ -996,7 +995,7 @@ class StorePut(StoreCall):
 class StoreGet(StoreCall):
     """The whole object, as ``data`` (the client grants room with ``more``)."""
 
-    FOLLOW_UPS = True
+    REQUEST = FOLLOW_UPS = True
     name: str = wire(OBJECT_NAME)
 
 
@@ -1004,7 +1003,7 @@ class StoreGet(StoreCall):
 class StoreRange(StoreCall):
     """``length`` bytes at ``offset``, as ``data``."""
 
-    FOLLOW_UPS = True
+    REQUEST = FOLLOW_UPS = True
     name: str = wire(OBJECT_NAME)
     offset: int = wire(uint())
     length: int = wire(uint(low=1))
@@ -1012,16 +1011,19 @@ class StoreRange(StoreCall):
 
 @message("store", "stat")
 class StoreStat(StoreCall):
+    REQUEST = True
     name: str = wire(OBJECT_NAME)
 
 
 @message("store", "list")
 class StoreList(StoreCall):
+    REQUEST = True
     prefix: str = wire(OBJECT_NAME, "")
 
 
 @message("store", "delete")
 class StoreDelete(StoreCall):
+    REQUEST = True
     name: str = wire(OBJECT_NAME)
 
 
