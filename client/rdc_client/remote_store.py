@@ -41,6 +41,9 @@ from rdc_client.remote import CONNECT_SECONDS, RemoteURL, open_connection, parse
 T = TypeVar("T")
 CALLS_AT_ONCE = 64  # conversations of store calls open at once (the server allows 256)
 GRANT = 1 << 20  # data taken before a ``more`` tells the server
+# The largest object a get takes: more than a put may store (objects written to the store
+# directly, such as an old prune's index objects), but not without end.
+MAX_GET = 1 << 30
 
 
 def parse_repo_url(text: str) -> RemoteURL:
@@ -244,9 +247,7 @@ class RemoteStore(Store):
         self._run(self._call_put, name, data, exclusive)
 
     def _get(self, name: str) -> bytes:
-        assert self.opened is not None
-        return self._run(lambda n: self._receive_object(m.StoreGet(name=n),
-                                                        self.opened.max_object), name)
+        return self._run(lambda n: self._receive_object(m.StoreGet(name=n), MAX_GET), name)
 
     def _get_range(self, name: str, offset: int, length: int) -> bytes:
         return self._run(self._call_range, name, offset, length)
