@@ -80,6 +80,8 @@ def test_a_name_that_would_leave_the_repository_is_refused(
              (store._receive_object, m.StoreGet(name=name), 100),
              (store._request, m.StoreStat(name=name), m.Objects),
              (store._request, m.StoreDelete(name=name), m.Ok)]
+    if name:  # "" is every object, a valid prefix
+        calls.append((store._request, m.StoreList(prefix=name), m.Objects))
     for call in calls:
         with pytest.raises(StoreError, match="the server refused a name"):
             store._run(*call)
