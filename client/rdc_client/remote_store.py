@@ -152,8 +152,9 @@ class RemoteStore(Store):
                 raise self._error(exc, name) from None
             except (ConnectionClosed, ProtocolError, ConnectionFailed, trio.BrokenResourceError,
                     trio.ClosedResourceError) as exc:
+                why = str(exc) or "the server closed it (did it stop or restart?)"
                 raise StoreUnavailable(location=self.location,
-                                       message=f"connection lost: {exc}") from None
+                                       message=f"connection lost: {why}") from None
 
     def _error(self, exc: RemoteError, name: str) -> RdcError:
         """The contract's error for the server's refusal."""
