@@ -196,11 +196,12 @@ def test_an_encrypted_repository_hides_content_and_needs_its_passphrase(
     assert (dst / "plain.txt").read_bytes() == marker * 50
 
 
-def test_clear_errors(tmp_path: Path, capsys) -> None:
+def test_clear_errors(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run(capsys, "snapshots", str(tmp_path / "nothing"))
     assert code == 1 and "no rdc repository here" in err
+    monkeypatch.delenv("RDC_TOKEN", raising=False)
     code, _, err = run(capsys, "backup", str(tmp_path), "rdc://host/name")
-    assert code == 2 and "not available yet" in err
+    assert code == 2 and "no token" in err  # asked before connecting
     assert run(capsys, "init", str(tmp_path / "r"))[0] == 0
     code, _, err = run(capsys, "init", str(tmp_path / "r"))
     assert code == 1 and "not empty" in err

@@ -3,12 +3,18 @@ included); check finds damage and names it: a flipped byte in any pack, a missin
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc.repo import prune as prune_module
+from rdc.repo.indexfile import PackInfo
 
 from .conftest import scaled
 from .e2e_support import assert_same_tree, random_file
@@ -205,3 +211,38 @@ def test_a_prune_interrupted_after_its_index_object_is_completed_by_the_next(
     dst = tmp_path / "dst"
     run_json(capsys, "restore", location, "latest", str(dst))
     assert_same_tree(src, dst)
+
+
+@given(st.lists(st.integers(0, 50), max_size=40), st.integers(1, 60))
+def test_index_groups_keep_every_pack_in_order_and_bound_their_blobs(
+    blobs: list[int], limit: int
+) -> None:
+    infos = [PackInfo(i.to_bytes(32, "big"), 0, [None] * n) for i, n in enumerate(blobs)]
+    groups = prune_module._index_groups(infos, limit)
+    assert [info for group in groups for info in group] == infos
+    for group in groups:
+        assert group and (len(group) == 1 or sum(len(i.entries) for i in group) <= limit)
+    for before, after in itertools.pairwise(groups):  # each group as full as can be
+        assert sum(len(i.entries) for i in before) + len(after[0].entries) > limit
+
+
+def test_prune_writes_index_objects_of_bounded_size(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune's new index is cut into objects of at most INDEX_BLOBS blobs (so each is a
+    few MB, one put to an rdc serve), and the repository reads the same from them."""
+    location = str(tmp_path / "repo")
+    run(capsys, "init", location)
+    src = make_tree(tmp_path / "src", seed=9, big=1000)
+    run_json(capsys, "backup", str(src), location)
+    random_file(src / "more.bin", scaled(1 << 20, 100_000), seed=10)
+    run_json(capsys, "backup", str(src), location)
+    monkeypatch.setattr(prune_module, "INDEX_BLOBS", 5)
+    run_json(capsys, "prune", location)
+    indexes = [n for n in objects(location) if n.startswith("index/")]
+    assert len(indexes) >= 2
+    assert run(capsys, "check", "--read-data", location)[0] == 0
+    run_json(capsys, "restore", location, "latest", str(tmp_path / "dst"))
+    assert_same_tree(src, tmp_path / "dst")
+    run_json(capsys, "prune", location)  # the same packs: the same index objects
+    assert sorted(n for n in objects(location) if n.startswith("index/")) == sorted(indexes)

@@ -183,6 +183,15 @@ EXAMPLES: list[m.Message] = [
     m.Status(),
     m.Health(share="s", seq=9, peers=[m.PeerHealth(), m.PeerHealth(role="follows",
                                                                    ok_ms=0)]),
+    m.RepoOpen(name="backups"),
+    m.RepoOpened(writable=False, max_object=64 << 20, exclusive=True, connections=4),
+    m.StorePut(name="data/ab/abcd", size=12, exclusive=True),
+    m.StoreGet(name="config"),
+    m.StoreRange(name="data/ab/abcd", offset=4, length=8),
+    m.StoreStat(name="locks/x"),
+    m.StoreList(prefix="snapshots"),
+    m.StoreDelete(name="locks/x"),
+    m.Objects(objects=[("config", 120), ("keys/k", 0)], more=True),
 ]
 
 
@@ -444,13 +453,16 @@ def test_the_server_answers_every_request_and_nothing_else() -> None:
     """The requests are declared once (the message classes' REQUEST); the server's table
     answers each of them, and the connection lets nothing else start a conversation."""
     from rdc.transfer.serving import ServerSession
+    from rdc_server.storeserving import RepoSession
 
     requests = {cls for cls in _all_message_classes() if cls.REQUEST}
-    assert requests == {*ServerSession(shares=None).handlers(), m.Open}  # type: ignore[arg-type]
+    assert requests == {*ServerSession(shares=None).handlers(), m.Open,  # type: ignore[arg-type]
+                        *RepoSession(repos=None).handlers(), m.RepoOpen}  # type: ignore[arg-type]
     assert {cls.TYPE for cls in requests} == {
         "open", "list", "mlist", "offer", "get", "offers", "gets", "ops", "mset", "finish",
-        "watch", "report", "status"}
-    assert {cls for cls in requests if cls.FOLLOW_UPS} == {m.Offer, m.Get, m.Offers, m.Gets}
+        "watch", "report", "status", "repo", "store"}
+    assert {cls for cls in requests if cls.FOLLOW_UPS} == {
+        m.Offer, m.Get, m.Offers, m.Gets, m.StorePut, m.StoreGet, m.StoreRange}
 
 
 def _all_message_classes() -> set[type[m.Message]]:

@@ -10,6 +10,7 @@ from rdc.local.paths import displayable
 from rdc.repo.backup import backup
 from rdc_client.cmd_repo import ProgressLine, add_common, emit, open_repo
 from rdc_client.progress import human_bytes
+from rdc_client.remote_store import RemoteStore
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -34,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
     *sources, args.repo = args.paths
     excludes = Excludes(args.exclude)
     line = ProgressLine("backing up", args.progress)
-    with open_repo(args) as repo:
+    with open_repo(args, write=True) as repo:
         try:
             result = backup(repo, sources, tags=args.tag, excludes=excludes, progress=line)
         finally:
             line.close()
+        # Over the network: what travelled (after compression), both ways.
+        wire = repo.store.wire_bytes() if isinstance(repo.store, RemoteStore) else None
     stats = result.stats
     added = stats.pack_bytes + stats.index_bytes
     if args.json:
@@ -47,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
               "bytes": result.bytes, "files_read": result.files_read,
               "bytes_read": result.bytes_read, "files_unchanged": result.files_unchanged,
               "added_bytes": added, "stored": stats.as_dict(),
-              "errors": [[p, r] for p, r in result.errors], "seconds": result.seconds})
+              "errors": [[p, r] for p, r in result.errors], "seconds": result.seconds,
+              **({"wire": {"sent": wire[0], "received": wire[1]}} if wire else {})})
     else:
         for path, reason in result.errors:
             print(f"rdc: cannot back up {displayable(path)}: {reason}")
@@ -57,4 +61,6 @@ def run(args: argparse.Namespace) -> int:
               f"{result.files_unchanged:,} unchanged; {stats.new_chunks:,} new chunks "
               f"({human_bytes(stats.new_chunk_bytes)}, {stats.delta_chunks:,} as deltas); "
               f"added {human_bytes(added)} in {result.seconds:.1f} s")
+        if wire:
+            print(f"network: {human_bytes(wire[0])} sent, {human_bytes(wire[1])} received")
     return 3 if result.errors else 0

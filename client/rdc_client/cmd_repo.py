@@ -21,7 +21,11 @@ from rdc.repo.policy import Policy, keep
 from rdc.repo.prune import prune
 from rdc.repo.repository import Repository
 from rdc.repo.snapshots import Snapshot, newest_first
+from rdc.storage import StoreAccessDenied
+from rdc_client.options import add_server_options
 from rdc_client.progress import human_bytes
+from rdc_client.remote import read_token, tls_context
+from rdc_client.remote_store import RemoteStore, open_remote_store
 
 # ---------------------------------------------------------------- shared
 
@@ -34,6 +38,8 @@ def add_common(p: argparse.ArgumentParser, progress: bool = True) -> None:
     p.add_argument("--password-file", metavar="FILE",
                    help="the passphrase of an encrypted repository (its first line); else "
                    "$RDC_PASSWORD, $RDC_PASSWORD_FILE, or a prompt on a terminal")
+    group = p.add_argument_group("a repository behind rdc serve (REPO is rdc://HOST[:PORT]/NAME)")
+    add_server_options(group)  # type: ignore[arg-type]
 
 
 def read_passphrase(args: argparse.Namespace, location: str, confirm: bool = False) -> bytes:
@@ -61,8 +67,33 @@ def read_passphrase(args: argparse.Namespace, location: str, confirm: bool = Fal
     raise PassphraseNeeded(location=location)
 
 
-def open_repo(args: argparse.Namespace) -> Repository:
-    return Repository.open(args.repo, lambda: read_passphrase(args, args.repo))
+def remote_store(args: argparse.Namespace) -> RemoteStore | None:
+    """For an ``rdc://`` REPO, its store through the server (connected now), else None."""
+    if not args.repo.startswith("rdc://"):
+        return None
+    tls = tls_context(args.ca_file) if args.tls or args.ca_file else None
+    return open_remote_store(args.repo, read_token(args.token_file), tls,
+                             compress=not args.no_compress)
+
+
+def open_repo(args: argparse.Namespace, init: bytes | bool | None = False,
+              write: bool = False) -> Repository:
+    """The repository REPO names; with ``init`` (False: open), made with that passphrase
+    (None: unencrypted). A command that will ``write`` learns at once, not after its work,
+    that the server grants its token reading only."""
+    store = remote_store(args)
+    try:
+        if store is not None and (write or init is not False) and not store.writable:
+            raise StoreAccessDenied(location=store.location, message=(
+                "the server grants this token reading only (restore, ls, diff, snapshots, "
+                "check)"))
+        if init is not False:
+            return Repository.init(args.repo, init, store=store)  # type: ignore[arg-type]
+        return Repository.open(args.repo, lambda: read_passphrase(args, args.repo), store=store)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
 
 
 class ProgressLine:
@@ -123,8 +154,9 @@ def emit(value: Any) -> None:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="make a backup repository",
-                       description="Make a backup repository in a directory or an S3 bucket "
-                       "(s3://HOST[:PORT]/BUCKET[/PREFIX], s3+https://...).")
+                       description="Make a backup repository in a directory, an S3 bucket "
+                       "(s3://HOST[:PORT]/BUCKET[/PREFIX], s3+https://...), or one that rdc "
+                       "serve exports (rdc://HOST[:PORT]/NAME).")
     p.add_argument("repo", metavar="REPO")
     p.add_argument("--encrypt", action="store_true",
                    help="encrypt everything with a key sealed by a passphrase")
@@ -165,7 +197,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run_init(args: argparse.Namespace) -> int:
     passphrase = read_passphrase(args, args.repo, confirm=True) if args.encrypt else None
-    with Repository.init(args.repo, passphrase) as repo:
+    with open_repo(args, init=passphrase) as repo:
         if args.json:
             emit({"repository": repo.location, "id": repo.id, "encrypted": args.encrypt})
         else:
@@ -201,7 +233,7 @@ def run_forget(args: argparse.Namespace) -> int:
         raise UsageError(message="forget needs a --keep-last, --keep-daily, --keep-weekly or "
                          "--keep-monthly of at least 1 (it would forget everything)")
     line = ProgressLine("pruning", args.progress)
-    with open_repo(args) as repo, repo.lock("exclusive", "forget"):
+    with open_repo(args, write=not args.dry_run) as repo, repo.lock("exclusive", "forget"):
         snaps = repo.snapshots()
         kept = keep(snaps, policy)
         removed = [s for s in newest_first(snaps) if s.name not in kept]
@@ -235,7 +267,7 @@ def _print_prune(r: dict[str, int]) -> None:
 
 def run_prune(args: argparse.Namespace) -> int:
     line = ProgressLine("pruning", args.progress)
-    with open_repo(args) as repo:
+    with open_repo(args, write=True) as repo:
         result = prune(repo, line.say).as_dict()
     line.close()
     if args.json:

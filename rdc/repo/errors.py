@@ -47,10 +47,11 @@ class PassphraseNeeded(UsageError):
 
 
 class RemoteRepoNotYet(UsageError):
-    """{location}: repositories behind rdc serve are not available yet: {hint}"""
+    """{location}: a repository behind rdc serve needs a connection: {hint}"""
 
     def __init__(self, *, location: str) -> None:
-        super().__init__(location=location, hint="use a directory or an s3:// URL")
+        super().__init__(location=location, hint="the rdc command reaches them; in "
+                         "code, open rdc_client.remote_store.RemoteStore and pass it as store")
 
 
 __all__ = [

@@ -6,6 +6,11 @@ the taker withdraw its own. Both of two conflicting takers list after writing, s
 one of them sees the other. That needs nothing of the store beyond its contract; where the
 store has an atomic exclusive create, the lock object is written with it, so a lock can
 never replace another's.
+
+A shared lock that the store refuses to write (a read-only token of `rdc serve`, read-only
+credentials) is not taken: the reader goes on without one, as a read-only user must. A
+prune running meanwhile can then make the read fail (a pack gone), never return wrong
+data: every blob is checked against its id.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from datetime import datetime
 
 from rdc.repo import msg
 from rdc.repo.errors import RepoLocked
-from rdc.storage import ObjectNotFound, Store, StoreError
+from rdc.storage import ObjectNotFound, Store, StoreAccessDenied, StoreError
 
 PREFIX = "locks"
 STALE_SECONDS = 30 * 60
@@ -90,6 +95,7 @@ class Lock:
         self.name = f"{PREFIX}/{secrets.token_hex(16)}"
         self.started = time.time_ns()
         self.lost = False
+        self.held = False  # False while not acquired, and for a reader the store refused
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,10 +107,16 @@ class Lock:
     def acquire(self) -> Lock:
         """Take the lock, or RepoLocked naming who holds the repository."""
         for attempt in range(ATTEMPTS):
-            self.store.put(self.name, self._content(),
-                           exclusive=self.store.capabilities.exclusive_create)
+            try:
+                self.store.put(self.name, self._content(),
+                               exclusive=self.store.capabilities.exclusive_create)
+            except StoreAccessDenied:
+                if self.kind == "shared":
+                    return self  # a read-only reader reads unlocked (see above)
+                raise
             holder = self._conflict()
             if holder is None:
+                self.held = True
                 self._thread = threading.Thread(target=self._refresh, name="rdc-lock",
                                                 daemon=True)
                 self._thread.start()
@@ -152,6 +164,9 @@ class Lock:
                              message="this command's lock was removed by another process")
 
     def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -24,7 +24,10 @@ from rdc.repo.repository import Repository
 from rdc.storage import map_parallel
 
 REPACK_FRACTION = 0.2
-INDEX_PACKS = 4096  # packs per new index object
+# Blobs per new index object: about 60 bytes each once encoded, so a few MB an object (a
+# pack of small chunks holds ~10,000 blobs; 4096 packs in one object made ~2.8 GB, over
+# what a reader takes and what rdc serve takes in one put).
+INDEX_BLOBS = 100_000
 
 
 @dataclass
@@ -100,8 +103,8 @@ def _prune(repo: Repository, say: Callable[[str], None]) -> PruneResult:
     result.bytes_written = sum(info.size for info in written)
     infos = kept + written
     names = []
-    for start in range(0, len(infos), INDEX_PACKS):
-        name, data = encode_index(infos[start : start + INDEX_PACKS], repo.crypto)
+    for group in _index_groups(infos):
+        name, data = encode_index(group, repo.crypto)
         repo.store.put(name, data)
         names.append(name)
     for name in old_indexes:
@@ -120,6 +123,21 @@ def _prune(repo: Repository, say: Callable[[str], None]) -> PruneResult:
                             + sum(listed[p] for p in unindexed))
     repo.sync_index()
     return result
+
+
+def _index_groups(infos: list[PackInfo], limit: int | None = None) -> list[list[PackInfo]]:
+    """``infos`` in order, cut into groups of at most ``limit`` (INDEX_BLOBS) blobs (a pack
+    is never split; one larger than that is a group of its own)."""
+    limit = INDEX_BLOBS if limit is None else limit
+    groups: list[list[PackInfo]] = []
+    blobs = 0
+    for info in infos:
+        if not groups or blobs + len(info.entries) > limit:
+            groups.append([])
+            blobs = 0
+        groups[-1].append(info)
+        blobs += len(info.entries)
+    return groups
 
 
 def _is_pack(name: str) -> bool:

@@ -103,9 +103,11 @@ class Repository:
     # ------------------------------------------------------------ opening
 
     @classmethod
-    def init(cls, location: str, passphrase: bytes | None = None) -> Repository:
-        """Make a new repository at ``location`` (encrypted if a passphrase is given)."""
-        store = _store(location, create=True)
+    def init(cls, location: str, passphrase: bytes | None = None,
+             store: Store | None = None) -> Repository:
+        """Make a new repository at ``location`` (encrypted if a passphrase is given), or in
+        ``store`` if given (an ``rdc://`` one, which the client opens)."""
+        store = store or _store(location, create=True)
         if store.exists(CONFIG) or next(iter(store.list()), None) is not None:
             raise RepoExists(location=store.location,
                              message="not empty: a repository, or other objects, are here")
@@ -122,10 +124,11 @@ class Repository:
         return cls(store.location, store, config, crypto)
 
     @classmethod
-    def open(cls, location: str, passphrase: Passphrase | None = None) -> Repository:
-        """Open the repository at ``location``; ``passphrase`` is asked for only if it is
-        encrypted."""
-        store = _store(location)
+    def open(cls, location: str, passphrase: Passphrase | None = None,
+             store: Store | None = None) -> Repository:
+        """Open the repository at ``location`` (or in ``store``, if given); ``passphrase``
+        is asked for only if it is encrypted."""
+        store = store or _store(location)
         try:
             raw = store.get(CONFIG)
         except ObjectNotFound:
@@ -145,9 +148,13 @@ class Repository:
         return self._index
 
     def close(self) -> None:
+        """Close the local index, and the store if it holds a connection."""
         if self._index is not None:
             self._index.close()
             self._index = None
+        close_store = getattr(self.store, "close", None)
+        if close_store is not None:
+            close_store()
 
     def __enter__(self) -> Repository:
         return self

@@ -952,6 +952,94 @@ class Health(Message):
     share: str = wire(text(255), "")
     seq: int = wire(uint(), 0)
     peers: list[PeerHealth] = wire(array(record(PeerHealth)), factory=list)
+# -- repositories exported by the server (docs/protocol.md section 3b)
+
+OBJECT_NAME = text(512)  # a store object name; the server checks its spelling (check_name)
+WINDOW = 4 << 20  # bytes of object data in flight, not yet granted by a ``more``
+
+
+@message("repo")
+class RepoOpen(Message):
+    """Open a repository the server exports: the connection serves its store from now on."""
+
+    REQUEST = True
+    name: str = wire(text(255))
+
+
+@message("repoed")
+class RepoOpened(Message):
+    writable: bool = wire(boolean)
+    max_object: int = wire(uint())  # the largest object a put may store, in bytes
+    exclusive: bool = wire(boolean, True)  # the store has atomic exclusive create
+    connections: int = wire(uint(256, low=1), 4)  # calls at once that suit the store
+
+
+class StoreCall(Message):
+    """One call of the Store contract on the opened repository's store (``k`` says which)."""
+
+    TYPE = "store"
+
+
+@message("store", "put")
+class StorePut(StoreCall):
+    """Store ``size`` bytes as ``name``; the client sends them as ``data`` (``more``
+    grants room beyond the first WINDOW bytes); ``ok`` when stored."""
+
+    REQUEST = FOLLOW_UPS = True
+    name: str = wire(OBJECT_NAME)
+    size: int = wire(uint())
+    exclusive: bool = wire(boolean, False)
+
+
+@message("store", "get")
+class StoreGet(StoreCall):
+    """The whole object, as ``data`` (the client grants room with ``more``)."""
+
+    REQUEST = FOLLOW_UPS = True
+    name: str = wire(OBJECT_NAME)
+
+
+@message("store", "range")
+class StoreRange(StoreCall):
+    """``length`` bytes at ``offset``, as ``data``."""
+
+    REQUEST = FOLLOW_UPS = True
+    name: str = wire(OBJECT_NAME)
+    offset: int = wire(uint())
+    length: int = wire(uint(low=1))
+
+
+@message("store", "stat")
+class StoreStat(StoreCall):
+    REQUEST = True
+    name: str = wire(OBJECT_NAME)
+
+
+@message("store", "list")
+class StoreList(StoreCall):
+    REQUEST = True
+    prefix: str = wire(OBJECT_NAME, "")
+
+
+@message("store", "delete")
+class StoreDelete(StoreCall):
+    REQUEST = True
+    name: str = wire(OBJECT_NAME)
+
+
+def object_info(v: Any, where: str) -> tuple[str, int]:
+    name, size = items(v, where, 2)
+    return OBJECT_NAME(name, f"{where}[0]"), uint()(size, f"{where}[1]")
+
+
+@message("objects")
+class Objects(Message):
+    """Objects as [name, size]: the answer to ``stat`` (one) and ``list`` (``more`` on all
+    messages but the last)."""
+
+    objects: list[tuple[str, int]] = wire(array(object_info), factory=list,
+                                          out=lambda os: [list(o) for o in os])
+    more: bool = wire(boolean, False)
 
 
 # Every message type, for tests and the fuzzer.

@@ -29,6 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="export PATH as share NAME, read-write (repeatable)")
     p.add_argument("--share-ro", action="append", metavar="NAME=PATH",
                    help="export PATH as share NAME, read-only (repeatable)")
+    p.add_argument("--repo", action="append", metavar="NAME=LOCATION",
+                   help="export a backup repository (a directory or s3:// URL) as "
+                   "rdc://HOST/NAME, read-write (repeatable)")
+    p.add_argument("--repo-ro", action="append", metavar="NAME=LOCATION",
+                   help="export a backup repository read-only (repeatable)")
     p.add_argument("--token-file", metavar="FILE",
                    help="accepted tokens, one per line, optionally with the shares each may use")
     p.add_argument("--state-dir", metavar="DIR",

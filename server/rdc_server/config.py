@@ -25,9 +25,14 @@ Config file (every key optional; the command line adds to or overrides it)::
     tls = true                                  # ca_file = "..." also implies TLS
     bwlimit = "2M"                              # at most this each way
 
+    [repos]                                     # backup repositories (rdc://HOST/NAME)
+    backups = "/srv/backups"                    # a directory, made on first use
+    offsite = { location = "s3://s3.example:9000/bk/rdc", readonly = true }
+
 Token file: one token per line, optionally followed by the shares it may use, each
 ``NAME`` (with the share's own mode), ``NAME:ro`` or ``NAME:rw``; without a list the token
-may use every share. ``#`` starts a comment.
+may use every share. Repositories are granted the same way, by name (a name is a share's
+or a repository's, not both). ``#`` starts a comment.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from rdc.wire import DEFAULT_PORT
 from rdc.wire.address import RemoteURL, parse_url
 from rdc.wire.ratelimit import parse_rate
 from rdc_server.limits import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS
+from rdc_server.repos import Repo, make_repo, parse_repo
 from rdc_server.shares import Rights, Share
 
 MIN_TOKEN = 16
@@ -160,7 +166,9 @@ class Tokens:
         return found
 
 
-def read_tokens(path: str | os.PathLike[str], shares: dict[str, Share]) -> Tokens:
+def read_tokens(path: str | os.PathLike[str], shares: dict[str, Share] | dict[str, Any]
+                ) -> Tokens:
+    """The token file; ``shares``: every name a grant may give (shares and repositories)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -202,13 +210,15 @@ class ServerConfig:
     max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
     upstreams: dict[str, Upstream] = field(default_factory=dict)  # shares that follow one
     warnings: list[str] = field(default_factory=list)  # logged once the log is set up
+    repos: dict[str, Repo] = field(default_factory=dict)
 
 
 # The keys a config file may hold; any other is reported (a typo would otherwise be
 # ignored without a word).
 KNOWN_KEYS = {"listen", "state_dir", "token_file", "tls_cert", "tls_key", "max_connections",
-              "max_connections_per_address", "shares"}
+              "max_connections_per_address", "shares", "repos"}
 KNOWN_SHARE_KEYS = SHARE_KEYS
+KNOWN_REPO_KEYS = {"location", "readonly"}
 
 
 def unknown_keys(data: dict[str, Any], source: str) -> list[str]:
@@ -219,6 +229,11 @@ def unknown_keys(data: dict[str, Any], source: str) -> list[str]:
         if isinstance(value, dict):
             found += [f"{source}: unknown key {key!r} in share {name!r} (ignored)"
                       for key in value if key not in KNOWN_SHARE_KEYS]
+    repos = data.get("repos")
+    for name, value in repos.items() if isinstance(repos, dict) else ():
+        if isinstance(value, dict):
+            found += [f"{source}: unknown key {key!r} in repository {name!r} (ignored)"
+                      for key in value if key not in KNOWN_REPO_KEYS]
     return found
 
 
@@ -238,6 +253,32 @@ def _share_table(config: ServerConfig, name: str, value: dict[str, Any]) -> Shar
         if upstream.mode == RECEIVE_ONLY:  # a mirror: only replication writes to it
             changes.update(readonly=True, replica_of=str(upstream.url))
     return dataclasses.replace(share, **changes)
+
+
+def load_repos(data: dict[str, Any], args: Any) -> dict[str, Repo]:
+    """``[repos]`` of the config file, then ``--repo`` and ``--repo-ro`` (which override)."""
+    repos: dict[str, Repo] = {}
+    table = data.get("repos", {})
+    if not isinstance(table, dict):
+        raise UsageError(message="[repos] must be a table")
+    for name, value in table.items():
+        if isinstance(value, str):
+            repos[name] = make_repo(name, value, False)
+        elif isinstance(value, dict) and isinstance(value.get("location"), str):
+            repos[name] = make_repo(name, value["location"], bool(value.get("readonly")))
+        else:
+            raise UsageError(message=f"repository {name!r}: expected a location or "
+                             "{location = ...}")
+    given: set[str] = set()
+    for text, readonly in [(t, False) for t in getattr(args, "repo", None) or []] + [
+        (t, True) for t in getattr(args, "repo_ro", None) or []
+    ]:
+        repo = parse_repo(text, readonly)
+        if repo.name in given:
+            raise UsageError(message=f"repository {repo.name!r} is given twice")
+        given.add(repo.name)
+        repos[repo.name] = repo
+    return repos
 
 
 def load(args: Any) -> ServerConfig:
@@ -277,12 +318,17 @@ def load(args: Any) -> ServerConfig:
         given.add(share.name)
         config.shares[share.name] = share
         config.upstreams.pop(share.name, None)
-    if not config.shares:
-        raise UsageError(message="no shares: give --share NAME=PATH (or a config file)")
+    config.repos = load_repos(data, args)
+    if not config.shares and not config.repos:
+        raise UsageError(message="no shares: give --share NAME=PATH or --repo NAME=LOCATION "
+                         "(or a config file)")
+    both = sorted(set(config.shares) & set(config.repos))
+    if both:
+        raise UsageError(message=f"{both[0]!r} names both a share and a repository")
     token_file = args.token_file or data.get("token_file")
     if not token_file:
         raise UsageError(message="a token file is required (--token-file)")
-    config.tokens = read_tokens(token_file, config.shares)
+    config.tokens = read_tokens(token_file, {**config.shares, **config.repos})
     state = args.state_dir or data.get("state_dir")
     if not state:
         raise UsageError(message="--state-dir is required (where the signature indexes live)")

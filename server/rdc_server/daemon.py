@@ -27,7 +27,9 @@ from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
 from rdc_server.follow import follow_all
 from rdc_server.limits import Limits, give_back_memory, tune_allocator
+from rdc_server.repos import RepoRegistry
 from rdc_server.shares import Registry
+from rdc_server.storeserving import RepoSession
 
 log = logging.getLogger("rdc.serve")
 TLS_HANDSHAKE_SECONDS = 10
@@ -49,6 +51,7 @@ class Daemon:
         self.connections = 0  # ever accepted: numbers them in the log
         self.active = 0  # admitted and not yet ended
         self.limits = Limits(config.max_connections, config.max_connections_per_address)
+        self.repos = RepoRegistry(config.repos)
 
     async def serve(self, *, task_status: trio.TaskStatus[list[Any]] = trio.TASK_STATUS_IGNORED
                     ) -> None:
@@ -63,6 +66,9 @@ class Daemon:
             if share.versions is not None:
                 log.info("share %s keeps versions in %s (%s)", name,
                          self.registry.versions(name).location, share.versions)
+        for name, repo in sorted(self.config.repos.items()):
+            log.info("repository %s = %s%s", name, repo.location,
+                     " (read-only)" if repo.readonly else "")
         try:
             async with trio.open_nursery() as nursery:
                 if self.config.upstreams:
@@ -111,8 +117,9 @@ class Daemon:
             self.limits.authenticated(address)
             state["authenticated"] = True
             session = ServerSession(self.registry.for_client(rights, peer), peer=f"#{number}")
+            repos = RepoSession(self.repos.for_client(rights), peer=f"#{number}")
             try:
-                await Connection(frames, handler=session.handle).run()
+                await Connection(frames, handler=repos.route(session.handle)).run()
             finally:
                 session.close()
             log.info("#%d closed", number)
