@@ -1,0 +1,472 @@
+"""The fuzz loop: inputs from the mutator, played ``jobs`` at a time against one real
+``rdc serve``, in batches. While a batch runs its memory and descriptors are sampled; after
+it, once its connections closed, the oracle's checks run (the log, descriptors and memory
+against the baseline, a fresh client, the canary tree) and the share is reset.
+
+Each distinct finding (by `tests.attack.oracle.signature`) is saved once, with the inputs
+that showed it, under the results directory: ``finding.txt`` says what and how to
+reproduce it, ``input-N.bin`` is the input itself (`tests.attack.inputs.load`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.attack.capture import Captured
+from tests.attack.inputs import Input, dump, dump_sessions
+from tests.attack.mutate import LEVELS, generate
+from tests.attack.oracle import (
+    Flood,
+    LogWatch,
+    Record,
+    flood_before_login,
+    flood_watch,
+    probe,
+    signature,
+    suspicious,
+)
+from tests.attack.play import Player, Sources
+from tests.attack.world import (
+    World,
+    cpu_seconds,
+    descriptor_kind,
+    descriptor_targets,
+    memory_kib,
+)
+from tests.e2e_support import tree_diff
+
+SETTLE_SECONDS = 10.0  # for the server to close every connection of a batch
+MIB = 1024  # KiB
+
+
+@dataclass
+class Settings:
+    inputs: int = 1000
+    seed: int = 1
+    jobs: int = 4
+    batch: int = 500  # inputs between two rounds of checks (and share resets)
+    levels: tuple[str, ...] = LEVELS
+    results: Path | None = None
+    # RSS over the baseline while inputs run, and once their connections closed, that is a
+    # finding. Generous: frames of 4 MiB from `jobs` connections at once cost a correct
+    # server ~16 MiB each while they are checked, and malloc keeps some of it afterwards.
+    peak_mib: int = 256
+    after_mib: int = 128
+    restart_mib: int = 3072  # RSS at which the server is restarted (the machine is shared)
+    floods: bool = True  # the two memory floods after the inputs
+    attribute: bool = True  # replay a batch input by input to find who changed the canary
+    progress: Callable[[str], None] | None = None
+
+
+@dataclass
+class Finding:
+    kind: str  # crash, hang, escape, leak, fds, memory, stream
+    signature: str
+    detail: str
+    indices: list[int] = field(default_factory=list)  # inputs that showed it (a few)
+    count: int = 0
+    where: Path | None = None
+
+
+@dataclass
+class Report:
+    inputs: int = 0
+    seconds: float = 0.0
+    crashes: int = 0  # inputs (or events) that made a suspicious log record
+    hangs: int = 0
+    escapes: int = 0  # canary changes plus leaks seen in received bytes
+    fds_base: int = 0
+    fds_max: int = 0
+    fd_growth: int = 0
+    rss_base: int = 0  # KiB
+    rss_peak: int = 0
+    rss_after: int = 0
+    sent: int = 0
+    received: int = 0
+    waited_out: int = 0
+    restarts: int = 0
+    server_cpu: float = 0.0  # seconds of CPU the server used on the inputs
+    client_cpu: float = 0.0  # ... and this process (mutating, playing, checking)
+    floods: list[Flood] = field(default_factory=list)
+    findings: dict[str, Finding] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.inputs / self.seconds if self.seconds else 0.0
+
+    def table(self) -> str:
+        rows = [
+            ("inputs", f"{self.inputs:,}"),
+            ("crashes", str(self.crashes)),
+            ("hangs", str(self.hangs)),
+            ("escapes", str(self.escapes)),
+            ("max fds", f"{self.fds_max} (baseline {self.fds_base})"),
+            ("fd growth", f"{self.fd_growth:+d}"),
+            ("peak RSS", f"{self.rss_peak / MIB:.0f} MiB (baseline {self.rss_base / MIB:.0f})"),
+            ("RSS after", f"{self.rss_after / MIB:.0f} MiB"),
+            ("inputs/s", f"{self.rate:.0f}"),
+            ("CPU per input", f"server {1000 * self.server_cpu / max(1, self.inputs):.1f} ms, "
+                              f"fuzzer {1000 * self.client_cpu / max(1, self.inputs):.1f} ms"),
+            ("distinct findings", str(len(self.findings))),
+        ]
+        width = max(len(k) for k, _ in rows)
+        lines = [f"{k:<{width}}  {v}" for k, v in rows]
+        for flood in self.floods:
+            lines.append(f"flood {flood.name}: {flood.wire_bytes / 1e6:.1f} MB on the wire, "
+                         f"RSS {flood.before / MIB:.0f} -> peak {flood.peak / MIB:.0f} -> "
+                         f"{flood.after / MIB:.0f} MiB after ({flood.detail})")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        lines = [self.table(), ""]
+        for n, finding in enumerate(self.findings.values(), 1):
+            lines.append(f"{n}. [{finding.kind}] x{finding.count} {finding.signature}")
+            if finding.where is not None:
+                lines.append(f"   {finding.where}")
+        return "\n".join(lines)
+
+
+def index_of(address: str) -> int | None:
+    """The input behind a connection from ``address`` (`tests.attack.play.address`)."""
+    parts = address.split(".")
+    if len(parts) != 4 or parts[0] != "127" or int(parts[1]) < 16:
+        return None
+    return (((int(parts[1]) - 16) << 16) | (int(parts[2]) << 8) | int(parts[3])) // 2
+
+
+class Fuzzer:
+    def __init__(self, world: World, captured: Captured, settings: Settings) -> None:
+        assert world.daemon is not None
+        self.world = world
+        self.sessions = captured.sessions
+        self.settings = settings
+        self.player = Player(world.port, world.canary.leaks(), Sources(captured.contents))
+        self.log = LogWatch(world.daemon.log_path)
+        self.log.offset = world.log_checked
+        self.report = Report()
+        self.inputs: dict[int, Input] = {}  # given inputs (a replay), else generated
+        self.baseline_fds: list[str] = []
+        self.canary = world.outside_now()
+        self._lock = threading.Lock()
+        self.results = settings.results
+        if self.results is not None:
+            self.results.mkdir(parents=True, exist_ok=True)
+            dump_sessions(self.sessions, self.results / "sessions.bin")
+
+    def say(self, text: str) -> None:
+        if self.settings.progress is not None:
+            self.settings.progress(text)
+
+    # ------------------------------------------------------------ the run
+
+    def run(self, indices: list[int] | None = None) -> Report:
+        """Play the inputs (``indices``, default 0 .. inputs-1) and check after each batch."""
+        self._suspicious(self.log.poll(), [], "the captures (real clients)")
+        self._baseline()
+        todo = list(range(self.settings.inputs)) if indices is None else indices
+        started = time.monotonic()
+        for first in range(0, len(todo), self.settings.batch):
+            batch = todo[first : first + self.settings.batch]
+            assert self.world.daemon is not None
+            server, client = cpu_seconds(self.world.daemon.pid), time.process_time()
+            self._batch(batch)
+            self.report.server_cpu += cpu_seconds(self.world.daemon.pid) - server
+            self.report.client_cpu += time.process_time() - client
+            self._after(batch)
+            self.report.seconds = time.monotonic() - started
+            self.say(f"{self.report.inputs:,} inputs, {self.report.rate:.0f}/s, "
+                     f"{len(self.report.findings)} findings")
+        self.report.seconds = time.monotonic() - started
+        if self.settings.floods:
+            self._floods()
+        self._suspicious(self.log.poll(final=True), [], "the end of the run")
+        self.world.log_checked = self.log.offset
+        self._write_summary()
+        return self.report
+
+    def input(self, index: int) -> Input:
+        given = self.inputs.get(index)
+        if given is not None:
+            return given
+        return generate(self.settings.seed, index, self.sessions, self.settings.levels)
+
+    def _baseline(self) -> None:
+        assert self.world.daemon is not None
+        self._settle()
+        self.baseline_fds = descriptor_targets(self.world.daemon.pid)
+        self.report.fds_base = len(self.baseline_fds)
+        self.report.fds_max = max(self.report.fds_max, self.report.fds_base)
+        self.report.rss_base = memory_kib(self.world.daemon.pid)[0]
+
+    def _batch(self, batch: list[int]) -> None:
+        pending = iter(batch)
+        inflight: dict[int, Input] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            while True:
+                with self._lock:
+                    index = next(pending, None)
+                if index is None:
+                    return
+                inp = self.input(index)
+                with self._lock:
+                    inflight[index] = inp
+                outcome = self.player.play(inp)
+                with self._lock:
+                    del inflight[index]
+                    self.report.inputs += 1
+                    self.report.sent += outcome.sent
+                    self.report.received += outcome.received
+                    self.report.waited_out += outcome.waited_out
+                for leak in outcome.leaks:
+                    self.report.escapes += 1
+                    self.found("leak", "secret in received bytes: " + _blank_leak(leak),
+                               leak, [inp])
+                if outcome.bad_stream:
+                    self.found("stream", f"undecodable server stream: {outcome.bad_stream}",
+                               outcome.bad_stream, [inp])
+
+        def sample() -> None:
+            assert self.world.daemon is not None
+            pid = self.world.daemon.pid
+            flagged = False
+            while not done.wait(0.05):
+                rss = memory_kib(pid)[0]
+                fds = len(os.listdir(f"/proc/{pid}/fd")) if os.path.isdir(f"/proc/{pid}/fd") \
+                    else 0
+                with self._lock:
+                    self.report.rss_peak = max(self.report.rss_peak, rss)
+                    self.report.fds_max = max(self.report.fds_max, fds)
+                    suspects = list(inflight.values())
+                if not flagged and rss - self.report.rss_base > self.settings.peak_mib * MIB:
+                    flagged = True
+                    self.found("memory", f"RSS over the baseline by more than "
+                               f"{self.settings.peak_mib} MiB while inputs ran",
+                               f"RSS {rss / MIB:.0f} MiB, baseline "
+                               f"{self.report.rss_base / MIB:.0f} MiB; in flight: "
+                               + "; ".join(i.describe() for i in suspects), suspects)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        workers = [threading.Thread(target=work, daemon=True)
+                   for _ in range(self.settings.jobs)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        done.set()
+        sampler.join()
+
+    # ------------------------------------------------------------ after a batch
+
+    def _after(self, batch: list[int]) -> None:
+        daemon = self.world.daemon
+        assert daemon is not None
+        records = self.log.poll()
+        if not daemon.running:
+            status = daemon.process.wait()
+            records += self.log.poll(final=True)
+            self.found("crash", f"rdc serve exited with status {status}",
+                       "\n".join(r.text for r in records[-20:]),
+                       [self.input(i) for i in batch[-self.settings.jobs:]])
+            self.world.start()
+            self.player.port = self.world.port
+            self.report.restarts += 1
+            self._baseline()
+        self._suspicious(records, batch, "")
+        self._settle()
+        targets = descriptor_targets(daemon.pid)
+        growth = len(targets) - len(self.baseline_fds)
+        self.report.fd_growth = max(self.report.fd_growth, growth)
+        if growth > 0:
+            new = _new_targets(self.baseline_fds, targets)
+            for kind in sorted({descriptor_kind(t, self.world) for t in new}):
+                mine = [t for t in new if descriptor_kind(t, self.world) == kind]
+                self.found("fds", f"descriptors ({kind}) not back to the baseline once "
+                           "connections closed",
+                           f"{len(targets)} open, baseline {len(self.baseline_fds)}; new "
+                           f"({kind}):\n" + "\n".join(mine[:40]),
+                           [self.input(i) for i in batch[:3]])
+        rss = memory_kib(daemon.pid)[0]
+        self.report.rss_after = rss
+        if rss - self.report.rss_base > self.settings.after_mib * MIB:
+            self.found("memory", f"RSS over the baseline by more than "
+                       f"{self.settings.after_mib} MiB once connections closed",
+                       f"RSS {rss / MIB:.0f} MiB, baseline {self.report.rss_base / MIB:.0f} "
+                       "MiB", [])
+        trouble = probe(self.world.port)
+        if trouble:
+            self.report.hangs += 1
+            self.found("hang", "a fresh client could not get in: " + _blank_probe(trouble),
+                       trouble, [self.input(i) for i in batch[-self.settings.jobs:]])
+        self._canary(batch)
+        self.world.reset_share()
+        self.log.rotate()
+        if rss > self.settings.restart_mib * MIB:
+            self.say(f"restarting rdc serve at {rss / MIB:.0f} MiB")
+            self.world.stop()
+            self.world.start()
+            self.player.port = self.world.port
+            self.report.restarts += 1
+            self._baseline()
+
+    def _settle(self) -> None:
+        """Wait until the server holds no more sockets than when it idled (before the
+        baseline is known: until their number held still for a while)."""
+        assert self.world.daemon is not None
+        pid = self.world.daemon.pid
+        deadline = time.monotonic() + SETTLE_SECONDS
+        base = sum(1 for t in self.baseline_fds if t.startswith("socket:"))
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            sockets = sum(1 for t in descriptor_targets(pid) if t.startswith("socket:"))
+            if base and sockets <= base:
+                return
+            if sockets != last:
+                last, since = sockets, time.monotonic()
+            elif not base and time.monotonic() - since > 0.3:
+                return
+            time.sleep(0.02)
+
+    def _suspicious(self, records: list[Record], batch: list[int], when: str) -> None:
+        for record in suspicious(records):
+            address = self.log.peers.get(record.number) if record.number else None
+            index = index_of(address) if address else None
+            if index is not None and (not batch or index in batch):
+                inputs = [self.input(index)]
+            elif when:
+                inputs = []
+            else:
+                inputs = [self.input(i) for i in batch[:3]]
+                when = "(not attributed to one input: the batch's first three are saved)"
+            self.report.crashes += 1
+            self.found("crash", signature(record.text), f"{when}\n{record.text}".strip(),
+                       inputs)
+
+    def _canary(self, batch: list[int]) -> None:
+        now = self.world.outside_now()
+        if now == self.canary:
+            return
+        diff = tree_diff(self.canary, now)
+        self.report.escapes += 1
+        culprit = self._alone(batch, lambda: self.world.outside_now() != self.canary) \
+            if self.settings.attribute else None
+        inputs = [self.input(culprit)] if culprit is not None else [
+            self.input(i) for i in batch[:3]]
+        tag = self.world.canary.tag
+        what = sorted({_blank_change(line, tag) for line in diff})
+        self.found("escape", "outside the share changed: " + "; ".join(what)[:300],
+                   ("" if culprit is not None else "(no single input of the batch repeated "
+                    "it alone; the batch's first three are saved)\n") + "\n".join(diff[:40]),
+                   inputs)
+        self.world.reset_canary()
+        self.canary = self.world.outside_now()
+
+    def _alone(self, batch: list[int], symptom: Callable[[], bool]) -> int | None:
+        """The first input of ``batch`` that shows ``symptom`` when played alone, from a
+        reset share and canary."""
+        for index in batch:
+            self.world.reset_canary()
+            self.world.reset_share()
+            self.canary = self.world.outside_now()
+            self.player.play(self.input(index))
+            self._settle()
+            if symptom():
+                return index
+        return None
+
+    def _floods(self) -> None:
+        for flood in (flood_before_login, flood_watch):
+            self.say(f"flood: {flood.__name__}")
+            result = flood(self.world)
+            self.report.floods.append(result)
+            self.report.rss_peak = max(self.report.rss_peak, result.peak)
+            if result.peak - result.before > self.settings.peak_mib * MIB:
+                self.found("memory", f"flood {result.name}: RSS grew by more than "
+                           f"{self.settings.peak_mib} MiB", result.detail, [])
+            if result.after - result.before > self.settings.after_mib * MIB:
+                self.found("memory", f"flood {result.name}: memory still held after the "
+                           "connection closed", result.detail, [])
+        records = self.log.poll()
+        self._suspicious(records, [], "the floods")
+
+    # ------------------------------------------------------------ findings
+
+    def found(self, kind: str, sig: str, detail: str, inputs: list[Input]) -> None:
+        with self._lock:
+            finding = self.report.findings.get(sig)
+            fresh = finding is None
+            if finding is None:
+                finding = self.report.findings[sig] = Finding(kind, sig, detail)
+            finding.count += 1
+            new = [i for i in inputs if i.index not in finding.indices][: 5 - len(
+                finding.indices)]
+            finding.indices += [i.index for i in new]
+        if fresh:
+            self.say(f"finding [{kind}] {sig}")
+        if self.results is not None and (fresh or new):
+            self._save(finding, new, detail if fresh else "")
+
+    def _save(self, finding: Finding, inputs: list[Input], detail: str) -> None:
+        assert self.results is not None
+        if finding.where is None:
+            n = len(list(self.results.glob(f"{finding.kind}-*"))) + 1
+            finding.where = self.results / f"{finding.kind}-{n:03}"
+            finding.where.mkdir()
+        with open(finding.where / "finding.txt", "a") as f:
+            if detail:
+                f.write(f"[{finding.kind}] {finding.signature}\n\n{detail}\n\n")
+            for inp in inputs:
+                path = finding.where / f"input-{inp.index}.bin"
+                dump(inp, path)
+                f.write(f"input: {inp.describe()}\n  reproduce: python bench/fuzz.py "
+                        f"--replay {path}\n  or: python bench/fuzz.py --seed {inp.seed} "
+                        f"--only {inp.index}\n")
+
+    def _write_summary(self) -> None:
+        if self.results is not None:
+            (self.results / "summary.txt").write_text(self.report.summary() + "\n")
+
+
+def _new_targets(before: list[str], after: list[str]) -> list[str]:
+    left = list(before)
+    new = []
+    for target in after:
+        if target in left:
+            left.remove(target)
+        else:
+            new.append(target)
+    return sorted(new)
+
+
+def _blank_leak(text: str) -> str:
+    kind = re.search(r"in a ('[^']*'|None) message", text)
+    secret = "the secret file's content" if "SECRET-" in text else "a canary name"
+    return f"{secret} in a {kind.group(1) if kind else '?'} message"
+
+
+def _blank_probe(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "N", text)[:200]
+
+
+def _blank_change(line: str, tag: str) -> str:
+    """A tree_diff line reduced to the path and the kind of change."""
+    path, _, rest = line.partition(": ")
+    path = path.replace(tag, "TAG")
+    old, _, new = rest.partition(" != ")
+    if old == "None":
+        return f"{path} created"
+    if new == "None":
+        return f"{path} removed"
+    a, b = old.split(" "), new.split(" ")
+    changed = [name for name, x, y in itertools.zip_longest(
+        ["kind", "mode", "mtime", "content"], a, b) if x != y]
+    return f"{path} {'/'.join(n for n in changed if n)} changed"

@@ -1,0 +1,247 @@
+"""What counts as a bug of the server, seen from outside: its log (tracebacks, internal
+errors, failures), a fresh client that cannot get in (a hang), its descriptors and memory
+after the connections closed, anything changed outside the share, and floods of memory
+that a client can cause with little traffic.
+
+`LogWatch` reads the log as it grows and names the connection (so the input) behind each
+suspicious record; `signature` reduces a record to what identifies its bug, so the same
+bug found 500 times is one finding.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+
+from rdc.wire.codec import MAX_FRAME
+from rdc.wire.frames import HEADER
+from tests.attack.wire import Encoder
+from tests.attack.world import RO_TOKEN, World, memory_kib
+from tests.e2e_support import RawClient
+
+# A traceback, an internal error, or a line of the server's own saying something failed
+# ("#N failed", "conversation N (ops) failed"; a peer's bad token is no bug, and text the
+# peer caused, such as msgpack's "Unpack failed", is in the middle of a line).
+SUSPICIOUS = re.compile(r"Traceback \(most recent call last\)|internal error|"
+                        r"^\S+ \S+ rdc serve: .*(?<!authentication) failed$", re.M)
+# A record starts with the log's time stamp, or is a Python warning (watchdog's).
+RECORD = re.compile(rb"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} |\S+:\d+: \w*Warning: |"
+                    rb"Exception in thread )", re.M)
+CONNECTION = re.compile(r"#(\d+) connection from ([\d.]+):(\d+)")
+NUMBER = re.compile(r"#(\d+)\b")
+FRAME_LINE = re.compile(r'File "[^"]*/((?:rdc|rdc_server|rdc_client)/[^"]+)", line (\d+), in (\S+)')
+ANY_FRAME = re.compile(r'File "[^"<]*/([^"/]+/[^"/]+)", line (\d+), in (\S+)')
+PROBE_SECONDS = 5.0
+
+
+@dataclass
+class Record:
+    """One log record: its first line and the lines that follow it (a traceback)."""
+
+    text: str
+    number: int | None  # the connection it names (#N), if any
+
+    @property
+    def suspicious(self) -> bool:
+        return bool(SUSPICIOUS.search(self.text))
+
+
+EXCEPTION_LINE = re.compile(
+    r"^[ |+]*([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt|Group|Denied|Failed|"
+    r"Refusal)\b.*)$", re.M)
+
+
+def signature(text: str) -> str:
+    """What identifies a bug in a log record: the exception and the deepest frame of rdc's
+    code (else of any code) in its traceback, or the message with its numbers and quoted
+    values blanked."""
+    frames = FRAME_LINE.findall(text) or ANY_FRAME.findall(text)
+    exceptions = [e for e in EXCEPTION_LINE.findall(text) if not e.startswith("ExceptionGroup")]
+    if frames and exceptions:
+        where = "{}:{} in {}".format(*frames[-1])
+        return f"{_blank(exceptions[-1].strip())} at {where}"
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    message = lines[0] if lines else text
+    message = message.split(" rdc serve: ", 1)[-1]
+    return _blank(NUMBER.sub("#N", message))
+
+
+def _blank(text: str) -> str:
+    text = re.sub(r"'[^' ]*'|\"[^\" ]*\"", "'…'", text)
+    text = re.sub(r"\b\d[\d_]*\b", "N", text)
+    return text[:300]
+
+
+class LogWatch:
+    """The server's log, read as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.tail = b""
+        self.peers: dict[int, str] = {}  # connection number -> address
+
+    def rotate(self, limit: int = 64 << 20) -> None:
+        """Empty the log once it is over ``limit`` bytes and read (call it while the server
+        is quiet: the daemon appends, so it goes on writing at the new end)."""
+        if self.offset > limit and not self.tail:
+            with open(self.path, "r+b") as f:
+                f.truncate(0)
+            self.offset = 0
+
+    def poll(self, final: bool = False) -> list[Record]:
+        """The records completed since the last call (all of them with ``final``)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        data = self.tail + data
+        starts = [m.start() for m in RECORD.finditer(data)]
+        if not starts:
+            self.tail = data
+            return []
+        cut = len(data) if final else starts[-1]
+        self.tail = data[cut:]
+        records = []
+        for a, b in zip(starts, [*starts[1:], len(data)], strict=True):
+            if a >= cut:
+                break
+            text = data[a:b].decode(errors="replace")
+            found = CONNECTION.search(text)
+            if found:
+                self.peers[int(found.group(1))] = found.group(2)
+            number = NUMBER.search(text.split(" rdc serve: ", 1)[-1])
+            records.append(Record(text, int(number.group(1)) if number else None))
+        return records
+
+
+def suspicious(records: list[Record]) -> list[Record]:
+    """The suspicious records; one without a connection number (the session's own
+    traceback of a failed conversation) is joined to the next suspicious one that has."""
+    out: list[Record] = []
+    orphan: Record | None = None
+    for record in records:
+        if not record.suspicious:
+            continue
+        if record.number is None:
+            orphan = Record(orphan.text + record.text, None) if orphan else record
+            continue
+        if orphan is not None:
+            record = Record(orphan.text + record.text, record.number)
+            orphan = None
+        out.append(record)
+    if orphan is not None:
+        out.append(orphan)
+    return out
+
+
+# ---------------------------------------------------------------- probes
+
+
+def probe(port: int, timeout: float = PROBE_SECONDS) -> str:
+    """"" if a fresh, valid client completes the handshake and an open within
+    ``timeout`` seconds, else what went wrong."""
+    start = time.monotonic()
+    client = None
+    try:
+        client = RawClient(port, timeout=timeout)
+        welcome = client.hello()
+        if welcome.get("t") != "welcome":
+            return f"hello answered with {welcome!r:.200}"
+        client.open("s")
+        return ""
+    except (OSError, AssertionError) as exc:
+        return f"after {time.monotonic() - start:.1f} s: {type(exc).__name__}: {exc}"[:400]
+    finally:
+        if client is not None:
+            client.close()
+
+
+@dataclass
+class Flood:
+    """What one flood did to the server's memory (KiB)."""
+
+    name: str
+    wire_bytes: int
+    before: int
+    peak: int
+    after: int  # a few seconds after the flooding connections closed
+    detail: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _sample(pid: int, seconds: float, peak: int) -> int:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        peak = max(peak, memory_kib(pid)[0])
+        time.sleep(0.05)
+    return peak
+
+
+def flood_before_login(world: World, connections: int = 64) -> Flood:
+    """Connections that each send all but the last byte of a frame of MAX_FRAME bytes
+    before the handshake, and wait: what may an unauthenticated peer make the server hold?"""
+    assert world.daemon is not None
+    pid = world.daemon.pid
+    before = memory_kib(pid)[0]
+    socks = []
+    sent = 0
+    body = b"\x91" + b"\0" * (MAX_FRAME - 2)
+    refused = 0
+    for _ in range(connections):
+        try:
+            sock = socket.create_connection(("127.0.0.1", world.port), timeout=5)
+            sock.sendall(HEADER.pack(MAX_FRAME) + body)
+            sent += 4 + len(body)
+            socks.append(sock)
+        except OSError:
+            refused += 1
+    peak = _sample(pid, 1.0, before)
+    for sock in socks:
+        sock.close()
+    after = _sample(pid, 2.0, 0)
+    return Flood("before login", sent, before, peak, after,
+                 f"{connections} connections, {len(socks)} accepted, each with "
+                 f"{MAX_FRAME - 1} bytes of one frame")
+
+
+def flood_watch(world: World, messages: int = 64) -> Flood:
+    """With a read-only token: one watch conversation (which reads nothing) sent large
+    messages that compress to almost nothing."""
+    assert world.daemon is not None
+    pid = world.daemon.pid
+    before = memory_kib(pid)[0]
+    sock = socket.create_connection(("127.0.0.1", world.port), timeout=10)
+    encoder = Encoder()
+    sent = 0
+
+    def frame(message: dict) -> bytes:
+        return encoder.frame(msgpack.packb([message], use_bin_type=True),
+                             squeeze=encoder.compress)
+
+    detail = ""
+    try:
+        sock.sendall(frame({"t": "hello", "proto": [1, 1], "agent": "flood",
+                            "features": ["zstd"], "token": RO_TOKEN}))
+        encoder.compress = True
+        sock.sendall(frame({"t": "open", "id": 1, "share": "s", "path": b"", "write": False,
+                            "create": False, "excludes": []}))
+        time.sleep(0.3)
+        sock.sendall(frame({"t": "watch", "id": 2, "seq": 0}))
+        piece = b"\0" * ((MAX_FRAME - 4096) // 2)
+        for _ in range(messages):
+            data = frame({"t": "lists", "id": 2, "lists": [[0, piece, piece]]})
+            sock.sendall(data)
+            sent += len(data)
+    except OSError as exc:
+        detail = f"the server cut the flood: {exc}"
+    peak = _sample(pid, 1.5, before)
+    sock.close()
+    after = _sample(pid, 3.0, 0)
+    return Flood("watch", sent, before, peak, after,
+                 detail or f"{messages} lists messages of 4 MiB to one watch, read-only token")

@@ -1,0 +1,374 @@
+"""Playing an `Input` against the server: each planned frame is sent after the server message
+it waits for (or a timeout), the server's frames are decoded as they come (zstd history
+included) and searched for the canary's secrets, and, if asked, the server's wants of a
+known offer are answered from the file's real content (`rdc.descent.SourceFile`).
+
+Each connection comes from its own loopback address (127.x.y.z, from the input's index), so
+the server's log line ``connection from ADDRESS`` names the input that made it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from rdc.descent import SourceFile
+from rdc.signature import FileSignature, signature_of_bytes
+from rdc.wire.codec import MAX_PIECE
+from tests.attack.inputs import Input, Planned, Trigger
+from tests.attack.values import mutate_value, patch_bad_strs
+from tests.attack.wire import BadStream, Decoder, Encoder, unpack, welcomed_zstd
+
+FINAL = {"open": "opened", "list": "listing", "mlist": "mlisting", "offer": "done",
+         "ops": "oks", "mset": "ok", "finish": "finished"}
+WAIT = 2.0  # seconds a frame waits for its trigger at most
+QUIET = 0.15  # ... or until the server said nothing for this long (a trigger that a
+# mutation made impossible, such as an answer to a changed id, must not cost WAIT)
+END_WAIT = 2.0  # after the last frame, seconds to wait for open conversations to end
+LIMIT = 20.0  # seconds one connection may take in all
+
+
+def address(index: int, connection: int = 0) -> str:
+    """The loopback address input ``index`` connects from (127.0.0.0/24 is left to the
+    harness's own clients)."""
+    k = (index * 2 + connection) % (224 << 16)
+    return f"127.{16 + (k >> 16)}.{(k >> 8) & 255}.{k & 255}"
+
+
+@dataclass
+class Outcome:
+    """What one input got from the server."""
+
+    sent: int = 0
+    received: int = 0
+    messages: int = 0
+    leaks: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # connection-level error messages
+    bad_stream: str = ""
+    waited_out: int = 0  # frames sent after their trigger timed out
+    seconds: float = 0.0
+
+    def add(self, other: Outcome) -> None:
+        self.sent += other.sent
+        self.received += other.received
+        self.messages += other.messages
+        self.leaks += other.leaks
+        self.errors += other.errors
+        self.bad_stream = self.bad_stream or other.bad_stream
+        self.waited_out += other.waited_out
+
+
+class Sources:
+    """Files a pushing client could offer, by root: what the responder answers from."""
+
+    def __init__(self, contents: dict[bytes, bytes]) -> None:
+        self.contents = contents
+        self._files: dict[bytes, SourceFile] = {}
+        self._lock = threading.Lock()
+
+    def file(self, root: Any) -> SourceFile | None:
+        if not isinstance(root, bytes) or root not in self.contents:
+            return None
+        with self._lock:
+            if root not in self._files:
+                data = self.contents[root]
+                signature: FileSignature = signature_of_bytes(data)
+
+                def read(offset: int, length: int, data: bytes = data) -> bytes:
+                    return data[offset : offset + length]
+
+                self._files[root] = SourceFile(signature.tree, read)
+            return self._files[root]
+
+
+class Player:
+    """Plays inputs against the server at ``port`` on 127.0.0.1."""
+
+    def __init__(self, port: int, leaks: list[bytes], sources: Sources) -> None:
+        self.port = port
+        self.leaks = leaks
+        self.sources = sources
+
+    def play(self, inp: Input) -> Outcome:
+        start = time.monotonic()
+        outcomes = [Outcome() for _ in inp.connections]
+        threads = []
+        for n, frames in enumerate(inp.connections[1:], start=1):
+            thread = threading.Thread(target=self._one, args=(inp, n, frames, outcomes[n]),
+                                      daemon=True)
+            thread.start()
+            threads.append(thread)
+        self._one(inp, 0, inp.connections[0], outcomes[0])
+        for thread in threads:
+            thread.join(LIMIT + 5)
+        total = outcomes[0]
+        for other in outcomes[1:]:
+            total.add(other)
+        total.seconds = time.monotonic() - start
+        return total
+
+    def _one(self, inp: Input, n: int, frames: list[Planned], outcome: Outcome) -> None:
+        try:
+            _Connection(self, inp, n, frames, outcome).run()
+        except BadStream as exc:
+            outcome.bad_stream = str(exc)
+
+
+class _Connection:
+    def __init__(self, player: Player, inp: Input, n: int, frames: list[Planned],
+                 outcome: Outcome) -> None:
+        self.player = player
+        self.inp = inp
+        self.outcome = outcome
+        self.queue = deque(frames)
+        self.urgent: deque[Planned] = deque()  # the responder's frames go first
+        self.encoder = Encoder()
+        self.offered = _offers_zstd(frames)
+        self.decoder = Decoder(lambda body: welcomed_zstd(body, self.offered))
+        self.address = address(inp.index, n)
+        self.started: dict[int, str] = {}
+        self.ended: set[int] = set()
+        self.seen: set[Trigger] = set()
+        self.offers: dict[int, SourceFile] = {}
+        self.closed = False  # the server closed its side
+        self.failed = False  # the server said error without an id
+        self.stop_sending = False
+        self.frames_sent = 0
+        self.active = 0.0  # when a byte last arrived or a frame was last sent
+        self.rng = random.Random(f"rdc-fuzz/{inp.seed}/{inp.index}/answers/{n}")
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((self.address, 0))
+            sock.settimeout(5)
+            try:
+                sock.connect(("127.0.0.1", self.player.port))
+            except OSError as exc:
+                self.outcome.errors.append(f"connect: {exc}")
+                return
+            sock.setblocking(False)
+            self._loop(sock)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _loop(self, sock: socket.socket) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(sock, selectors.EVENT_READ)
+        out = bytearray()
+        writing = False
+        now = time.monotonic()
+        deadline = now + LIMIT
+        waiting_since: float | None = None
+        ending_since: float | None = None
+        self.active = now
+        while now < deadline:
+            if not out and not self.stop_sending:
+                frame = self._next(now, waiting_since)
+                if frame is not None:
+                    out += self._encode(frame)
+                    waiting_since = None
+                    self.active = now
+                elif self.queue and waiting_since is None:
+                    waiting_since = now
+            if not out and not self.urgent and (not self.queue or self.stop_sending):
+                ending_since = ending_since or now
+                calm = min(now - ending_since, now - self.active)
+                if ((self._all_ended() or calm > QUIET) and calm >= self.inp.hold) \
+                        or now - ending_since > END_WAIT + self.inp.hold:
+                    return
+            want = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
+            if writing != bool(out):
+                selector.modify(sock, want)
+                writing = bool(out)
+            for _, mask in selector.select(0.05):
+                if mask & selectors.EVENT_READ and not self._read(sock):
+                    self.closed = True  # the server is done with us: so are we
+                    return
+                if mask & selectors.EVENT_WRITE and out:
+                    try:
+                        sent = sock.send(out)
+                    except BlockingIOError:
+                        sent = 0
+                    except OSError:
+                        return
+                    self.outcome.sent += sent
+                    del out[:sent]
+            now = time.monotonic()
+
+    def _next(self, now: float, waiting_since: float | None) -> Planned | None:
+        if self.urgent:
+            return self.urgent.popleft()
+        if not self.queue:
+            return None
+        trigger = self.queue[0].trigger
+        if trigger is None or self._satisfied(trigger):
+            return self.queue.popleft()
+        if waiting_since is not None and (now - waiting_since > WAIT or min(
+                now - waiting_since, now - self.active) > QUIET):
+            self.outcome.waited_out += 1
+            return self.queue.popleft()
+        return None
+
+    def _satisfied(self, trigger: Trigger) -> bool:
+        conversation = trigger[0]
+        return (tuple(trigger) in self.seen or self.closed or self.failed
+                or (conversation is not None and conversation in self.ended))
+
+    def _all_ended(self) -> bool:
+        return all(i in self.ended for i, t in self.started.items() if t in FINAL)
+
+    # ------------------------------------------------------------ sending
+
+    def _encode(self, frame: Planned) -> bytes:
+        messages = frame.messages
+        for message in messages if isinstance(messages, list) else ():
+            if isinstance(message, dict) and isinstance(message.get("id"), int):
+                t, conversation = message.get("t"), message["id"]
+                if t in FINAL or t in ("get", "watch"):
+                    self.started.setdefault(conversation, t)
+                if t == "offer" and self.inp.respond:
+                    source = self.player.sources.file(message.get("root"))
+                    if source is not None:
+                        self.offers[conversation] = source
+        if frame.raw is not None:
+            body = frame.raw
+        else:
+            try:
+                body = patch_bad_strs(msgpack.packb(messages, use_bin_type=True))
+            except (OverflowError, TypeError, ValueError) as exc:
+                body = repr(exc).encode()  # not msgpack: the server must refuse it
+        data = self.encoder.frame(body, frame.squeeze, level=1, breakage=frame.breakage)
+        self.frames_sent += 1
+        if self.frames_sent == 1:  # after hello: the server grants zstd if it was offered
+            self.encoder.compress = self.offered
+        if frame.breakage is not None and frame.breakage.kind == "truncate":
+            self.stop_sending = True
+        return data
+
+    # ------------------------------------------------------------ receiving
+
+    def _read(self, sock: socket.socket) -> bool:
+        try:
+            data = sock.recv(1 << 20)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.outcome.received += len(data)
+        self.active = time.monotonic()
+        for _, body in self.decoder.feed(data):
+            self._body(body)
+        return True
+
+    def _body(self, body: bytes) -> None:
+        if any(leak in body for leak in self.player.leaks):
+            self._leaks(body)
+        messages = unpack(body)
+        if not isinstance(messages, list):
+            raise BadStream("a server frame that is not an array")
+        for message in messages:
+            if not isinstance(message, dict):
+                raise BadStream(f"a server message that is not a map: {message!r:.80}")
+            self.outcome.messages += 1
+            conversation, t = message.get("id"), message.get("t")
+            self.seen.add((conversation, t))
+            if t == "error":
+                if conversation is None:
+                    self.failed = True
+                    self.outcome.errors.append(f"{message.get('code')}: {message.get('msg')}")
+                else:
+                    self.ended.add(conversation)
+            elif conversation in self.started and FINAL.get(self.started[conversation]) == t \
+                    and not message.get("more"):
+                self.ended.add(conversation)
+            if t == "want" and conversation in self.offers:
+                self._answer(conversation, message)
+
+    def _leaks(self, body: bytes) -> None:
+        """Which secrets are in server data, not in its echo of what this client sent."""
+        for message in unpack(body):
+            if not isinstance(message, dict):
+                continue
+            data = msgpack.packb(_without_echo(message), use_bin_type=True)
+            for leak in self.player.leaks:
+                if leak in data:
+                    self.outcome.leaks.append(
+                        f"{leak[:40]!r} in a {message.get('t')!r} message: {message!r:.300}")
+
+    # ------------------------------------------------------------ answering wants
+
+    def _answer(self, conversation: int, want: dict[str, Any]) -> None:
+        source = self.offers[conversation]
+        try:
+            replies = _replies(source, want)
+        except Exception as exc:  # a want that does not fit: the client says so
+            replies = [{"t": "error", "code": "protocol", "msg": f"bad want: {exc}"[:200]}]
+        for reply in replies:
+            reply["id"] = conversation
+            if self.rng.random() < self.inp.respond_mutation:
+                key = self.rng.choice([k for k in reply if k != "t"])
+                reply[key] = mutate_value(self.rng, reply[key], key, [])
+        self.urgent.append(Planned(replies, squeeze=len(replies) > 1))
+
+
+def _replies(source: SourceFile, want: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = want.get("k")
+    if kind == "expand":
+        lists = [source.children(level, i) for level, i in want["nodes"]]
+    elif kind == "subs":
+        lists = [source.subs(leaf) for leaf in want["leaves"]]
+    elif kind == "fine":
+        lists = [source.fines(leaf, mid) for leaf, mid in want["mids"]]
+    elif kind == "fetch":
+        pieces = [source.data(*item) for item in want["items"]]
+        return [{"t": "data", "d": pieces, "end": True}]
+    else:
+        size = source.tree.size
+        pieces = [source.read(at, min(MAX_PIECE, size - at)) for at in range(0, size, MAX_PIECE)]
+        return [{"t": "data", "d": [p], "end": i == len(pieces) - 1}
+                for i, p in enumerate(pieces)] or [{"t": "data", "d": [], "end": True}]
+    return [{"t": "lists", "lists": [[e.first, e.prefixes, e.lengths] for e in lists]}]
+
+
+def _without_echo(message: dict[str, Any]) -> dict[str, Any]:
+    """A server message without what repeats the client's own words: error texts, the
+    paths of a listing, link targets (the client may have made the link)."""
+    out = {k: v for k, v in message.items() if k not in ("msg", "results")}
+    dirs = out.get("dirs")
+    if isinstance(dirs, list):
+        kept = []
+        for item in dirs:
+            if not isinstance(item, list) or not item:
+                continue
+            entries = item[1] if len(item) > 1 else None
+            if isinstance(entries, list) and message.get("t") == "listing":
+                entries = [e[:3] + e[4:] if isinstance(e, list) and len(e) > 3 and e[1] == "l"
+                           else e for e in entries]
+                kept.append([entries])
+            else:
+                kept.append(item[1:])
+        out["dirs"] = kept
+    return out
+
+
+def _offers_zstd(frames: list[Planned]) -> bool:
+    if not frames or frames[0].raw is not None or not isinstance(frames[0].messages, list):
+        return False
+    hello = frames[0].messages[0] if frames[0].messages else None
+    return isinstance(hello, dict) and isinstance(hello.get("features"), list) and \
+        "zstd" in hello["features"]
