@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -76,6 +77,8 @@ def main() -> int:
               f"{time.monotonic() - started:.1f} s; world in {tmp}; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         fuzzer = Fuzzer(world, captured, settings)
+        for signum in (signal.SIGINT, signal.SIGTERM):  # finish the batch, then report
+            signal.signal(signum, lambda *_: fuzzer.stop.set())
         indices = None
         if args.replay:
             loaded = [load(path) for path in args.replay]

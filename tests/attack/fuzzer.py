@@ -44,6 +44,9 @@ from tests.e2e_support import tree_diff
 
 SETTLE_SECONDS = 10.0  # for the server to close every connection of a batch
 MIB = 1024  # KiB
+LOG_ROTATE = 256 << 20  # bytes of log read and emptied even while a batch runs
+LOG_FLOOD = 64 << 20  # bytes of log in one batch: a finding (a client can fill the disk)
+HELD_RECORDS = 2000  # suspicious records kept between two checks
 
 
 @dataclass
@@ -67,7 +70,7 @@ class Settings:
 
 @dataclass
 class Finding:
-    kind: str  # crash, hang, escape, leak, fds, memory, stream
+    kind: str  # crash, hang, escape, leak, fds, memory, stream, semantics, log
     signature: str
     detail: str
     indices: list[int] = field(default_factory=list)  # inputs that showed it (a few)
@@ -154,6 +157,8 @@ class Fuzzer:
         self.inputs: dict[int, Input] = {}  # given inputs (a replay), else generated
         self.baseline_fds: list[str] = []
         self.canary = world.outside_now()
+        self.held: list[Record] = []  # suspicious records read while a batch ran
+        self.stop = threading.Event()  # set (by a signal handler): end after this batch
         self._lock = threading.Lock()
         self.results = settings.results
         if self.results is not None:
@@ -173,18 +178,27 @@ class Fuzzer:
         todo = list(range(self.settings.inputs)) if indices is None else indices
         started = time.monotonic()
         for first in range(0, len(todo), self.settings.batch):
+            if self.stop.is_set():
+                self.say("stopped")
+                break
             batch = todo[first : first + self.settings.batch]
             assert self.world.daemon is not None
             server, client = cpu_seconds(self.world.daemon.pid), time.process_time()
+            logged = self.log.read
             self._batch(batch)
             self.report.server_cpu += cpu_seconds(self.world.daemon.pid) - server
             self.report.client_cpu += time.process_time() - client
             self._after(batch)
+            logged = self.log.read - logged
+            if logged > LOG_FLOOD:
+                self.found("log", f"the server wrote more than {LOG_FLOOD >> 20} MB of log in "
+                           "one batch", f"{logged >> 20} MB of log for {len(batch)} inputs",
+                           [self.input(i) for i in batch[:3]])
             self.report.seconds = time.monotonic() - started
             self.say(f"{self.report.inputs:,} inputs, {self.report.rate:.0f}/s, "
                      f"{len(self.report.findings)} findings")
         self.report.seconds = time.monotonic() - started
-        if self.settings.floods:
+        if self.settings.floods and not self.stop.is_set():
             self._floods()
         self._suspicious(self.log.poll(final=True), [], "the end of the run")
         self.world.log_checked = self.log.offset
@@ -211,7 +225,7 @@ class Fuzzer:
         done = threading.Event()
 
         def work() -> None:
-            while True:
+            while not self.stop.is_set():
                 with self._lock:
                     index = next(pending, None)
                 if index is None:
@@ -230,6 +244,8 @@ class Fuzzer:
                     self.report.escapes += 1
                     self.found("leak", "secret in received bytes: " + _blank_leak(leak),
                                leak, [inp])
+                for violation in outcome.violations:
+                    self.found("semantics", _blank_violation(violation), violation, [inp])
                 if outcome.bad_stream:
                     self.found("stream", f"undecodable server stream: {outcome.bad_stream}",
                                outcome.bad_stream, [inp])
@@ -239,6 +255,7 @@ class Fuzzer:
             pid = self.world.daemon.pid
             flagged = False
             while not done.wait(0.05):
+                self._rotate_log()
                 rss = memory_kib(pid)[0]
                 fds = len(os.listdir(f"/proc/{pid}/fd")) if os.path.isdir(f"/proc/{pid}/fd") \
                     else 0
@@ -267,10 +284,21 @@ class Fuzzer:
 
     # ------------------------------------------------------------ after a batch
 
+    def _rotate_log(self) -> None:
+        """Read and empty the log if it grew large while a batch runs."""
+        try:
+            size = self.log.path.stat().st_size
+        except OSError:
+            return
+        if size > LOG_ROTATE:
+            held = [r for r in self.log.poll() if r.suspicious]
+            self.held += held[: max(0, HELD_RECORDS - len(self.held))]
+            self.log.rotate(0)
+
     def _after(self, batch: list[int]) -> None:
         daemon = self.world.daemon
         assert daemon is not None
-        records = self.log.poll()
+        records, self.held = [*self.held, *self.log.poll()], []
         if not daemon.running:
             status = daemon.process.wait()
             records += self.log.poll(final=True)
@@ -281,7 +309,6 @@ class Fuzzer:
             self.player.port = self.world.port
             self.report.restarts += 1
             self._baseline()
-        self._suspicious(records, batch, "")
         self._settle()
         targets = descriptor_targets(daemon.pid)
         growth = len(targets) - len(self.baseline_fds)
@@ -297,6 +324,7 @@ class Fuzzer:
                            [self.input(i) for i in batch[:3]])
         rss = memory_kib(daemon.pid)[0]
         self.report.rss_after = rss
+        self.report.rss_peak = max(self.report.rss_peak, rss)
         if rss - self.report.rss_base > self.settings.after_mib * MIB:
             self.found("memory", f"RSS over the baseline by more than "
                        f"{self.settings.after_mib} MiB once connections closed",
@@ -309,6 +337,8 @@ class Fuzzer:
                        trouble, [self.input(i) for i in batch[-self.settings.jobs:]])
         self._canary(batch)
         self.world.reset_share()
+        # Last, so that what the probe and the checks caused is in (and attributed).
+        self._suspicious([*records, *self.log.poll()], batch, "")
         self.log.rotate()
         if rss > self.settings.restart_mib * MIB:
             self.say(f"restarting rdc serve at {rss / MIB:.0f} MiB")
@@ -342,6 +372,11 @@ class Fuzzer:
             index = index_of(address) if address else None
             if index is not None and (not batch or index in batch):
                 inputs = [self.input(index)]
+            elif address is not None and address.startswith("127.0.0."):
+                inputs = [self.input(i) for i in batch[:3]]
+                when = when or ("met by the harness's own valid client (the probe, a flood, "
+                                "the captures) after this batch's inputs; its first three "
+                                "are saved")
             elif when:
                 inputs = []
             else:
@@ -451,6 +486,10 @@ def _blank_leak(text: str) -> str:
     kind = re.search(r"in a ('[^']*'|None) message", text)
     secret = "the secret file's content" if "SECRET-" in text else "a canary name"
     return f"{secret} in a {kind.group(1) if kind else '?'} message"
+
+
+def _blank_violation(text: str) -> str:
+    return re.sub(r": \{.*", "", text)
 
 
 def _blank_probe(text: str) -> str:

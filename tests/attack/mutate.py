@@ -20,7 +20,7 @@ from typing import Any
 import msgpack
 
 from rdc.session import REQUESTS
-from rdc.wire.codec import MAX_FRAME
+from rdc.wire.codec import MAX_FRAME, MAX_PIECE
 from rdc.wire.messages import SCHEMAS
 from tests.attack.inputs import Input, Planned, Session, planned_from
 from tests.attack.values import INTS, STRINGS, mutate_value, pick_path
@@ -346,11 +346,10 @@ def flood(rng: random.Random, inp: Input, frames: list[Planned], _: list) -> str
     del frames[opened + 1 :]
     wid = 900 + rng.randrange(50)
     frames.append(Planned([{"t": "watch", "id": wid, "seq": 0}], trigger=(1, "opened")))
-    piece = (MAX_FRAME - 4096) // 2
+    piece = b"\0" * min(MAX_PIECE, (MAX_FRAME - 4096) // 4)
     count = rng.choice([4, 8, 16])
     for _ in range(count):
-        frames.append(Planned([{"t": "lists", "id": wid, "lists": [[0, b"\0" * piece,
-                                                                       b"\0" * piece]]}],
+        frames.append(Planned([{"t": "lists", "id": wid, "lists": [[0, piece, piece]] * 2}],
                               squeeze=True))
     inp.hold = 0.5
     return f"{count} messages of 4 MiB into watch {wid}"

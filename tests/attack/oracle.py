@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgpack
 
-from rdc.wire.codec import MAX_FRAME
+from rdc.wire.codec import MAX_FRAME, MAX_PIECE
 from rdc.wire.frames import HEADER
 from tests.attack.wire import Encoder
 from tests.attack.world import RO_TOKEN, World, memory_kib
@@ -78,40 +78,55 @@ def _blank(text: str) -> str:
 
 
 class LogWatch:
-    """The server's log, read as it grows."""
+    """The server's log, read as it grows, in bounded pieces: a client may make the server
+    write gigabytes of it (deep tracebacks), and that must not sink the harness."""
+
+    CHUNK = 16 << 20  # bytes read at a time
+    KEEP = 8 << 10  # of a longer record, its first and last KEEP bytes are kept
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
-        self.tail = b""
+        self.tail = b""  # the record in progress
+        self.read = 0  # bytes read in all
         self.peers: dict[int, str] = {}  # connection number -> address
 
     def rotate(self, limit: int = 64 << 20) -> None:
-        """Empty the log once it is over ``limit`` bytes and read (call it while the server
-        is quiet: the daemon appends, so it goes on writing at the new end)."""
-        if self.offset > limit and not self.tail:
+        """Empty the log once it is over ``limit`` bytes and read. Call it while the server
+        is quiet: it appends (O_APPEND), so it goes on at the new end, but what it wrote
+        after the last `poll` is lost."""
+        if self.offset > limit:
             with open(self.path, "r+b") as f:
                 f.truncate(0)
             self.offset = 0
 
     def poll(self, final: bool = False) -> list[Record]:
         """The records completed since the last call (all of them with ``final``)."""
+        records: list[Record] = []
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            data = f.read()
-        self.offset += len(data)
-        data = self.tail + data
+            while data := f.read(self.CHUNK):
+                self.offset += len(data)
+                self.read += len(data)
+                records += self._records(self.tail + data, final=False)
+        if final and self.tail:
+            records += self._records(self.tail, final=True)
+        return records
+
+    def _records(self, data: bytes, final: bool) -> list[Record]:
         starts = [m.start() for m in RECORD.finditer(data)]
-        if not starts:
-            self.tail = data
-            return []
-        cut = len(data) if final else starts[-1]
-        self.tail = data[cut:]
+        cut = len(data) if final or not starts else starts[-1]
+        self.tail = data[cut:] if starts else data
+        if len(self.tail) > 4 * self.KEEP:
+            self.tail = self.tail[: self.KEEP] + b"\n[...]\n" + self.tail[-self.KEEP :]
         records = []
         for a, b in zip(starts, [*starts[1:], len(data)], strict=True):
             if a >= cut:
                 break
-            text = data[a:b].decode(errors="replace")
+            raw = data[a:b]
+            if len(raw) > 2 * self.KEEP:
+                raw = raw[: self.KEEP] + b"\n[...]\n" + raw[-self.KEEP :]
+            text = raw.decode(errors="replace")
             found = CONNECTION.search(text)
             if found:
                 self.peers[int(found.group(1))] = found.group(2)
@@ -233,9 +248,9 @@ def flood_watch(world: World, messages: int = 64) -> Flood:
                             "create": False, "excludes": []}))
         time.sleep(0.3)
         sock.sendall(frame({"t": "watch", "id": 2, "seq": 0}))
-        piece = b"\0" * ((MAX_FRAME - 4096) // 2)
+        piece = b"\0" * min(MAX_PIECE, (MAX_FRAME - 4096) // 4)  # 4 MiB a message
         for _ in range(messages):
-            data = frame({"t": "lists", "id": 2, "lists": [[0, piece, piece]]})
+            data = frame({"t": "lists", "id": 2, "lists": [[0, piece, piece]] * 2})
             sock.sendall(data)
             sent += len(data)
     except OSError as exc:

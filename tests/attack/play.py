@@ -53,6 +53,7 @@ class Outcome:
     messages: int = 0
     leaks: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # connection-level error messages
+    violations: list[str] = field(default_factory=list)  # answers the protocol forbids
     bad_stream: str = ""
     waited_out: int = 0  # frames sent after their trigger timed out
     seconds: float = 0.0
@@ -62,6 +63,7 @@ class Outcome:
         self.received += other.received
         self.messages += other.messages
         self.leaks += other.leaks
+        self.violations += other.violations
         self.errors += other.errors
         self.bad_stream = self.bad_stream or other.bad_stream
         self.waited_out += other.waited_out
@@ -136,6 +138,9 @@ class _Connection:
         self.decoder = Decoder(lambda body: welcomed_zstd(body, self.offered))
         self.address = address(inp.index, n)
         self.started: dict[int, str] = {}
+        self.read_only_open: int | None = None  # an open sent without write: true
+        self.read_only = False  # ... and the server opened it
+        self.answered: set[int] = set()  # conversations the server said anything in
         self.ended: set[int] = set()
         self.seen: set[Trigger] = set()
         self.offers: dict[int, SourceFile] = {}
@@ -160,6 +165,7 @@ class _Connection:
                 return
             sock.setblocking(False)
             self._loop(sock)
+            self.unanswered()
         finally:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -239,6 +245,8 @@ class _Connection:
                 t, conversation = message.get("t"), message["id"]
                 if t in FINAL or t in ("get", "watch"):
                     self.started.setdefault(conversation, t)
+                if t == "open" and message.get("write") is not True:
+                    self.read_only_open = conversation
                 if t == "offer" and self.inp.respond:
                     source = self.player.sources.file(message.get("root"))
                     if source is not None:
@@ -287,6 +295,8 @@ class _Connection:
             self.outcome.messages += 1
             conversation, t = message.get("id"), message.get("t")
             self.seen.add((conversation, t))
+            self.answered.add(conversation)  # type: ignore[arg-type]
+            self._check(conversation, t, message)
             if t == "error":
                 if conversation is None:
                     self.failed = True
@@ -298,6 +308,25 @@ class _Connection:
                 self.ended.add(conversation)
             if t == "want" and conversation in self.offers:
                 self._answer(conversation, message)
+
+    def _check(self, conversation: Any, t: Any, message: dict[str, Any]) -> None:
+        """docs/protocol.md section 3: after an open without ``write``, requests that write
+        are refused (``readonly``); what the server wrote for one is a violation."""
+        if t == "opened" and conversation == self.read_only_open:
+            self.read_only = True
+        writes = {"oks": "ops", "ok": "mset", "done": "offer"}
+        if self.read_only and t in writes and self.started.get(conversation) == writes[t] \
+                and (t != "done" or (message.get("ok") is True and message.get("how") != "have")):
+            self.outcome.violations.append(
+                f"a {writes[t]} answered with {t} after an open without write: "
+                f"{message!r:.200}")
+
+    def unanswered(self) -> None:
+        """A request with id 0 that the server neither answered nor closed the
+        connection for (it must do one or the other)."""
+        if self.started.get(0) in FINAL and 0 not in self.answered and not (
+                self.closed or self.failed):
+            self.outcome.violations.append(f"a {self.started[0]} with id 0 never answered")
 
     def _leaks(self, body: bytes) -> None:
         """Which secrets are in server data, not in its echo of what this client sent."""

@@ -19,6 +19,7 @@ Tokens: `TOKEN` may do everything, `RO_TOKEN` reads ``s`` and ``r`` only.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import random
@@ -219,7 +220,7 @@ class World:
         with open(log_path, "ab") as log:  # the child keeps its own descriptor
             start = log.tell()
             process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=log, env=self.env)
+                                       stderr=log, env=self.env, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_SECONDS
         while True:
             with open(log_path, "rb") as f:
@@ -237,6 +238,13 @@ class World:
     def stop(self) -> None:
         if self.daemon is not None:
             self.daemon.stop()
+
+
+def _die_with_parent() -> None:
+    """In the daemon, before exec: SIGTERM when the harness dies, however it dies
+    (PR_SET_PDEATHSIG), so that no server outlives a killed fuzz run."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
 
 
 def write(path: Path, data: bytes, mode: int, mtime_s: int) -> None:
