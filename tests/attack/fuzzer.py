@@ -331,11 +331,11 @@ class Fuzzer:
                        f"RSS {rss / MIB:.0f} MiB, baseline {self.report.rss_base / MIB:.0f} "
                        "MiB", [])
         trouble = probe(self.world.port)
+        self._canary(batch)  # before anything replays inputs (and resets the canary)
         if trouble:
             self.report.hangs += 1
-            self.found("hang", "a fresh client could not get in: " + _blank_probe(trouble),
-                       trouble, [self.input(i) for i in batch[-self.settings.jobs:]])
-        self._canary(batch)
+            sig = "a fresh client could not get in: " + _blank_probe(trouble)
+            self.found("hang", sig, trouble, self._probe_culprit(batch, sig))
         self.world.reset_share()
         # Last, so that what the probe and the checks caused is in (and attributed).
         self._suspicious([*records, *self.log.poll()], batch, "")
@@ -372,11 +372,11 @@ class Fuzzer:
             index = index_of(address) if address else None
             if index is not None and (not batch or index in batch):
                 inputs = [self.input(index)]
-            elif address is not None and address.startswith("127.0.0."):
-                inputs = [self.input(i) for i in batch[:3]]
-                when = when or ("met by the harness's own valid client (the probe, a flood, "
-                                "the captures) after this batch's inputs; its first three "
-                                "are saved")
+            elif address is not None and address.startswith("127.0.0.") and batch:
+                inputs = self._probe_culprit(batch, signature(record.text))
+                when = when or ("met by the harness's own valid client (the probe) after "
+                                "this batch; saved: the input that causes it alone, else the "
+                                "batch's first three")
             elif when:
                 inputs = []
             else:
@@ -390,10 +390,13 @@ class Fuzzer:
         now = self.world.outside_now()
         if now == self.canary:
             return
-        diff = tree_diff(self.canary, now)
         self.report.escapes += 1
-        culprit = self._alone(batch, lambda: self.world.outside_now() != self.canary) \
-            if self.settings.attribute else None
+        diff = tree_diff(self.canary, now)
+        culprit = None
+        if self.settings.attribute:
+            culprit = self._alone(batch, lambda: self.world.outside_now() != self.canary)
+            if culprit is not None:  # what that input alone changed
+                diff = tree_diff(self.canary, self.world.outside_now())
         inputs = [self.input(culprit)] if culprit is not None else [
             self.input(i) for i in batch[:3]]
         tag = self.world.canary.tag
@@ -407,7 +410,8 @@ class Fuzzer:
 
     def _alone(self, batch: list[int], symptom: Callable[[], bool]) -> int | None:
         """The first input of ``batch`` that shows ``symptom`` when played alone, from a
-        reset share and canary."""
+        reset share and canary (the share is reset again afterwards)."""
+        found = None
         for index in batch:
             self.world.reset_canary()
             self.world.reset_share()
@@ -415,8 +419,20 @@ class Fuzzer:
             self.player.play(self.input(index))
             self._settle()
             if symptom():
-                return index
-        return None
+                found = index
+                break
+        return found
+
+    def _probe_culprit(self, batch: list[int], sig: str) -> list[Input]:
+        """For a new trouble met by the probe: the input that causes it alone, if one does
+        (else the batch's first three)."""
+        culprit = None
+        if self.settings.attribute and sig not in self.report.findings:
+            culprit = self._alone(batch, lambda: bool(probe(self.world.port)))
+            self.world.reset_share()
+        if culprit is not None:
+            return [self.input(culprit)]
+        return [self.input(i) for i in batch[:3]]
 
     def _floods(self) -> None:
         for flood in (flood_before_login, flood_watch):

@@ -52,8 +52,8 @@ class Record:
 
 
 EXCEPTION_LINE = re.compile(
-    r"^[ |+]*([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt|Group|Denied|Failed|"
-    r"Refusal)\b.*)$", re.M)
+    r"^[ |+]*([A-Za-z_][\w.]*(?:Error|error|Exception|Warning|Exit|Interrupt|Group|Denied|"
+    r"Failed|Refusal)\b.*)$", re.M)
 
 
 def signature(text: str) -> str:
