@@ -53,6 +53,8 @@ def main() -> int:
                         help="play only these inputs of --seed")
     parser.add_argument("--replay", type=Path, nargs="+", metavar="FILE",
                         help="play saved inputs (input-N.bin of a finding)")
+    parser.add_argument("--reference", type=int, default=200,
+                        help="unmutated sessions played first (the reference rate)")
     parser.add_argument("--no-floods", action="store_true", help="skip the memory floods")
     parser.add_argument("--keep", action="store_true", help="keep the temporary world")
     args = parser.parse_args()
@@ -63,6 +65,7 @@ def main() -> int:
     results = args.results or Path(__file__).parent / "results" / f"fuzz-{args.seed}-{stamp}"
     settings = Settings(inputs=args.inputs, seed=args.seed, jobs=args.jobs, batch=args.batch,
                         levels=levels, results=results, floods=not args.no_floods,
+                        reference=args.reference,
                         progress=lambda text: print(f"[{time.strftime('%H:%M:%S')}] {text}",
                                                     flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="rdc-fuzz-"))
@@ -84,9 +87,10 @@ def main() -> int:
             loaded = [load(path) for path in args.replay]
             fuzzer.inputs = {inp.index: inp for inp in loaded}
             indices = [inp.index for inp in loaded]
-            settings.batch, settings.floods = 1, False
+            settings.batch, settings.floods, settings.reference = 1, False, 0
         elif args.only:
             indices, settings.batch, settings.floods = args.only, 1, False
+            settings.reference = 0
         report = fuzzer.run(indices)
     finally:
         world.stop()

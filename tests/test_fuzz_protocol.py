@@ -16,12 +16,16 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
+import zstandard
 
 from tests.attack.capture import Captured, capture_sessions
 from tests.attack.fuzzer import MIB, Fuzzer, Report, Settings
-from tests.attack.mutate import LEVELS
+from tests.attack.inputs import Input, dump, load
+from tests.attack.mutate import LEVELS, generate
 from tests.attack.oracle import Flood, flood_before_login, flood_watch
+from tests.attack.wire import Decoder, Encoder, set_content_size
 from tests.attack.world import World
 
 from .conftest import PURE, scaled
@@ -79,3 +83,49 @@ def test_memory_floods_are_bounded(tmp_path: Path, flood: Callable[[World], Floo
     assert grew < FLOOD_MIB * MIB and kept < FLOOD_MIB * MIB, (
         f"flood {result.name}: RSS {result.before / MIB:.0f} -> {result.peak / MIB:.0f} MiB, "
         f"{result.after / MIB:.0f} MiB after ({result.detail})")
+
+
+# ---------------------------------------------------------------- the harness itself
+
+
+def test_unmutated_sessions_find_nothing(fuzzed: tuple[World, Captured],
+                                         tmp_path: Path) -> None:
+    """The captures played as they are: the oracle must not cry wolf at real clients."""
+    world, captured = fuzzed
+    settings = Settings(inputs=0, seed=SEED, jobs=8, batch=60, levels=("replay",),
+                        results=tmp_path / "results", floods=False)
+    report = Fuzzer(world, captured, settings).run(list(range(60)))
+    assert report.inputs == 60 and report.received > 0
+    assert not report.findings, findings(report)
+
+
+def test_inputs_are_reproducible_from_seed_and_index(fuzzed: tuple[World, Captured],
+                                                     tmp_path: Path) -> None:
+    _, captured = fuzzed
+    for index in range(0, 3000, 37):
+        a = generate(SEED, index, captured.sessions)
+        b = generate(SEED, index, captured.sessions)
+        assert a.describe() == b.describe()
+        dump(a, tmp_path / "input.bin")
+        again = load(tmp_path / "input.bin")
+        assert packed(again) == packed(b)  # (as bytes: a NaN is not equal to itself)
+    assert len({generate(SEED, i, captured.sessions).describe() for i in range(200)}) > 150
+
+
+def packed(inp: Input) -> bytes:
+    return msgpack.packb([[p.to_wire() for p in c] for c in inp.connections])
+
+
+def test_frames_decode_as_encoded_with_their_history() -> None:
+    """The harness's framing agrees with itself across compressed frames that use the
+    history, and a rewritten zstd content size is what the frame then states."""
+    encoder, bodies = Encoder(), [msgpack.packb([{"t": "ping", "n": i, "x": b"ab" * (i * 300)}])
+                                  for i in range(12)]
+    stream = encoder.frame(bodies[0])
+    encoder.compress = True
+    stream += b"".join(encoder.frame(b, squeeze=i % 2 == 0) for i, b in enumerate(bodies[1:]))
+    decoder = Decoder(lambda first: True)
+    got = [body for byte in stream for _, body in decoder.feed(bytes([byte]))]  # byte by byte
+    assert got == bodies
+    squeezed = zstandard.ZstdCompressor(write_content_size=True).compress(bodies[5])
+    assert zstandard.frame_content_size(set_content_size(squeezed, 1000)) == 1000

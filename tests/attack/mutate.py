@@ -42,9 +42,13 @@ RAW_BODIES = [
 
 def generate(seed: int, index: int, sessions: list[Session],
              levels: tuple[str, ...] = LEVELS) -> Input:
-    """Input number ``index`` of the run with ``seed``."""
+    """Input number ``index`` of the run with ``seed``; level ``replay`` plays a session
+    as captured (the reference a run's rate is compared with, and a check of the harness:
+    real sessions find nothing on a sound server)."""
     rng = random.Random(f"rdc-fuzz/{seed}/{index}")
     session = rng.choice(sessions)
+    if levels == ("replay",):
+        return Input(seed, index, session.name, "replay", [planned_from(session)])
     level = rng.choices(levels, [WEIGHTS[LEVELS.index(x)] for x in levels])[0]
     frames = planned_from(session)
     inp = Input(seed, index, session.name, level, [frames])
