@@ -15,6 +15,7 @@ import os
 import re
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,7 @@ class Report:
     received: int = 0
     waited_out: int = 0
     restarts: int = 0
+    harness_errors: int = 0  # inputs the harness itself failed on (a bug of ours)
     server_cpu: float = 0.0  # seconds of CPU the server used on the inputs
     reference_rate: float = 0.0  # unmutated sessions per second, same run
     client_cpu: float = 0.0  # ... and this process (mutating, playing, checking)
@@ -251,10 +253,17 @@ class Fuzzer:
                     index = next(pending, None)
                 if index is None:
                     return
-                inp = self.input(index)
-                with self._lock:
-                    inflight[index] = inp
-                outcome = self.player.play(inp)
+                try:
+                    inp = self.input(index)
+                    with self._lock:
+                        inflight[index] = inp
+                    outcome = self.player.play(inp)
+                except Exception as exc:  # the harness's own bug: say so, go on
+                    self.report.harness_errors += 1
+                    self.say(f"harness error on input {index}: {exc!r}\n"
+                             + traceback.format_exc())
+                    inflight.pop(index, None)
+                    continue
                 with self._lock:
                     del inflight[index]
                     self.report.inputs += 1

@@ -176,7 +176,8 @@ def field_value(rng: random.Random, message: dict, key: str, paths: list[bytes])
     value = message[key]
     t = message.get("t")
     if key == "id" and rng.random() < 0.5:
-        return rng.choice([0, 1, 2, 2**32 - 1, 2**32, -1, value, value + 1000])
+        bent = value + 1000 if type(value) is int else 1000
+        return rng.choice([0, 1, 2, 2**32 - 1, 2**32, -1, value, bent])
     if key == "k" and t == "want" and rng.random() < 0.5:
         return rng.choice(WANT_KINDS)
     if key == "ops" and isinstance(value, list) and value and rng.random() < 0.5:

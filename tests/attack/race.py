@@ -30,6 +30,10 @@ from rdc.signature import signature_of_bytes
 from tests.attack.world import World, remove
 from tests.e2e_support import RDC, RUN_SECONDS, TOKEN, RawClient, snapshot
 
+# What escaped: the outside listed, an outside file offered, the secret's bytes received,
+# the outside changed (written), the attack itself stopped (cannot vouch for the rest).
+KINDS = ("listed", "offered", "read", "written", "stopped")
+
 
 @dataclass
 class RaceReport:
@@ -37,11 +41,15 @@ class RaceReport:
     attempts: int = 0  # opens sent
     opened: int = 0  # opens the server accepted
     swaps: int = 0  # directory <-> symlink replacements made
-    escapes: list[str] = field(default_factory=list)
+    escaped: int = 0  # attempts in which something escaped
+    escapes: list[str] = field(default_factory=list)  # "KIND: what", KIND in KINDS
 
     def line(self) -> str:
+        kinds = ", ".join(f"{k} {n}" for k in KINDS if (n := sum(
+            e.startswith(k + ":") for e in self.escapes)))
         return (f"{self.attempts} attempts ({self.opened} opened, {self.swaps} swaps) in "
-                f"{self.seconds:.1f} s: {len(self.escapes)} escapes")
+                f"{self.seconds:.1f} s: {self.escaped} escaped"
+                + (f" ({kinds})" if kinds else ""))
 
 
 def _small_offer(path: bytes, data: bytes) -> dict[str, Any]:
@@ -106,6 +114,7 @@ class Victim(threading.Thread):
         self.stop = stop
         self.until_first = until_first
         self.names = world.canary.leaks()[1:]
+        self.escaped = False
         self.token = world.canary.token
 
     def run(self) -> None:
@@ -117,13 +126,23 @@ class Victim(threading.Thread):
             except (OSError, AssertionError):
                 continue  # the server cut this connection: not an escape in itself
 
-    def escape(self, what: str) -> None:
+    def escape(self, kind: str, what: str) -> None:
+        self.escaped = True
         with self.lock:
-            self.report.escapes.append(what)
+            self.report.escapes.append(f"{kind}: {what}")
         if self.until_first:
             self.stop.set()
 
     def attempt(self, n: int) -> None:
+        self.escaped = False
+        try:
+            self._attempt(n)
+        finally:
+            if self.escaped:
+                with self.lock:
+                    self.report.escaped += 1
+
+    def _attempt(self, n: int) -> None:
         name = self.attacker.current
         client = RawClient(self.world.port, timeout=10)
         try:
@@ -137,9 +156,8 @@ class Victim(threading.Thread):
             with self.lock:
                 self.report.opened += 1
             listed = self.listing(client)
-            for leak in self.names:
-                if leak in listed:
-                    self.escape(f"{name!r}: the outside listed: {sorted(listed)[:8]}")
+            if any(leak in listed for leak in self.names):
+                self.escape("listed", f"opened {name!r}, listed {sorted(listed)[:8]}")
             for path in [*sorted(listed)[:2], self.names[0]]:
                 self.get(client, name, path)
             conversation = client.request("offer", **_small_offer(b"planted-%d" % n,
@@ -164,7 +182,7 @@ class Victim(threading.Thread):
         if answer.get("t") != "offer":
             return
         if path in self.names:
-            self.escape(f"{name!r}: the server offered {path!r} from outside")
+            self.escape("offered", f"opened {name!r}, the server offered {path!r}")
         data = answer.get("data") or b""
         if "data" not in answer:  # not inline: ask for all of it
             client.send({"t": "want", "id": conversation, "k": "whole"})
@@ -176,7 +194,7 @@ class Victim(threading.Thread):
                         ended = ended or message.get("end") or message.get("t") == "error"
         client.send({"t": "done", "id": conversation, "ok": True, "how": "whole"})
         if self.token in data:
-            self.escape(f"{name!r}: the secret's content received (as {path!r})")
+            self.escape("read", f"opened {name!r}, the secret's bytes arrived as {path!r}")
 
 
 def open_race(world: World, seconds: float, victims: int = 2,
@@ -212,7 +230,7 @@ def open_race(world: World, seconds: float, victims: int = 2,
     report.seconds = time.monotonic() - start
     report.swaps = attacker.swaps
     if attacker.error:
-        report.escapes.append(f"(the attacker stopped: {attacker.error})")
+        report.escapes.append(f"stopped: the attacker stopped: {attacker.error}")
     return report
 
 
@@ -221,7 +239,7 @@ def _canary(world: World, baseline: dict, report: RaceReport, final: bool) -> No
     if now == baseline:
         return
     changed = sorted(set(now) ^ set(baseline) | {k for k in now if baseline.get(k) != now[k]})
-    report.escapes.append(f"outside changed: {[c.decode(errors='replace') for c in changed][:8]}")
+    report.escapes.append(f"written: {[c.decode(errors='replace') for c in changed][:8]}")
     if not final:
         world.reset_canary()
 
