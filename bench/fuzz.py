@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rdc import _native
 from tests.attack.capture import capture_sessions
-from tests.attack.fuzzer import Fuzzer, Settings
+from tests.attack.fuzzer import Fuzzer
 from tests.attack.inputs import load
 from tests.attack.mutate import LEVELS
+from tests.attack.report import Settings
 from tests.attack.world import World, remove
 
 

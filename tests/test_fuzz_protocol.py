@@ -21,10 +21,11 @@ import pytest
 import zstandard
 
 from tests.attack.capture import Captured, capture_sessions
-from tests.attack.fuzzer import MIB, Fuzzer, Report, Settings
+from tests.attack.fuzzer import Fuzzer
 from tests.attack.inputs import Input, dump, load
 from tests.attack.mutate import LEVELS, generate
 from tests.attack.oracle import Flood, flood_before_login, flood_watch
+from tests.attack.report import MIB, Report, Settings
 from tests.attack.wire import Decoder, Encoder, set_content_size
 from tests.attack.world import World
 
