@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 
 from rdc.session import REQUESTS
+from rdc.signature import signature_of_bytes
 from rdc.wire.codec import MAX_FRAME, MAX_PIECE
 from rdc.wire.messages import SCHEMAS
 from tests.attack.inputs import Input, Planned, Session, planned_from
@@ -231,7 +232,7 @@ def _show(value: Any) -> str:
 
 def sequence_mutation(rng: random.Random, inp: Input, sessions: list[Session]) -> None:
     frames = inp.connections[0]
-    how = rng.choice(list(SEQUENCE))
+    how = rng.choices(list(SEQUENCE), [SEQUENCE_WEIGHTS.get(k, 1) for k in SEQUENCE])[0]
     note = SEQUENCE[how](rng, inp, frames, sessions)
     if note:
         inp.notes.append(f"{how}: {note}")
@@ -372,9 +373,59 @@ def race(rng: random.Random, inp: Input, frames: list[Planned], sessions: list) 
     return f"with {other.name} ({'; '.join(shadow.notes)})"
 
 
+# Entries of the share an injected request aims at: the hard link to the outside, links
+# out of the share, directories, a private file, the share itself, a non-UTF-8 name.
+TARGETS = [b"linked.txt", b"evil", b"evil-secret", b"evil/x", b"link", b"docs", b"data",
+           b"data/blob.bin", b"private.txt", b"run.sh", b"empty", b"caf\xe9.txt", b"work",
+           b"", b"docs/note-00.md", b"src/rdc", b"nowhere"]
+TIMES = [0, -1, 1, 2**62, 2**63 - 1, -(2**63), 10**19, 2**64 - 1, 16 * 10**18]
+MODES = [0, 0o777, 0o7777, 0o4755, 0o2777, 0o1000, 0o10000, 2**64 - 1, -1]
+
+
+def injected(rng: random.Random, message_id: int) -> dict[str, Any]:
+    """A request the captures do not have, aimed at one of TARGETS with a hostile value."""
+    path = rng.choice(TARGETS)
+    kind = rng.choice(["ops", "ops", "ops", "get", "list", "offer", "mlist"])
+    if kind == "ops":
+        op = rng.choice(OPS[:7])
+        arg = {"mkdir": rng.choice(MODES), "mode": rng.choice(MODES),
+               "meta": [rng.choice(MODES[:4]), rng.choice(TIMES)],
+               "link": rng.choice([b"/", b"..", b"../..", b"/etc/passwd", b"x" * 5000]),
+               "mv": rng.choice([b"moved", b"evil/moved", b"..", b"docs/x"])}.get(op)
+        expect = rng.choice([None, None, [], ["d", b""], ["f", b"\0" * 8], ["l", b"/"]])
+        return {"t": "ops", "id": message_id, "ops": [[op, path, arg, expect]]}
+    if kind == "offer":  # a well-formed small file (or one whose root lies)
+        data = rng.choice([b"", b"planted\n", b"x" * 255])
+        signature = signature_of_bytes(data)
+        root = signature.root if rng.random() < 0.7 else b"\0" * 32
+        return {"t": "offer", "id": message_id, "path": path, "size": len(data), "root": root,
+                "depth": len(signature.tree.levels), "sketch": signature.sketch,
+                "mode": rng.choice(MODES), "mtime": rng.choice(TIMES), "data": data}
+    if kind == "get":
+        return {"t": "get", "id": message_id, "path": path}
+    return {"t": kind, "id": message_id, "paths": [path], "hb": 8}
+
+
+def inject(rng: random.Random, inp: Input, frames: list[Planned], _: list) -> str:
+    """Requests of its own after the open (made writable half the time)."""
+    opened = next((i for i, f in enumerate(frames) if any(
+        isinstance(m, dict) and m.get("t") == "open" for m in f.messages)), None)
+    if opened is None:
+        return ""
+    opening = next(m for m in frames[opened].messages
+                   if isinstance(m, dict) and m.get("t") == "open")
+    if rng.random() < 0.5:
+        opening["write"] = True
+    requests = [injected(rng, 5000 + n) for n in range(rng.randrange(1, 4))]
+    frames.insert(opened + 1, Planned(requests, trigger=(opening.get("id"), "opened")))
+    return "; ".join(f"{m['t']} {_show(m.get('ops') or m.get('path') or m.get('paths'))}"
+                     for m in requests)
+
+
 SEQUENCE: dict[str, Callable[[random.Random, Input, list[Planned], list], str]] = {
     "drop": drop, "duplicate": duplicate, "reorder": reorder, "ids": ids,
     "before-open": before_open, "twice": open_twice, "no-waits": no_waits, "merge": merge,
-    "ping": ping, "stranger": stranger, "flood": flood, "race": race,
+    "ping": ping, "stranger": stranger, "flood": flood, "race": race, "inject": inject,
 }
+SEQUENCE_WEIGHTS = {"inject": 8}
 __all__ = ["LEVELS", "STRINGS", "generate"]
