@@ -7,7 +7,9 @@ pull, sync and watch sessions through a recording proxy, then plays ``--inputs``
 the seeded mutator (frames, messages, sequences), ``--jobs`` connections at a time. After
 every ``--batch`` inputs: the server's log (tracebacks, internal errors, failures), a fresh
 client (hangs), its descriptors and memory once the connections closed, the canary tree
-(escapes); secrets are looked for in every byte received. Then two floods of memory.
+(escapes); secrets are looked for in every byte received. Before the inputs: --reference
+unmutated sessions (the rate the fuzz rate is compared with) and the hand-written attacks
+of tests/attack/directed.py; after them, two floods of memory.
 
 Prints a table (inputs, crashes, hangs, escapes, max fds, fd growth, peak RSS, RSS after,
 inputs/s) and the distinct findings; each is saved with a reproducer under ``--results``
@@ -56,6 +58,8 @@ def main() -> int:
                         help="play saved inputs (input-N.bin of a finding)")
     parser.add_argument("--reference", type=int, default=200,
                         help="unmutated sessions played first (the reference rate)")
+    parser.add_argument("--no-directed", action="store_true",
+                        help="skip the hand-written attacks played before the inputs")
     parser.add_argument("--no-floods", action="store_true", help="skip the memory floods")
     parser.add_argument("--keep", action="store_true", help="keep the temporary world")
     args = parser.parse_args()
@@ -66,7 +70,7 @@ def main() -> int:
     results = args.results or Path(__file__).parent / "results" / f"fuzz-{args.seed}-{stamp}"
     settings = Settings(inputs=args.inputs, seed=args.seed, jobs=args.jobs, batch=args.batch,
                         levels=levels, results=results, floods=not args.no_floods,
-                        reference=args.reference,
+                        reference=args.reference, directed=not args.no_directed,
                         progress=lambda text: print(f"[{time.strftime('%H:%M:%S')}] {text}",
                                                     flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="rdc-fuzz-"))
@@ -89,9 +93,10 @@ def main() -> int:
             fuzzer.inputs = {inp.index: inp for inp in loaded}
             indices = [inp.index for inp in loaded]
             settings.batch, settings.floods, settings.reference = 1, False, 0
+            settings.directed = False
         elif args.only:
             indices, settings.batch, settings.floods = args.only, 1, False
-            settings.reference = 0
+            settings.reference, settings.directed = 0, False
         report = fuzzer.run(indices)
     finally:
         world.stop()

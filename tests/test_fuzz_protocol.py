@@ -21,6 +21,7 @@ import pytest
 import zstandard
 
 from tests.attack.capture import Captured, capture_sessions
+from tests.attack.directed import directed
 from tests.attack.fuzzer import Fuzzer
 from tests.attack.inputs import Input, dump, load
 from tests.attack.mutate import LEVELS, generate
@@ -32,7 +33,7 @@ from tests.attack.world import World
 from .conftest import PURE, scaled
 
 SEED = int(os.environ.get("RDC_FUZZ_SEED", "20261123"))
-INPUTS = scaled(240, 160)  # per level
+INPUTS = scaled(200, 150)  # per level
 FLOOD_MIB = 64  # what a flood may add to the server's memory
 
 
@@ -65,6 +66,20 @@ def test_mutated_sessions_find_nothing(fuzzed: tuple[World, Captured], level: st
                         results=tmp_path / "results", floods=False)
     report = Fuzzer(world, captured, settings).run()
     assert report.inputs == INPUTS
+    assert not report.findings, findings(report)
+
+
+def test_directed_attacks_find_nothing(fuzzed: tuple[World, Captured],
+                                       tmp_path: Path) -> None:
+    """Issue 10's holes, one hand-written input each (tests/attack/directed.py)."""
+    world, captured = fuzzed
+    inputs = directed(SEED, world.canary)
+    settings = Settings(inputs=0, seed=SEED, jobs=1, batch=1, results=tmp_path / "results",
+                        floods=False)
+    fuzzer = Fuzzer(world, captured, settings)
+    fuzzer.inputs = {inp.index: inp for inp in inputs}
+    report = fuzzer.run([inp.index for inp in inputs])
+    assert report.inputs == len(inputs)
     assert not report.findings, findings(report)
 
 

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 
 from tests.attack.capture import Captured
+from tests.attack.directed import directed
 from tests.attack.inputs import Input, dump, dump_sessions
 from tests.attack.mutate import generate
 from tests.attack.oracle import (
@@ -89,6 +90,8 @@ class Fuzzer:
         self._baseline()
         if self.settings.reference:
             self._reference()
+        if self.settings.directed:
+            self._directed()
         todo = list(range(self.settings.inputs)) if indices is None else indices
         started = time.monotonic()
         for first in range(0, len(todo), self.settings.batch):
@@ -132,6 +135,16 @@ class Fuzzer:
         self.report.inputs = 0
         self.say(f"reference: {len(batch)} unmutated sessions, "
                  f"{self.report.reference_rate:.0f}/s")
+
+    def _directed(self) -> None:
+        """The hand-written attacks (`tests.attack.directed`), each checked on its own."""
+        inputs = directed(self.settings.seed, self.world.canary)
+        self.inputs.update({inp.index: inp for inp in inputs})
+        for inp in inputs:
+            self._batch([inp.index])
+            self._after([inp.index])
+        self.report.inputs = 0
+        self.say(f"directed: {len(inputs)} hand-written attacks played")
 
     def input(self, index: int) -> Input:
         given = self.inputs.get(index)

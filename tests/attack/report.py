@@ -30,6 +30,7 @@ class Settings:
     floods: bool = True  # the two memory floods after the inputs
     attribute: bool = True  # replay a batch input by input to find who changed the canary
     reference: int = 0  # unmutated sessions played first, for the reference rate
+    directed: bool = False  # the hand-written attacks played next, one batch each
     progress: Callable[[str], None] | None = None
 
 
