@@ -340,16 +340,16 @@ class Fuzzer:
             return
         self.report.escapes += 1
         diff = tree_diff(self.canary, now)
+        tag = self.world.canary.tag
+        known = _escape_signature(diff, tag) in self.report.findings
         culprit = None
-        if self.settings.attribute:
+        if self.settings.attribute and not known:  # replays cost: once per signature
             culprit = self._alone(batch, lambda: self.world.outside_now() != self.canary)
             if culprit is not None:  # what that input alone changed
                 diff = tree_diff(self.canary, self.world.outside_now())
         inputs = [self.input(culprit)] if culprit is not None else [
             self.input(i) for i in batch[:3]]
-        tag = self.world.canary.tag
-        what = sorted({_blank_change(line, tag) for line in diff})
-        self.found("escape", "outside the share changed: " + "; ".join(what)[:300],
+        self.found("escape", _escape_signature(diff, tag),
                    ("" if culprit is not None else "(no single input of the batch repeated "
                     "it alone; the batch's first three are saved)\n") + "\n".join(diff[:40]),
                    inputs)
@@ -461,6 +461,11 @@ def _blank_violation(text: str) -> str:
 
 def _blank_probe(text: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", text)[:200]
+
+
+def _escape_signature(diff: list[str], tag: str) -> str:
+    what = sorted({_blank_change(line, tag) for line in diff})
+    return "outside the share changed: " + "; ".join(what)[:300]
 
 
 def _blank_change(line: str, tag: str) -> str:
