@@ -21,7 +21,7 @@ from collections.abc import Callable
 from tests.attack.capture import Captured
 from tests.attack.directed import directed
 from tests.attack.inputs import Input, dump, dump_sessions
-from tests.attack.mutate import generate
+from tests.attack.mutate import LEVELS, generate
 from tests.attack.oracle import (
     LogWatch,
     Record,
@@ -427,8 +427,10 @@ class Fuzzer:
                 path = finding.where / f"input-{inp.index}.bin"
                 dump(inp, path)
                 f.write(f"input: {inp.describe()}\n  reproduce: python bench/fuzz.py "
-                        f"--replay {path}\n  or: python bench/fuzz.py --seed {inp.seed} "
-                        f"--only {inp.index}\n")
+                        f"--replay {path}\n")
+                if inp.level in LEVELS:  # made by the mutator: its seed and index say it
+                    f.write(f"  or: python bench/fuzz.py --seed {inp.seed} --only "
+                            f"{inp.index}\n")
 
     def _write_summary(self) -> None:
         if self.results is not None:
