@@ -347,8 +347,10 @@ class Fuzzer:
             culprit = self._alone(batch, lambda: self.world.outside_now() != self.canary)
             if culprit is not None:  # what that input alone changed
                 diff = tree_diff(self.canary, self.world.outside_now())
-        inputs = [self.input(culprit)] if culprit is not None else [
-            self.input(i) for i in batch[:3]]
+        if culprit is not None:
+            inputs = [self.input(culprit)]
+        else:  # a known escape is counted, not saved again with bystanders
+            inputs = [] if known else [self.input(i) for i in batch[:3]]
         self.found("escape", _escape_signature(diff, tag),
                    ("" if culprit is not None else "(no single input of the batch repeated "
                     "it alone; the batch's first three are saved)\n") + "\n".join(diff[:40]),
