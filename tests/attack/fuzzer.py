@@ -385,7 +385,13 @@ class Fuzzer:
         return [self.input(i) for i in batch[:3]]
 
     def _floods(self) -> None:
+        """Each flood against a freshly started server: what the inputs left in memory
+        would hide what the flood itself costs."""
         for flood in (flood_before_login, flood_watch):
+            self._suspicious(self.log.poll(), [], "before the floods")
+            self.world.stop()
+            self.world.start()
+            self.player.port = self.world.port
             self.say(f"flood: {flood.__name__}")
             result = flood(self.world)
             self.report.floods.append(result)
