@@ -34,6 +34,7 @@ from .conftest import PURE, scaled
 
 SEED = int(os.environ.get("RDC_FUZZ_SEED", "20261123"))
 INPUTS = scaled(200, 150)  # per level
+WARM = 24  # unmutated sessions before each run: the baseline is a server that has served
 FLOOD_MIB = 64  # what a flood may add to the server's memory
 
 
@@ -63,7 +64,7 @@ def test_mutated_sessions_find_nothing(fuzzed: tuple[World, Captured], level: st
                                        tmp_path: Path) -> None:
     world, captured = fuzzed
     settings = Settings(inputs=INPUTS, seed=SEED, jobs=8, batch=INPUTS // 2, levels=(level,),
-                        results=tmp_path / "results", floods=False)
+                        results=tmp_path / "results", floods=False, reference=WARM)
     report = Fuzzer(world, captured, settings).run()
     assert report.inputs == INPUTS
     assert not report.findings, findings(report)
@@ -75,7 +76,7 @@ def test_directed_attacks_find_nothing(fuzzed: tuple[World, Captured],
     world, captured = fuzzed
     inputs = directed(SEED, world.canary)
     settings = Settings(inputs=0, seed=SEED, jobs=1, batch=1, results=tmp_path / "results",
-                        floods=False)
+                        floods=False, reference=WARM)
     fuzzer = Fuzzer(world, captured, settings)
     fuzzer.inputs = {inp.index: inp for inp in inputs}
     report = fuzzer.run([inp.index for inp in inputs])
@@ -109,7 +110,7 @@ def test_unmutated_sessions_find_nothing(fuzzed: tuple[World, Captured],
     """The captures played as they are: the oracle must not cry wolf at real clients."""
     world, captured = fuzzed
     settings = Settings(inputs=0, seed=SEED, jobs=8, batch=60, levels=("replay",),
-                        results=tmp_path / "results", floods=False)
+                        results=tmp_path / "results", floods=False, reference=WARM)
     report = Fuzzer(world, captured, settings).run(list(range(60)))
     assert report.inputs == 60 and report.received > 0
     assert not report.findings, findings(report)
