@@ -12,22 +12,26 @@ the same for a million inputs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgpack
 import pytest
-import zstandard
+import trio
+import trio.testing
 
+from rdc.errors import ProtocolError
+from rdc.wire.frames import ConnectionClosed, FrameStream
 from tests.attack.capture import Captured, capture_sessions
 from tests.attack.directed import directed
 from tests.attack.fuzzer import Fuzzer
 from tests.attack.inputs import Input, dump, load
 from tests.attack.mutate import LEVELS, generate
-from tests.attack.oracle import Flood, flood_before_login, flood_watch
+from tests.attack.oracle import FLOODS, Flood
 from tests.attack.report import MIB, Report, Settings
-from tests.attack.wire import Decoder, Encoder, set_content_size
+from tests.attack.wire import Breakage, Decoder, Encoder
 from tests.attack.world import World
 
 from .conftest import PURE, scaled
@@ -74,7 +78,7 @@ def test_directed_attacks_find_nothing(fuzzed: tuple[World, Captured],
                                        tmp_path: Path) -> None:
     """Issue 10's holes, one hand-written input each (tests/attack/directed.py)."""
     world, captured = fuzzed
-    inputs = directed(SEED, world.canary)
+    inputs = directed(SEED, world)
     settings = Settings(inputs=0, seed=SEED, jobs=1, batch=1, results=tmp_path / "results",
                         floods=False, reference=WARM)
     fuzzer = Fuzzer(world, captured, settings)
@@ -84,7 +88,7 @@ def test_directed_attacks_find_nothing(fuzzed: tuple[World, Captured],
     assert not report.findings, findings(report)
 
 
-@pytest.mark.parametrize("flood", [flood_before_login, flood_watch])
+@pytest.mark.parametrize("flood", FLOODS, ids=lambda f: f.__name__)
 def test_memory_floods_are_bounded(tmp_path: Path, flood: Callable[[World], Flood]) -> None:
     """Before login, connections holding all but one byte of a maximal frame; with a
     read-only token, a watch conversation sent 4 MiB messages that compress to nothing.
@@ -133,16 +137,69 @@ def packed(inp: Input) -> bytes:
     return msgpack.packb([[p.to_wire() for p in c] for c in inp.connections])
 
 
-def test_frames_decode_as_encoded_with_their_history() -> None:
-    """The harness's framing agrees with itself across compressed frames that use the
-    history, and a rewritten zstd content size is what the frame then states."""
-    encoder, bodies = Encoder(), [msgpack.packb([{"t": "ping", "n": i, "x": b"ab" * (i * 300)}])
-                                  for i in range(12)]
-    stream = encoder.frame(bodies[0])
-    encoder.compress = True
-    stream += b"".join(encoder.frame(b, squeeze=i % 2 == 0) for i, b in enumerate(bodies[1:]))
-    decoder = Decoder(lambda first: True)
-    got = [body for byte in stream for _, body in decoder.feed(bytes([byte]))]  # byte by byte
-    assert got == bodies
-    squeezed = zstandard.ZstdCompressor(write_content_size=True).compress(bodies[5])
-    assert zstandard.frame_content_size(set_content_size(squeezed, 1000)) == 1000
+def _bodies(n: int) -> list[bytes]:
+    return [msgpack.packb([{"t": "ping", "n": i, "x": b"ab" * (i * 300)}]) for i in range(n)]
+
+
+async def _received_by_rdc(stream: bytes) -> list[bytes]:
+    """``stream`` as rdc's own receiver (`rdc.wire.frames.FrameStream`) decodes it,
+    compression agreed: the bodies, re-packed."""
+    sender, receiver = trio.testing.memory_stream_one_way_pair()
+    frames = FrameStream(receiver)
+    frames.compress = True
+    await sender.send_all(stream)
+    await sender.aclose()
+    out = []
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            out.append(msgpack.packb(await frames.receive()))
+    return out
+
+
+async def _sent_by_rdc(bodies: list[bytes]) -> bytes:
+    """What rdc's own sender puts on the wire for ``bodies`` (each a msgpack array),
+    compressed; its level changes half-way, which starts a new zstd frame."""
+    sender, receiver = trio.testing.memory_stream_one_way_pair()
+    frames = FrameStream(sender, level=6)
+    frames.compress = True
+    for n, body in enumerate(bodies):
+        if n == len(bodies) // 2:
+            frames.level = 1
+        await frames.send(msgpack.unpackb(body))
+    await sender.aclose()
+    out = b""
+    while data := await receiver.receive_some():
+        out += data
+    return out
+
+
+def test_the_harness_frames_agree_with_rdcs_own() -> None:
+    """Compressed frames in one stream per direction: what the harness sends, rdc's
+    receiver decodes (the stream restarted once, as a sender changing levels does), and
+    what rdc sends, the harness decodes, fed one byte at a time."""
+    bodies = _bodies(12)
+    encoder = Encoder()
+    stream = b"".join(encoder.frame(b, squeeze=i % 3 != 0, breakage=Breakage(
+        "new_frame", 6) if i == 7 else None) for i, b in enumerate(bodies))
+    assert trio.run(_received_by_rdc, stream) == bodies
+    decoder = Decoder()
+    wire = trio.run(_sent_by_rdc, bodies)
+    got = [(squeezed, body) for byte in wire for squeezed, body in decoder.feed(bytes([byte]))]
+    assert [body for _, body in got] == bodies
+    assert sum(squeezed for squeezed, _ in got) >= 10  # the stream, not plain frames
+
+
+@pytest.mark.parametrize("breakage", [
+    Breakage("plain_size", 5), Breakage("plain_size", 2**32 - 1), Breakage("no_plain_size"),
+    Breakage("unflushed"), Breakage("restart"), Breakage("wide_window", 24),
+    Breakage("bomb", 16 << 20, 4 << 20), Breakage("length", 5), Breakage("flag"),
+], ids=lambda b: f"{b.kind}-{b.value}")
+def test_each_breakage_of_the_stream_is_refused_by_rdc(breakage: Breakage) -> None:
+    """A mutation that breaks section 1 breaks it: rdc's own receiver refuses the frame
+    (after two good compressed frames, so that a restarted stream is a wrong one)."""
+    bodies = _bodies(3)
+    encoder = Encoder()
+    stream = b"".join(encoder.frame(b, squeeze=True) for b in bodies[:2])
+    stream += encoder.frame(bodies[2], squeeze=True, breakage=breakage)
+    with pytest.raises((ProtocolError, ConnectionClosed)):
+        assert trio.run(_received_by_rdc, stream) != bodies

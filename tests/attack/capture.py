@@ -20,10 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdc.signature import signature_of_bytes
-from rdc.wire.frames import COMPRESSED
+from rdc.content.signature import signature_of_bytes
 from tests.attack.inputs import Frame, Session, Trigger
-from tests.attack.wire import Decoder, unpack, welcomed_zstd
+from tests.attack.wire import Decoder, unpack
 from tests.attack.world import World
 from tests.e2e_support import RDC, RUN_SECONDS, RawClient
 
@@ -93,14 +92,8 @@ def decode(events: list[Event], name: str) -> Session | None:
     """The client's frames of one recorded connection, each with the last server message
     that arrived before its first byte did, if any arrived since the frame before (what
     the client was answering)."""
-    server_bytes = b"".join(data for direction, data in events if direction == "S")
-    granted = False
-    if len(server_bytes) >= 4:  # the welcome (never compressed) says whether zstd is on
-        first = 4 + (int.from_bytes(server_bytes[:4], "big") & ~COMPRESSED)
-        welcome = Decoder(lambda body: False).feed(server_bytes[:first])
-        granted = bool(welcome) and welcomed_zstd(welcome[0][1], True)
-    client = Decoder(lambda hello: granted)
-    server = Decoder(lambda welcome: granted)
+    client = Decoder()
+    server = Decoder()
     seen: list[Trigger] = []
     frames: list[Frame] = []
     marks: list[int] = []

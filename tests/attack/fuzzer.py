@@ -23,10 +23,9 @@ from tests.attack.directed import directed
 from tests.attack.inputs import Input, dump, dump_sessions
 from tests.attack.mutate import LEVELS, generate
 from tests.attack.oracle import (
+    FLOODS,
     LogWatch,
     Record,
-    flood_before_login,
-    flood_watch,
     probe,
     signature,
     suspicious,
@@ -146,7 +145,7 @@ class Fuzzer:
 
     def _directed(self) -> None:
         """The hand-written attacks (`tests.attack.directed`), each checked on its own."""
-        inputs = directed(self.settings.seed, self.world.canary)
+        inputs = directed(self.settings.seed, self.world)
         self.inputs.update({inp.index: inp for inp in inputs})
         for inp in inputs:
             self._batch([inp.index])
@@ -413,7 +412,7 @@ class Fuzzer:
     def _floods(self) -> None:
         """Each flood against a freshly started server: what the inputs left in memory
         would hide what the flood itself costs."""
-        for flood in (flood_before_login, flood_watch):
+        for flood in FLOODS:
             self._suspicious(self.log.poll(), [], "before the floods")
             self.world.stop()
             self.world.start()

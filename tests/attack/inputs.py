@@ -20,6 +20,9 @@ import zstandard
 
 from tests.attack.wire import Breakage
 
+# In a planned message, bytes that the player replaces with the first 8 bytes of the
+# content hash the server's ``opened`` gave (what an ``mset`` vector must name to apply).
+OPENED_CONTENT = b"\xa5opened\xa5"
 # A trigger: the server message (conversation id, type) a frame waits for; the wait also
 # ends when that conversation ends, when the connection ends, or after a timeout.
 Trigger = tuple[int | None, str]

@@ -13,25 +13,30 @@ reads nothing; a second connection racing the first).
 from __future__ import annotations
 
 import copy
+import functools
 import random
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
-from rdc.session import REQUESTS
-from rdc.signature import signature_of_bytes
+from rdc.content.signature import FileSignature, signature_of_bytes
+from rdc.wire import messages as wire_messages
 from rdc.wire.codec import MAX_FRAME, MAX_PIECE
-from rdc.wire.messages import SCHEMAS
-from tests.attack.inputs import Input, Planned, Session, planned_from
+from tests.attack.inputs import OPENED_CONTENT, Input, Planned, Session, planned_from
 from tests.attack.values import INTS, STRINGS, mutate_value, pick_path
 from tests.attack.wire import Breakage
 
 LEVELS = ("frame", "message", "sequence")
 WEIGHTS = (2, 5, 3)
-ANSWERS = {"lists", "data", "more"}  # what a pushing client sends for the server's wants
-OPS = ["mkdir", "link", "rm", "rmdir", "mode", "mv", "meta", "chown", ""]
-WANT_KINDS = ["whole", "expand", "subs", "fine", "fetch", "all", ""]
+# The protocol's own vocabulary, read from rdc.wire.messages as it is when the run starts
+# (and a few words it does not have: "mode" is the op protocol 2 retired).
+REQUESTS = {cls.TYPE for cls in vars(wire_messages).values() if isinstance(cls, type)
+            and issubclass(cls, wire_messages.Message) and cls.REQUEST}
+OPS = [*wire_messages.Op.KINDS, "mode", "chown", ""]
+WANT_KINDS = [*wire_messages.KINDS["want"], "all", ""]
+ANSWERS = {"lists", "data"}  # what a pushing client sends for the server's wants/verdicts
+OFFERS = ("offer", "offers")  # requests whose answers the player can make itself
 RAW_BODIES = [
     b"", b"\xc1", b"\x80", b"\x90", b"\x91\xc0", b"\x91\x80", b"\x91\x81\xa1t\xc0",
     b"\x91" * 100_000 + b"\xc0", b"\x91" + b"\x81\xa1t" * 50_000 + b"\xa1x",
@@ -56,7 +61,7 @@ def generate(seed: int, index: int, sessions: list[Session],
     if len(frames) > 3 and rng.random() < 0.7:  # a prefix: shorter, and varied depths
         del frames[min(len(frames) - 1, 3 + int(rng.expovariate(1 / 4))) :]
         inp.notes.append(f"first {len(frames)} frames")
-    if any(m.get("t") == "offer" for m in _messages(frames)) and rng.random() < 0.5:
+    if any(x.get("t") in OFFERS for x in _messages(frames)) and rng.random() < 0.5:
         strip_answers(frames)
         inp.respond = True
         inp.respond_mutation = rng.choice([0.0, 0.0, 0.05, 0.3])
@@ -101,8 +106,9 @@ def frame_mutation(rng: random.Random, inp: Input, sessions: list[Session]) -> N
     at = 0 if rng.random() < 0.3 else rng.randrange(len(frames))
     frame = frames[at]
     size = len(msgpack.packb(frame.messages, use_bin_type=True))
-    kind = rng.choice(["length", "flag", "truncate", "content_size", "no_content_size",
-                       "no_dict", "bomb", "flip", "garbage", "raw", "squeeze", "split"])
+    kind = rng.choice(["length", "flag", "truncate", "plain_size", "no_plain_size",
+                       "unflushed", "restart", "new_frame", "wide_window", "bomb", "flip",
+                       "garbage", "raw", "squeeze", "split"])
     if kind == "raw":
         frame.raw = rng.choice(RAW_BODIES)
         inp.notes.append(f"frame {at}: raw body {frame.raw[:12]!r}... ({len(frame.raw)} B)")
@@ -121,9 +127,12 @@ def frame_mutation(rng: random.Random, inp: Input, sessions: list[Session]) -> N
         value = rng.choice([0, 1, size - 1, size + 1, MAX_FRAME, MAX_FRAME + 1, 2**31 - 1])
     elif kind == "truncate":
         value = rng.randrange(1, size + 4)
-    elif kind == "content_size":
-        value = rng.choice([0, 1, size - 1, size + 1, MAX_FRAME, MAX_FRAME + 1, 2**40,
-                            2**64 - 1])
+    elif kind == "plain_size":
+        value = rng.choice([0, 1, size - 1, size + 1, MAX_FRAME, MAX_FRAME + 1, 2**32 - 1])
+    elif kind == "new_frame":
+        value = rng.choice([1, 3, 6, 19])
+    elif kind == "wide_window":
+        value = rng.choice([23, 24, 27])  # 8 MiB (the most allowed), 16 MiB, 128 MiB
     elif kind == "bomb":
         value = rng.choice([MAX_FRAME - 64, MAX_FRAME + 1000, 16 * MAX_FRAME])
         extra = rng.choice([None, MAX_FRAME, 100])
@@ -165,7 +174,7 @@ def message_mutation(rng: random.Random, inp: Input, sessions: list[Session]) ->
         message[key] = mutate_value(rng, None, key, paths)
         note = f"extra {key}={_show(message[key])}"
     elif how == "t":
-        message["t"] = rng.choice([*SCHEMAS, "gimme", "", "OPEN", "open\0"])
+        message["t"] = rng.choice([*wire_messages.TYPES, "gimme", "", "OPEN", "open\0"])
         note = f"t={message['t']!r}"
     else:
         frame.messages[which] = rng.choice([None, 0, "open", b"open", [message], []])
@@ -199,7 +208,8 @@ def mutate_op(rng: random.Random, ops: list, paths: list[bytes]) -> list:
     dangerous op that the capture did not have."""
     out = copy.deepcopy(ops)
     at = rng.randrange(len(out))
-    op = out[at] if isinstance(out[at], list) and len(out[at]) == 4 else ["mode", b"x", 0, None]
+    op = out[at] if isinstance(out[at], list) and len(out[at]) == 4 else ["meta", b"x",
+                                                                            [0, 0], None]
     part = rng.randrange(5)
     if part == 0:
         op[0] = rng.choice(OPS)
@@ -208,16 +218,18 @@ def mutate_op(rng: random.Random, ops: list, paths: list[bytes]) -> list:
     elif part == 2:
         op[2] = rng.choice([None, 0, 0o777, 0o4777, 2**64 - 1, -1, b"/etc", b"../x",
                             b"x" * 5000, [0o644, 2**64 - 1], [0o644, -(2**63)],
-                            [0o644, 10**19], [0o7777, 0], [1 << 20, 0], "x", True])
+                            [0o644, 2**63 - 1], [0o644, 10**19], [0o7777, 0], [1 << 20, 0],
+                            [0o644], [0o644, 0, 0], "x", True])
     elif part == 3:
         op[3] = rng.choice([None, [], ["f", b"\0" * 8], ["d", b""], ["l", b"/etc"],
                             ["x", b""], ["f"], "f", 0])
     else:
         path = pick_path(rng, paths)
         op = rng.choice([["mode", path, 0o777, None], ["meta", path, [0o666, 2**64 - 1], None],
-                         ["meta", path, [0o600, 10**19], None], ["rm", path, None, None],
-                         ["link", path, b"/", None], ["mv", path, b"moved", None],
-                         ["mkdir", path, 0o7777, None], ["meta", b"", [0o700, 0], None]])
+                         ["meta", path, [0o600, 2**63 - 1], None], ["rm", path, None, None],
+                         ["meta", path, [0o4777, 10**18], None], ["link", path, b"/", None],
+                         ["mv", path, b"moved", None], ["mkdir", path, 0o7777, None],
+                         ["meta", b"", [0o700, 0], None]])
     out[at] = op
     return out
 
@@ -377,15 +389,33 @@ def race(rng: random.Random, inp: Input, frames: list[Planned], sessions: list) 
 # out of the share, directories, a private file, the share itself, a non-UTF-8 name.
 TARGETS = [b"linked.txt", b"evil", b"evil-secret", b"evil/x", b"link", b"docs", b"data",
            b"data/blob.bin", b"private.txt", b"run.sh", b"empty", b"caf\xe9.txt", b"work",
-           b"", b"docs/note-00.md", b"src/rdc", b"nowhere"]
+           b"", b"docs/note-00.md", b"src/rdc", b"nowhere", b"future.txt"]
 TIMES = [0, -1, 1, 2**62, 2**63 - 1, -(2**63), 10**19, 2**64 - 1, 16 * 10**18]
 MODES = [0, 0o777, 0o7777, 0o4755, 0o2777, 0o1000, 0o10000, 2**64 - 1, -1]
+KINDS = ["ops", "ops", "ops", "get", "gets", "list", "offer", "offers", "offers", "mlist",
+         "mset", "mset"]
+
+
+@functools.lru_cache(maxsize=16)
+def _signed(data: bytes) -> FileSignature:
+    return signature_of_bytes(data)
+
+
+def _small_file(rng: random.Random, path: bytes) -> list:
+    """A file offer of a batch (protocol 2's nine fields), well-formed or with a root that
+    lies, with a hostile mode and time."""
+    data = rng.choice([b"", b"planted\n", b"x" * 255, b"y" * 3000])
+    signature = _signed(data)
+    root = signature.root if rng.random() < 0.7 else b"\0" * 32
+    expect = rng.choice([None, None, b"", b"\0" * 8])
+    return [path, len(data), root, len(signature.tree.levels), signature.sketch,
+            rng.choice(MODES), rng.choice(TIMES), expect, data if len(data) < 256 else None]
 
 
 def injected(rng: random.Random, message_id: int) -> dict[str, Any]:
     """A request the captures do not have, aimed at one of TARGETS with a hostile value."""
     path = rng.choice(TARGETS)
-    kind = rng.choice(["ops", "ops", "ops", "get", "list", "offer", "mlist"])
+    kind = rng.choice(KINDS)
     if kind == "ops":
         op = rng.choice(OPS[:7])
         arg = {"mkdir": rng.choice(MODES), "mode": rng.choice(MODES),
@@ -395,15 +425,28 @@ def injected(rng: random.Random, message_id: int) -> dict[str, Any]:
         expect = rng.choice([None, None, [], ["d", b""], ["f", b"\0" * 8], ["l", b"/"]])
         return {"t": "ops", "id": message_id, "ops": [[op, path, arg, expect]]}
     if kind == "offer":  # a well-formed small file (or one whose root lies)
-        data = rng.choice([b"", b"planted\n", b"x" * 255])
-        signature = signature_of_bytes(data)
-        root = signature.root if rng.random() < 0.7 else b"\0" * 32
-        return {"t": "offer", "id": message_id, "path": path, "size": len(data), "root": root,
-                "depth": len(signature.tree.levels), "sketch": signature.sketch,
-                "mode": rng.choice(MODES), "mtime": rng.choice(TIMES), "data": data}
+        f = _small_file(rng, path)
+        return {"t": "offer", "id": message_id, "path": path, "size": f[1], "root": f[2],
+                "depth": f[3], "sketch": f[4], "mode": f[5], "mtime": f[6],
+                **({"data": f[8]} if f[8] is not None else {})}
+    if kind == "offers":
+        others = [_small_file(rng, rng.choice(TARGETS)) for _ in range(rng.randrange(3))]
+        return {"t": "offers", "id": message_id, "files": [_small_file(rng, path), *others]}
     if kind == "get":
         return {"t": "get", "id": message_id, "path": path}
-    return {"t": kind, "id": message_id, "paths": [path], "hb": 8}
+    if kind == "gets":
+        return {"t": "gets", "id": message_id,
+                "files": [[p, rng.choice([None, b"", b"\0" * 8])]
+                          for p in {path, *rng.sample(TARGETS, 2)}]}
+    if kind == "mset":  # the opened directory's entries, all to one mode and time
+        count = rng.choice([1, 8, 12, 13, 14, 4096])
+        times, modes = [rng.choice(TIMES)] * count, [rng.choice(MODES[:4])] * count
+        content = rng.choice([OPENED_CONTENT, OPENED_CONTENT, b"", b"\0" * 8])
+        return {"t": "mset", "id": message_id, "dirs": [
+            [b"" if rng.random() < 0.7 else path, content, rng.random() < 0.3,
+             [sorted(set(times)), bytes(count)], [sorted(set(modes)), bytes(count)]]]}
+    return {"t": kind, "id": message_id, "paths": [path], "hb": 8,
+            **({"meta": True, "sizes": True} if rng.random() < 0.5 else {})}
 
 
 def inject(rng: random.Random, inp: Input, frames: list[Planned], _: list) -> str:

@@ -20,7 +20,8 @@ import msgpack
 
 from rdc.wire.codec import MAX_FRAME, MAX_PIECE
 from rdc.wire.frames import HEADER
-from tests.attack.wire import Encoder
+from rdc.wire.handshake import HELLO_FRAME
+from tests.attack.wire import Encoder, hello
 from tests.attack.world import RO_TOKEN, World, memory_kib
 from tests.e2e_support import RawClient
 
@@ -199,65 +200,126 @@ def _sample(pid: int, seconds: float, peak: int) -> int:
     return peak
 
 
-def flood_before_login(world: World, connections: int = 48) -> Flood:
-    """Connections that each send all but the last byte of a frame of MAX_FRAME bytes
-    before the handshake, and wait: what may an unauthenticated peer make the server hold?"""
+def flood_before_login(world: World, connections: int = 160, addresses: int = 8) -> Flood:
+    """Unauthenticated connections from several addresses, each holding what it may
+    before the handshake: all but the last byte of the largest first frame allowed (and
+    every fourth announcing a MAX_FRAME one instead, which must be cut before its body is
+    read), then waiting. More than the caps on such connections allow: what may peers
+    without a token make the server hold?"""
     assert world.daemon is not None
     pid = world.daemon.pid
     before = memory_kib(pid)[0]
     socks = []
     sent = 0
-    body = b"\x91" + b"\0" * (MAX_FRAME - 2)
-    refused = 0
-    for _ in range(connections):
+    for n in range(connections):
+        size = MAX_FRAME if n % 4 == 3 else HELLO_FRAME
+        data = HEADER.pack(size) + b"\x91" + b"\0" * (size - 2)
         try:
-            sock = socket.create_connection(("127.0.0.1", world.port), timeout=5)
-            sock.sendall(HEADER.pack(MAX_FRAME) + body)
-            sent += 4 + len(body)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((f"127.0.{200 + n % addresses}.1", 0))
+            sock.settimeout(2)
+            sock.connect(("127.0.0.1", world.port))
             socks.append(sock)
-        except OSError:
-            refused += 1
+            sock.sendall(data)
+            sent += len(data)
+        except OSError:  # cut or refused (busy): what the caps are for
+            pass
     peak = _sample(pid, 1.0, before)
+    refused = sum(_refused(sock) for sock in socks)
     for sock in socks:
         sock.close()
     after = _sample(pid, 1.5, 0)
     return Flood("before login", sent, before, peak, after,
-                 f"{connections} connections, {len(socks)} accepted, each with "
-                 f"{MAX_FRAME - 1} bytes of one frame")
+                 f"{connections} connections from {addresses} addresses, {refused} cut or "
+                 f"told busy; each with all but a byte of a {HELLO_FRAME >> 10} KiB frame, "
+                 f"or a {MAX_FRAME >> 20} MiB one")
+
+
+def _refused(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (with or without a word), without waiting."""
+    sock.setblocking(False)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+class _Speaker:
+    """A connection of the harness's own that speaks the protocol, compressed."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.encoder = Encoder()
+        self.sent = 0
+        self.send(hello(token, "flood/0"), squeeze=False)
+
+    def send(self, *messages: dict, squeeze: bool = True) -> None:
+        data = self.encoder.frame(msgpack.packb(list(messages), use_bin_type=True), squeeze)
+        self.sock.sendall(data)
+        self.sent += len(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _open_message(share: str = "s", write: bool = False) -> dict:
+    return {"t": "open", "id": 1, "share": share, "path": b"", "write": write,
+            "create": False, "excludes": []}
 
 
 def flood_watch(world: World, messages: int = 48) -> Flood:
-    """With a read-only token: one watch conversation (which reads nothing) sent large
+    """With a read-only token: one watch conversation (which takes no input) sent large
     messages that compress to almost nothing."""
     assert world.daemon is not None
     pid = world.daemon.pid
     before = memory_kib(pid)[0]
-    sock = socket.create_connection(("127.0.0.1", world.port), timeout=10)
-    encoder = Encoder()
-    sent = 0
-
-    def frame(message: dict) -> bytes:
-        return encoder.frame(msgpack.packb([message], use_bin_type=True),
-                             squeeze=encoder.compress)
-
+    speaker = _Speaker(world.port, RO_TOKEN)
     detail = ""
     try:
-        sock.sendall(frame({"t": "hello", "proto": [1, 1], "agent": "flood",
-                            "features": ["zstd"], "token": RO_TOKEN}))
-        encoder.compress = True
-        sock.sendall(frame({"t": "open", "id": 1, "share": "s", "path": b"", "write": False,
-                            "create": False, "excludes": []}))
+        speaker.send(_open_message())
         time.sleep(0.3)
-        sock.sendall(frame({"t": "watch", "id": 2, "seq": 0}))
+        speaker.send({"t": "watch", "id": 2, "seq": 0})
         piece = b"\0" * min(MAX_PIECE, (MAX_FRAME - 4096) // 4)  # 4 MiB a message
         for _ in range(messages):
-            data = frame({"t": "lists", "id": 2, "lists": [[0, piece, piece]] * 2})
-            sock.sendall(data)
-            sent += len(data)
+            speaker.send({"t": "lists", "id": 2, "lists": [[0, piece, piece]] * 2})
     except OSError as exc:
         detail = f"the server cut the flood: {exc}"
     peak = _sample(pid, 1.0, before)
-    sock.close()
+    speaker.close()
     after = _sample(pid, 1.5, 0)
-    return Flood("watch", sent, before, peak, after,
+    return Flood("watch", speaker.sent, before, peak, after,
                  detail or f"{messages} lists messages of 4 MiB to one watch, read-only token")
+
+
+def flood_unread(world: World, conversations: int = 200) -> Flood:
+    """With a read-only token: many ``get`` conversations of the largest file, each sent a
+    3 MiB ``data`` message (compressed to almost nothing) while its handler is still
+    signing the file, so that the input waits unread: the reader must stop reading once
+    the unread input of all conversations is over its bound."""
+    assert world.daemon is not None
+    pid = world.daemon.pid
+    before = memory_kib(pid)[0]
+    speaker = _Speaker(world.port, RO_TOKEN)
+    detail = ""
+    piece = b"\0" * MAX_PIECE
+    try:
+        speaker.send(_open_message())
+        time.sleep(0.3)
+        for n in range(conversations):
+            speaker.send({"t": "get", "id": 2 + n, "path": b"data/blob.bin"},
+                         {"t": "data", "id": 2 + n, "d": [piece] * 3, "end": False})
+    except OSError as exc:
+        detail = f"the server cut the flood: {exc}"
+    peak = _sample(pid, 1.0, before)
+    speaker.close()
+    after = _sample(pid, 1.5, 0)
+    return Flood("unread input", speaker.sent, before, peak, after,
+                 detail or f"{conversations} gets, each sent 3 MiB of data it does not read "
+                 "yet, read-only token")
+
+
+FLOODS = (flood_before_login, flood_watch, flood_unread)

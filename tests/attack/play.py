@@ -21,15 +21,19 @@ from typing import Any
 
 import msgpack
 
-from rdc.descent import SourceFile
-from rdc.signature import FileSignature, signature_of_bytes
+from rdc.content.signature import FileSignature, signature_of_bytes
+from rdc.transfer.descent import SourceFile
 from rdc.wire.codec import MAX_PIECE
-from tests.attack.inputs import Input, Planned, Trigger
+from tests.attack.inputs import OPENED_CONTENT, Input, Planned, Trigger
 from tests.attack.values import mutate_value, patch_bad_strs
-from tests.attack.wire import BadStream, Decoder, Encoder, unpack, welcomed_zstd
+from tests.attack.wire import BadStream, Decoder, Encoder, unpack
 
+# The server's message that ends a conversation of each request (``more`` false), where
+# one does (the client ends ``get`` and ``gets`` itself, ``watch`` never ends; ``offers``
+# ends with ``verdicts`` when nothing is written, see `_ends`).
 FINAL = {"open": "opened", "list": "listing", "mlist": "mlisting", "offer": "done",
-         "ops": "oks", "mset": "ok", "finish": "finished"}
+         "offers": "results", "ops": "oks", "mset": "ok", "finish": "finished"}
+WRITTEN = ("copy", "done", "send")  # verdicts after which the server writes the file
 WAIT = 2.0  # seconds a frame waits for its trigger at most
 QUIET = 0.15  # ... or until the server said nothing for this long (a trigger that a
 # mutation made impossible, such as an answer to a changed id, must not cost WAIT)
@@ -134,8 +138,9 @@ class _Connection:
         self.queue = deque(frames)
         self.urgent: deque[Planned] = deque()  # the responder's frames go first
         self.encoder = Encoder()
-        self.offered = _offers_zstd(frames)
-        self.decoder = Decoder(lambda body: welcomed_zstd(body, self.offered))
+        self.decoder = Decoder()
+        self.granted = False  # the welcome said zstd: the responder compresses
+        self.opened_content = OPENED_CONTENT  # what the server's opened said
         self.address = address(inp.index, n)
         self.started: dict[int, str] = {}
         self.read_only_open: int | None = None  # an open sent without write: true
@@ -144,6 +149,7 @@ class _Connection:
         self.ended: set[int] = set()
         self.seen: set[Trigger] = set()
         self.offers: dict[int, SourceFile] = {}
+        self.batches: dict[int, list[Any]] = {}  # offers conversations: the roots offered
         self.closed = False  # the server closed its side
         self.failed = False  # the server said error without an id
         self.stop_sending = False
@@ -243,7 +249,7 @@ class _Connection:
         for message in messages if isinstance(messages, list) else ():
             if isinstance(message, dict) and isinstance(message.get("id"), int):
                 t, conversation = message.get("t"), message["id"]
-                if t in FINAL or t in ("get", "watch"):
+                if t in FINAL or t in ("get", "gets", "watch"):
                     self.started.setdefault(conversation, t)
                 if t == "open" and message.get("write") is not True:
                     self.read_only_open = conversation
@@ -251,17 +257,21 @@ class _Connection:
                     source = self.player.sources.file(message.get("root"))
                     if source is not None:
                         self.offers[conversation] = source
+                if t == "offers" and self.inp.respond and isinstance(message.get("files"), list):
+                    self.batches[conversation] = [
+                        f[2] if isinstance(f, list) and len(f) > 2 else None
+                        for f in message["files"]]
         if frame.raw is not None:
             body = frame.raw
         else:
             try:
                 body = patch_bad_strs(msgpack.packb(messages, use_bin_type=True))
+                if OPENED_CONTENT in body:
+                    body = body.replace(OPENED_CONTENT, self.opened_content[:8])
             except (OverflowError, TypeError, ValueError) as exc:
                 body = repr(exc).encode()  # not msgpack: the server must refuse it
-        data = self.encoder.frame(body, frame.squeeze, level=1, breakage=frame.breakage)
+        data = self.encoder.frame(body, frame.squeeze, breakage=frame.breakage)
         self.frames_sent += 1
-        if self.frames_sent == 1:  # after hello: the server grants zstd if it was offered
-            self.encoder.compress = self.offered
         if frame.breakage is not None and frame.breakage.kind == "truncate":
             self.stop_sending = True
         return data
@@ -297,26 +307,32 @@ class _Connection:
             self.seen.add((conversation, t))
             self.answered.add(conversation)  # type: ignore[arg-type]
             self._check(conversation, t, message)
+            if t == "opened" and isinstance(message.get("content"), bytes):
+                self.opened_content = message["content"]
+            if t == "welcome":
+                self.granted = "zstd" in (message.get("features") or [])
             if t == "error":
                 if conversation is None:
                     self.failed = True
                     self.outcome.errors.append(f"{message.get('code')}: {message.get('msg')}")
                 else:
                     self.ended.add(conversation)
-            elif conversation in self.started and FINAL.get(self.started[conversation]) == t \
-                    and not message.get("more"):
+            elif conversation in self.started and _ends(self.started[conversation], message):
                 self.ended.add(conversation)
             if t == "want" and conversation in self.offers:
                 self._answer(conversation, message)
+            if t == "verdicts" and conversation in self.batches:
+                self._send_batch(conversation, message)
 
     def _check(self, conversation: Any, t: Any, message: dict[str, Any]) -> None:
         """docs/protocol.md section 3: after an open without ``write``, requests that write
         are refused (``readonly``); what the server wrote for one is a violation."""
         if t == "opened" and conversation == self.read_only_open:
             self.read_only = True
-        writes = {"oks": "ops", "ok": "mset", "done": "offer"}
+        writes = {"oks": "ops", "ok": "mset", "done": "offer", "verdicts": "offers",
+                  "results": "offers"}
         if self.read_only and t in writes and self.started.get(conversation) == writes[t] \
-                and (t != "done" or (message.get("ok") is True and message.get("how") != "have")):
+                and _writes(message):
             self.outcome.violations.append(
                 f"a {writes[t]} answered with {t} after an open without write: "
                 f"{message!r:.200}")
@@ -352,7 +368,68 @@ class _Connection:
             if self.rng.random() < self.inp.respond_mutation:
                 key = self.rng.choice([k for k in reply if k != "t"])
                 reply[key] = mutate_value(self.rng, reply[key], key, [])
-        self.urgent.append(Planned(replies, squeeze=len(replies) > 1))
+        self.urgent.append(Planned(replies, squeeze=self.granted))
+
+    def _send_batch(self, conversation: int, message: dict[str, Any]) -> None:
+        """The content of each file of an ``offers`` batch the server asked to be sent,
+        as a pushing client sends it (from the files' real content)."""
+        roots = self.batches.pop(conversation)
+        verdicts = message.get("verdicts")
+        if not isinstance(verdicts, list) or len(verdicts) != len(roots):
+            return
+        wanted = [root for root, verdict in zip(roots, verdicts, strict=True)
+                  if verdict == "send"]
+        if not wanted:
+            return
+        contents = self.player.sources.contents
+        if not all(isinstance(root, bytes) and root in contents for root in wanted):
+            replies = [{"t": "error", "code": "vanished", "msg": "not a file this client has"}]
+        else:
+            replies = _batch_data([contents[root] for root in wanted])
+        for reply in replies:
+            reply["id"] = conversation
+            if self.rng.random() < self.inp.respond_mutation:
+                key = self.rng.choice([k for k in reply if k != "t"])
+                reply[key] = mutate_value(self.rng, reply[key], key, [])
+        self.urgent.append(Planned(replies, squeeze=self.granted))
+
+
+def _ends(request: str, message: dict[str, Any]) -> bool:
+    """Whether ``message`` from the server ends a conversation started by ``request``."""
+    t = message.get("t")
+    if request == "offers" and t == "verdicts":  # nothing to write: no results follow
+        verdicts = message.get("verdicts")
+        return isinstance(verdicts, list) and not any(v in WRITTEN for v in verdicts
+                                                      if isinstance(v, str))
+    return FINAL.get(request) == t and not message.get("more")
+
+
+def _writes(message: dict[str, Any]) -> bool:
+    """Whether the server's answer says it wrote (or goes on to write): any ``oks`` or
+    ``ok``, a successful ``done`` (``have`` included: protocol 2 sets the offer's mode and
+    time then), a verdict other than a failure, a file written in ``results``."""
+    t = message.get("t")
+    if t == "done":
+        return message.get("ok") is True
+    if t == "verdicts":
+        return any(isinstance(v, str) for v in message.get("verdicts") or [])
+    if t == "results":
+        return any(r is None for r in message.get("results") or [])
+    return True
+
+
+def _batch_data(contents: list[bytes]) -> list[dict[str, Any]]:
+    """``data`` messages with one piece per file, about 1 MiB each, the last one ``end``."""
+    out: list[dict[str, Any]] = []
+    pieces: list[bytes] = []
+    size = 0
+    for n, data in enumerate(contents):
+        pieces.append(data)
+        size += len(data)
+        if size >= MAX_PIECE or n == len(contents) - 1:
+            out.append({"t": "data", "d": pieces, "end": n == len(contents) - 1})
+            pieces, size = [], 0
+    return out
 
 
 def _replies(source: SourceFile, want: dict[str, Any]) -> list[dict[str, Any]]:
@@ -394,10 +471,3 @@ def _without_echo(message: dict[str, Any]) -> dict[str, Any]:
         out["dirs"] = kept
     return out
 
-
-def _offers_zstd(frames: list[Planned]) -> bool:
-    if not frames or frames[0].raw is not None or not isinstance(frames[0].messages, list):
-        return False
-    hello = frames[0].messages[0] if frames[0].messages else None
-    return isinstance(hello, dict) and isinstance(hello.get("features"), list) and \
-        "zstd" in hello["features"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rdc.signature import signature_of_bytes
+from rdc.content.signature import signature_of_bytes
 from tests.attack.world import World, remove
 from tests.e2e_support import RDC, RUN_SECONDS, TOKEN, RawClient, snapshot
 

@@ -46,8 +46,12 @@ from tests.e2e_support import (
 
 RO_TOKEN = "fuzz-read-only-token-0123456789"
 OWN = {"share", "state", "cache", "local", "template", "results"}  # not canary
-SOURCES = ["paths.py", "fs.py", "snapshot.py", "session.py", "descent.py", "tree.py",
-           "ignore.py", "errors.py"]
+# Sources of rdc itself as realistic text: the share's src/rdc/NAME, copied from rdc/PATH.
+SOURCES = {"paths.py": "local/paths.py", "fs.py": "local/fs.py",
+           "snapshot.py": "local/snapshot.py", "connection.py": "wire/connection.py",
+           "descent.py": "transfer/descent.py", "tree.py": "content/tree.py",
+           "ignore.py": "local/ignore.py", "errors.py": "errors.py"}
+FUTURE = 10_413_792_000  # 2300-01-01, in seconds
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -255,7 +259,8 @@ def write(path: Path, data: bytes, mode: int, mtime_s: int) -> None:
 
 def fill_share(share: Path, world: World, rng: random.Random) -> None:
     """Realistic content: prose, the repo's own sources, binaries that chunk into several
-    leaves (random, zeros), modes other than 0644, links in and out, a non-UTF-8 name."""
+    leaves (random, zeros), modes other than 0644, links in and out, a non-UTF-8 name, a
+    time after 2262."""
     words = ("sync delta chunk tree root sketch seed share index file leaf node mode time "
              "the a of to and in is for on with").split()
     (share / "docs").mkdir()
@@ -263,8 +268,8 @@ def fill_share(share: Path, world: World, rng: random.Random) -> None:
         text = " ".join(rng.choice(words) for _ in range(rng.randrange(20, 900)))
         (share / "docs" / f"note-{i:02}.md").write_text(f"# Note {i}\n\n{text}\n")
     (share / "src" / "rdc").mkdir(parents=True)
-    for name in SOURCES:
-        shutil.copyfile(REPO / "rdc" / name, share / "src" / "rdc" / name)
+    for name, source in SOURCES.items():
+        shutil.copyfile(REPO / "rdc" / source, share / "src" / "rdc" / name)
     (share / "data").mkdir()
     (share / "data" / "blob.bin").write_bytes(rng.randbytes(int(320_000 * world.scale)))
     (share / "data" / "zeros.bin").write_bytes(bytes(int(40_000 * world.scale)))
@@ -272,6 +277,8 @@ def fill_share(share: Path, world: World, rng: random.Random) -> None:
     (share / "empty").mkdir()
     write(share / "private.txt", b"private\n", 0o600, 1_500_000_000)
     write(share / "run.sh", b"#!/bin/sh\necho hi\n", 0o755, 1_500_000_001)
+    # Dated 2300 (as ``touch -d 2300-01-01`` makes it): past what 64-bit nanoseconds hold.
+    write(share / "future.txt", b"from the future\n", 0o644, FUTURE)
     (share / os.fsdecode(b"caf\xe9.txt")).write_bytes(b"latin-1 name\n")
     os.symlink("docs/note-00.md", share / "link")
     os.symlink(world.outside, share / "evil")
