@@ -42,6 +42,7 @@ from tests.attack.world import (
 from tests.e2e_support import tree_diff
 
 SETTLE_SECONDS = 10.0  # for the server to close every connection of a batch
+STEADY_SECONDS = 0.5  # descriptors unchanged this long: settled (a leak, if above baseline)
 LOG_ROTATE = 256 << 20  # bytes of log read and emptied even while a batch runs
 LOG_FLOOD = 64 << 20  # bytes of log in one batch: a finding (a client can fill the disk)
 HELD_RECORDS = 2000  # suspicious records kept between two checks
@@ -322,22 +323,27 @@ class Fuzzer:
                            [])
 
     def _settle(self) -> None:
-        """Wait until the server holds no more sockets than when it idled (before the
-        baseline is known: until their number held still for a while)."""
+        """Wait until the server holds no more sockets, and no more descriptors in all,
+        than when it idled; or, once its sockets are back (before the baseline is known:
+        whatever their number), until its descriptors held still for STEADY_SECONDS. The
+        server closes a connection's socket a few milliseconds before it lets go of the
+        directory the connection opened (its descriptor, the index's three)."""
         assert self.world.daemon is not None
         pid = self.world.daemon.pid
         deadline = time.monotonic() + SETTLE_SECONDS
+        total = len(self.baseline_fds)
         base = sum(1 for t in self.baseline_fds if t.startswith("socket:"))
-        last, since = -1, time.monotonic()
+        last, since = (-1, -1), time.monotonic()
         while time.monotonic() < deadline:
-            sockets = sum(1 for t in descriptor_targets(pid) if t.startswith("socket:"))
-            if base and sockets <= base:
+            targets = descriptor_targets(pid)
+            now = (sum(1 for t in targets if t.startswith("socket:")), len(targets))
+            if total and now[0] <= base and now[1] <= total:
                 return
-            if sockets != last:
-                last, since = sockets, time.monotonic()
-            elif not base and time.monotonic() - since > 0.3:
+            if now != last:
+                last, since = now, time.monotonic()
+            elif (not total or now[0] <= base) and time.monotonic() - since > STEADY_SECONDS:
                 return
-            time.sleep(0.02)
+            time.sleep(0.01)
 
     def _suspicious(self, records: list[Record], batch: list[int], when: str) -> None:
         for record in suspicious(records):
