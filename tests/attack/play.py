@@ -452,9 +452,16 @@ def _replies(source: SourceFile, want: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _without_echo(message: dict[str, Any]) -> dict[str, Any]:
-    """A server message without what repeats the client's own words: error texts, the
-    paths of a listing, link targets (the client may have made the link)."""
+    """A server message without what repeats the client's own words: error texts (of
+    the message, or of a file of a batch: ``offers`` and ``verdicts`` carry a [code,
+    text] pair in a file's place), the paths of a listing, link targets (the client may
+    have made the link)."""
     out = {k: v for k, v in message.items() if k not in ("msg", "results")}
+    for key in ("files", "verdicts"):  # a file offered is a longer array, never a pair
+        items = out.get(key)
+        if isinstance(items, list) and message.get("t") in ("offers", "verdicts"):
+            out[key] = [item[:1] if isinstance(item, list) and len(item) == 2 else item
+                        for item in items]
     dirs = out.get("dirs")
     if isinstance(dirs, list):
         kept = []
