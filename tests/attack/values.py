@@ -35,9 +35,10 @@ PATHS = [
     b"docs/note-00.md", b"data/blob.bin", b"data", b"src/rdc", b"work", b"two", b"watched",
     b"nowhere/x", b"caf\xe9.txt/x",
 ]
+# The lone surrogate U+DCFF goes as its bytes, a `bad_str` (msgpack packs no such str).
 STRINGS = [
     "", "s", "r", "S", "s ", "s/..", "../s", "x" * 256, "x" * 1025, "x" * 5000, "\u2603",
-    "\x00", "\udcff", "é" * 100, "zstd", "\n",
+    "\x00", "\ue000bad-str:edb3bf\ue000", "é" * 100, "zstd", "\n",
 ]
 BINS = [b"", b"\0", b"\0" * 8, b"\xff" * 32, b"\0" * 33, b"x" * 4096, b"x" * 65536]
 SWAPS: list[Any] = [
