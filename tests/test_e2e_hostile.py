@@ -9,8 +9,10 @@ throughout, and nothing is written outside the share.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ import zstandard
 
 from rdc.content.signature import signature_of_bytes
 from rdc.params import FORMAT
+from rdc.wire import messages as m
 
 from .e2e_support import (
     E2E,
@@ -472,3 +475,46 @@ def test_a_client_with_other_format_parameters_is_told_what_differs(w: World) ->
     assert answer["t"] == "error" and answer["code"] == "version", answer
     assert "chunks 32/4096/12288 here, 32/2048/8192 there" in answer["msg"]
     client.close()
+
+
+@pytest.mark.parametrize("leaves", ["closing", "answering nonsense"])
+def test_a_client_that_leaves_a_delta_midway_leaves_no_descriptor(e2e: E2E,
+                                                                  leaves: str) -> None:
+    """An offer of a changed file, whose old version the server opens as a seed; the
+    client closes the connection at the first want, or answers it with lists that do not
+    parse. The seed was held until the next full garbage collection: while any other
+    connection lasts (the daemon collects when the last one ends), so a client could pile
+    them up."""
+    share = e2e.tmp / "share"
+    share.mkdir()
+    old = random.Random(10).randbytes(300_000)
+    write(share / "blob.bin", old)
+    server = e2e.serve({"s": share})
+    new = old[:1000] + b"changed" + old[1000:]
+    signature = signature_of_bytes(new)
+    bystander = RawClient(server.port, timeout=10)  # the daemon collects when none is left
+    assert bystander.hello()["t"] == "welcome"
+    client = RawClient(server.port, timeout=10)
+    assert client.hello()["t"] == "welcome"
+    client.open("s", write=True)
+    client.send(m.encode(m.Offer(size=len(new), root=signature.root,
+                                 depth=len(signature.tree.levels), sketch=signature.sketch,
+                                 mode=0o644, mtime_ns=10**18, path="blob.bin"), 2))
+    answer = client.receive()
+    assert answer and answer[0]["t"] == "want", answer
+
+    def seeds_held() -> list[str]:
+        fds = f"/proc/{server.process.pid}/fd"
+        return [target for target in (os.readlink(f"{fds}/{fd}") for fd in os.listdir(fds))
+                if target.endswith("blob.bin")]
+
+    assert seeds_held(), (answer, server.log())  # opened before the want was sent
+    if leaves == "answering nonsense":
+        client.send({"t": "lists", "id": 2, "lists": [[b"\0" * 32]]})
+        client.until_closed()
+    client.close()
+    deadline = time.monotonic() + 10
+    while seeds_held() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not seeds_held(), server.log()
+    bystander.close()

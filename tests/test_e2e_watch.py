@@ -10,10 +10,13 @@ import os
 import random
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.attack.world import remove
 
 from .e2e_support import E2E, RDC, TEMP, snapshot, wait_for, write
 
@@ -206,3 +209,55 @@ def test_ctrl_c_stops_a_watch_cleanly(e2e: E2E, watchers: Watchers) -> None:
     process.send_signal(signal.SIGINT)
     assert process.wait(15) == 130
     assert "interrupted" in watchers.log(local) and "Traceback" not in watchers.log(local)
+
+
+MOVED_IN = """
+import os, sys, trio
+from rdc_server.watcher import ShareWatcher
+
+changes = 0
+
+def changed() -> None:
+    global changes
+    changes += 1
+
+async def main(share: str, aside: str) -> None:
+    watcher = ShareWatcher("s", share, changed)
+    await trio.sleep(0.3)
+    os.rename(aside, os.path.join(share, "a"))
+    await trio.sleep(2)
+    before = changes
+    with open(os.path.join(share, "later.txt"), "w") as f:
+        f.write("a local edit")
+    for _ in range(100):
+        await trio.sleep(0.05)
+        if changes > before:
+            break
+    watcher.stop()
+    print(changes - before)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+def test_the_share_watcher_survives_a_deep_tree_moved_in(tmp_path: Path) -> None:
+    """A tree 1,500 levels deep moved into a watched share: watchdog walked it with
+    os.walk, which recursed past Python's limit and killed its thread; a local edit after
+    it went unnoticed for the daemon's lifetime."""
+    (tmp_path / "share").mkdir()
+    (tmp_path / "aside").mkdir()
+    fd = os.open(tmp_path / "aside", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1500):
+        os.mkdir("a", dir_fd=fd)
+        deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(fd)
+    try:
+        done = subprocess.run([sys.executable, "-c", MOVED_IN, str(tmp_path / "share"),
+                               str(tmp_path / "aside" / "a")], capture_output=True,
+                              timeout=60)
+    finally:
+        remove(tmp_path / "share")  # pytest's clean-up (shutil.rmtree) recurses per level
+    assert b"Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0 and int(done.stdout) >= 1, done

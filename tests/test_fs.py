@@ -870,6 +870,31 @@ def test_a_wide_directory_is_walked_with_few_descriptors(tmp_path: Path) -> None
     assert len(walked.tree.children) == 300 and not walked.errors
 
 
+def test_a_tree_deeper_than_the_limit_is_walked_without_its_deepest_part(
+        tmp_path: Path) -> None:
+    """A peer can make 2,048 levels within the path limit (``open`` with create): the walk
+    leaves out what is below MAX_DEPTH, with an error, and every pass over the tree works
+    (it raised RecursionError in the walk's stamp, and every later open failed)."""
+    from rdc.local.snapshot import MAX_DEPTH, fingerprint, iter_entries, seal, walk
+    from tests.attack.world import remove
+
+    (tmp_path / "t").mkdir()
+    fd = os.open(tmp_path / "t", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(2048):
+        os.mkdir("a", dir_fd=fd)
+        deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(fd)
+    walked = walk(str(tmp_path / "t"))
+    assert walked.errors == [("a/" * MAX_DEPTH + "a", f"more than {MAX_DEPTH} levels deep")]
+    assert len(list(iter_entries(walked.tree))) == MAX_DEPTH
+    seal(walked.tree)
+    assert walked.tree.count == MAX_DEPTH
+    assert fingerprint(walked.tree, b"") == walked.fingerprint
+    remove(tmp_path / "t")  # pytest's clean-up (shutil.rmtree) recurses once per level
+
+
 def test_times_beyond_64_bits_of_nanoseconds_are_clamped(tmp_path: Path) -> None:
     from rdc.local.filestat import NS_MAX
     from rdc.local.snapshot import seal, walk

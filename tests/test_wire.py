@@ -13,7 +13,7 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc.errors import ProtocolError
+from rdc.errors import ProtocolError, Refusal
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_FRAME, pack, unpack
 from rdc.wire.connection import Connection
@@ -471,3 +471,37 @@ def _all_message_classes() -> set[type[m.Message]]:
         if isinstance(value, type) and issubclass(value, m.Message) and hasattr(value, "TYPE"):
             found.add(value)
     return found
+
+
+
+def _frame(*messages: dict) -> bytes:
+    body = msgpack.packb(list(messages), use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+async def test_no_request_starts_once_the_connection_failed() -> None:
+    """A request broke the protocol; while the error to the peer was being sent, another
+    request arrived. It was started, and its handler's refusal (its worker thread, which
+    no cancel stops, came back with one) raised the connection's failure from inside its
+    task: the daemon logged a traceback for a peer's mistake."""
+    incoming = trio.testing.MemoryReceiveStream()
+    outgoing = trio.testing.MemorySendStream()
+
+    async def while_the_error_is_sent() -> None:
+        outgoing.get_data_nowait()
+        incoming.put_data(_frame({"t": "list", "id": 2, "paths": [b""], "hb": 8}))
+        await trio.sleep(0.05)  # the reader reads it before the connection is cancelled
+
+    outgoing.send_all_hook = while_the_error_is_sent
+
+    async def handler(conversation, message) -> None:
+        if conversation.id == 1:
+            raise ProtocolError(message="a request out of place")
+        with trio.CancelScope(shield=True):  # as trio.to_thread.run_sync waits
+            await trio.sleep(0.1)
+        raise Refusal("path", message="refused once the connection had failed")
+
+    server = Connection(FrameStream(trio.StapledStream(outgoing, incoming)), handler=handler)
+    incoming.put_data(_frame({"t": "list", "id": 1, "paths": [b""], "hb": 8}))
+    with pytest.raises(ProtocolError):
+        await server.run()

@@ -165,6 +165,10 @@ Exclude = Callable[[str, bool], bool]
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Directory levels below a walk's root. Deeper ones are left out, with an error: a peer can
+# make a tree 2,048 levels deep within the path limit, and seal, stamp, rescans and the
+# passes over a tree recurse once or twice per level, within Python's limit of 1,000.
+MAX_DEPTH = 256
 
 
 @dataclass
@@ -270,6 +274,9 @@ class Scan:
             mode = st.st_mode
             if stat.S_ISDIR(mode):
                 if exclude and exclude(rel, True):
+                    continue
+                if rel.count("/") >= MAX_DEPTH:
+                    self.errors.append((rel, f"more than {MAX_DEPTH} levels deep"))
                     continue
                 subdirs.append((name, os.fsencode(item.name),
                                 Entry("d", stat.S_IMODE(mode), mtime_ns(st), ino=st.st_ino)))

@@ -146,14 +146,18 @@ class Remote:
         return result
 
     async def metadata(self, paths: list[str], hb: int) -> list[m.MetaDir]:
-        conversation = self.connection.start(m.MetaList(paths=paths, hb=hb))
+        """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories)."""
+        conversations = [self.connection.start(m.MetaList(paths=paths[i : i + LIST_BATCH],
+                                                          hb=hb))
+                         for i in range(0, len(paths), LIST_BATCH)]
         items: list[m.MetaDir] = []
-        while True:
-            message = await conversation.receive(m.MetaListing)
-            items.extend(message.dirs)
-            if not message.more:
-                break
-        conversation.close()
+        for conversation in conversations:
+            while True:
+                message = await conversation.receive(m.MetaListing)
+                items.extend(message.dirs)
+                if not message.more:
+                    break
+            conversation.close()
         return items
 
     async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:

@@ -119,17 +119,22 @@ async def _receive(
     if decided is not None:
         return decided
     seeds = SeedMap(seed_files)
-    plan = await _descend(conversation, offer, seeds)
-    if not plan.whole:
-        assembly = _Assembly(replica, path)
-        try:
-            extra = await _assemble(conversation, assembly, plan, seeds)
-            if await _commit(replica, assembly, path, offer, check, final=False):
-                return Outcome("delta", plan.literal_bytes() + extra, plan.matched_bytes())
-        except SeedChanged:
-            pass
-        finally:
-            assembly.abort()
+    try:
+        plan = await _descend(conversation, offer, seeds)
+        if not plan.whole:
+            assembly = _Assembly(replica, path)
+            try:
+                extra = await _assemble(conversation, assembly, plan, seeds)
+                if await _commit(replica, assembly, path, offer, check, final=False):
+                    return Outcome("delta", plan.literal_bytes() + extra, plan.matched_bytes())
+            except SeedChanged:
+                pass
+            finally:
+                assembly.abort()
+    finally:
+        # The seeds' descriptors close now: an error's traceback keeps this frame, in a
+        # cycle that only a full collection frees (an idle server held them for good).
+        seed_files.clear()
     # No seeds, or the rebuilt file did not check out: the whole content, once.
     assembly = _Assembly(replica, path)
     try:

@@ -267,6 +267,10 @@ class Connection:
     def _dispatch(
         self, conversation_id: int | None, message: m.Message, size: int, nursery: trio.Nursery
     ) -> None:
+        if self._failure is not None:
+            # Ending (a handler's failure is being told to the peer): nothing new starts,
+            # for it would outlive the failure that cleared the conversations.
+            return
         if conversation_id is None:
             if isinstance(message, m.Ping):
                 return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 import warnings
@@ -46,6 +47,11 @@ MAX_PAUSED_PATHS = 10_000
 # each file the server reads for a client or a replica floods the kernel's event queue.
 CHANGES = [FileCreatedEvent, DirCreatedEvent, FileModifiedEvent, DirModifiedEvent,
            FileDeletedEvent, DirDeletedEvent, FileMovedEvent, DirMovedEvent, FileClosedEvent]
+# Levels of directories below which watchdog can still open a path: PATH_MAX bytes of
+# "a/". It walks a directory that appears with os.walk, which recurses once per level
+# (before Python 3.12): a tree deeper than the recursion limit (1,000), made by a client or
+# moved in, killed its thread, and no local edit was noticed after.
+WALK_LEVELS = 4096 // 2
 
 
 def ignore_repeated_registration() -> None:
@@ -69,6 +75,7 @@ class ShareWatcher(FileSystemEventHandler):
         task) once things settle after each burst of edits."""
         self.changed = changed
         self.token = trio.lowlevel.current_trio_token()
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), WALK_LEVELS + 1000))
         self._lock = threading.Lock()
         self._first = 0.0
         self._last = 0.0
