@@ -95,6 +95,29 @@ async def test_renamed_small_files_are_copied_and_edited_ones_descend(
     pair.close()
 
 
+async def test_a_file_written_moments_ago_is_still_a_seed(tmp_path, counted) -> None:
+    """Files written within the index's racy window (their rows cannot vouch that the
+    content is unchanged) still serve as seeds for their own next version."""
+    src = tmp_path / "src"
+    small_tree(src, 30)
+    now = time.time_ns()
+    for path in src.rglob("*.txt"):
+        os.utime(path, ns=(now, now))
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    counted.update(batches=0, single=0)
+    edited = max(src.rglob("*.txt"), key=lambda path: path.stat().st_size)
+    data = bytearray(edited.read_bytes())
+    assert len(data) > 2000
+    data[1000:1004] = b"EDIT"
+    edited.write_bytes(bytes(data))
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert counted["single"] == 1 and stats.literal_bytes < 1000
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
 async def test_a_new_small_file_like_others_is_sent_in_its_batch(tmp_path, counted) -> None:
     """A file new at its path goes whole in its batch even where similar files are there
     (the compression stream finds what they share); only an older version at the same

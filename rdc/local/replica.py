@@ -125,9 +125,7 @@ class Replica:
         self.errors = errors
         self.temporaries = walked.temporaries
         self._salt = _salt(excludes)
-        self._fingerprint = walked.fingerprint if not errors else None
-        with self.lock:
-            self.db.cache_hashes(self._fingerprint, (tree.content, tree.meta, tree.smeta))
+        self._fingerprint = self._sealed(walked.fingerprint if not errors else None, tree)
         return tree
 
     def rescan(self, excludes: Excludes | None = None) -> Entry:
@@ -157,10 +155,16 @@ class Replica:
         tree = found.tree
         seal(tree)
         self.tree = tree
-        self._fingerprint = fingerprint(tree, salt)
-        with self.lock:
-            self.db.cache_hashes(self._fingerprint, (tree.content, tree.meta, tree.smeta))
+        self._fingerprint = self._sealed(fingerprint(tree, salt), tree)
         return tree
+
+    def _sealed(self, fingerprint: bytes | None, tree: Entry) -> bytes | None:
+        """Cache ``tree``'s hashes for a walk with ``fingerprint``; the fingerprint if the
+        index took it (not when a file was racy: the next scan must read it again)."""
+        with self.lock:
+            self.db.cache_hashes(fingerprint, (tree.content, tree.meta, tree.smeta))
+            taken = fingerprint is not None and self.db.cached_hashes(fingerprint) is not None
+        return fingerprint if taken else None
 
     def current_root(self, path: str) -> bytes | None:
         """The root of the file at ``path`` if the index knows it for sure (the file is

@@ -170,7 +170,9 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
                 return Decision("copy", check, content)
     if offer.data is not None:
         return Decision("done", check, offer.data)
-    older_here = current is not None  # an indexed older version: a seed of its own
+    # An indexed older version is a seed of its own, even if written too recently for the
+    # index to vouch for it (racy): a seed's bytes are checked against its hashes as read.
+    older_here = st is not None and row is not None
     if offer.size >= SMALL_FILE or (
         older_here and not whole_is_best(offer.size, offer.depth, older_here)
     ):
