@@ -32,7 +32,7 @@ from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import WHOLE_BELOW, whole_is_best
-from rdc.transfer.ops import expectation
+from rdc.transfer.ops import expectation, holds
 from rdc.transfer.stats import Stats
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation
@@ -153,12 +153,19 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     with its root (both looked up for the whole batch at once)."""
     path = offer.path
     st = replica.fs.lstat(path)
-    if expect is not None and expect.kind == "":  # nothing may be there: one look says
-        if st is not None:
-            raise ConflictError(path=path, expected="nothing", found="an entry")
-        check: Expect | None = Expect.absent()
-    else:
-        check = expectation(replica, path, expect)
+    try:
+        if expect is not None and expect.kind == "":  # nothing may be there: one look says
+            if st is not None:
+                raise ConflictError(path=path, expected="nothing", found="an entry")
+            check: Expect | None = Expect.absent()
+        else:
+            check = expectation(replica, path, expect)
+    except ConflictError:
+        if not holds(replica, path, offer.root):
+            raise
+        check = None  # what was expected is gone, but what is there is what we want
+        st = replica.fs.lstat(path)
+        row = replica.indexed([path]).get(path)  # (holds() indexed it)
     current = row.root if st is not None and row is not None and row.describes(st) else None
     if current == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
@@ -224,6 +231,12 @@ def write_batch(
             offer, check, _ = files[i]
             try:
                 st = replica.install(temp, offer.path, check)
+            except ConflictError as exc:
+                if holds(replica, offer.path, offer.root):  # another writer got there first
+                    replica.set_meta(offer.path, offer.mode, offer.mtime_ns)
+                else:
+                    results[i] = _failure(exc, offer.path)
+                continue
             except _EXPECTED_ERRORS as exc:
                 results[i] = _failure(exc, offer.path)
                 continue

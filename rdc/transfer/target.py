@@ -22,7 +22,7 @@ from rdc.local.fs import ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import Plan, SeedFile, SeedMap, target_descent
-from rdc.transfer.ops import expectation
+from rdc.transfer.ops import expectation, holds
 from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
 from rdc.wire import messages as m
@@ -147,7 +147,12 @@ def settle(
     and time set), a copy of another local file with its content, a tiny file whose
     content came in the offer. Also the check of what must still be at ``path`` when the
     new file is put there. ConflictError if ``expect`` does not hold now."""
-    check = expectation(replica, path, expect)
+    try:
+        check = expectation(replica, path, expect)
+    except ConflictError:
+        if not holds(replica, path, offer.root):
+            raise
+        check = None  # what was expected is gone, but what is there is what we want
     if replica.current_root(path) == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check
@@ -383,5 +388,11 @@ def _finish_file(
             raise Refusal("verify", message=f"{path}: the received file does not have the "
                           "offered root (it changed at the source while being sent?)")
         return False
-    replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check, signature)
+    try:
+        replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check,
+                                signature)
+    except ConflictError:
+        if not holds(replica, path, offer.root):
+            raise
+        replica.set_meta(path, offer.mode, offer.mtime_ns)  # another writer got there first
     return True
