@@ -61,6 +61,7 @@ class Refusal(RdcError):
     # Exit status by wire error code (docs/protocol.md section 4); others exit 1.
     CODE_EXIT: ClassVar[dict[str, int]] = {
         "auth": 4, "share": 4, "readonly": 4, "protocol": 6, "version": 6, "busy": 5,
+        "full": 9,
     }
 
     def __init__(self, code: str = "internal", **fields: object) -> None:
@@ -76,3 +77,14 @@ class RemoteError(Refusal):
 # The exit status of a run in which some files could not be read or written (the rest was
 # done); the others are the error classes' own (the README lists them all).
 EXIT_PARTIAL = 3
+# A deletion guard stopped a run's deletions (rdc.transfer.guards); the rest was done.
+EXIT_DELETE_REFUSED = 7
+# ``rdc verify`` found files whose content does not match their index.
+EXIT_MISMATCH = 8
+
+
+class NoSpace(RdcError):
+    """no space left: {what} is full ({where})"""
+
+    exit_code = 9
+    code = "full"  # its code on the wire (docs/protocol.md section 4)

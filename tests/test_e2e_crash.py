@@ -80,7 +80,7 @@ def check_old_or_new(target: Path, allowed: dict[bytes, set[bytes | None]]) -> N
         path = target / os.fsdecode(rel)
         found = file_hash(path) if path.exists() else None
         assert found in versions, f"{rel!r} is neither its old nor its new version"
-    names = {rel for rel in allowed} | {b"sub"}
+    names = {rel for rel in allowed} | {b"sub", b".rdc-folder"}
     for dirpath, dirnames, filenames in os.walk(os.fsencode(target)):
         for name in dirnames + filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), os.fsencode(target))

@@ -80,6 +80,8 @@ class OpenDirectory(Protocol):
     def release(self) -> None:
         """The connection is done with the directory (idempotent)."""
 
+    # Optional: ``marker_lost() -> bool``, whether the share lost its folder marker.
+
 
 class Shares(Protocol):
     async def open(self, share: str, path: str, write: bool, create: bool) -> OpenDirectory:
@@ -159,7 +161,7 @@ class ServerSession:
         conversation.send(m.Opened(
             content=content, meta=meta, smeta=smeta, unreadable=self.unreadable,
             writable=opened.writable, seq=seq, top=m.Top(walked.tree.mode, walked.tree.mtime_ns),
-            fixed=self.top_fixed,
+            fixed=self.top_fixed, files=len(walked.files), marker_lost=_marker_lost(opened),
         ))
         if walked.temporaries and opened.writable:
             # Temporaries of killed transfers (this daemon's or another's) go now.
@@ -363,7 +365,15 @@ class ServerSession:
         conversation.send(m.Finished(
             content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
+            files=self.opened.replica.stats.files, marker_lost=_marker_lost(self.opened),
         ))
+
+
+def _marker_lost(opened: OpenDirectory) -> bool:
+    """Whether the share lost its folder marker (`rdc.local.marker`), if the daemon
+    keeps markers."""
+    lost = getattr(opened, "marker_lost", None)
+    return bool(lost()) if callable(lost) else False
 
 
 def _send_split(conversation: Conversation, kind: type[m.Listings] | type[m.MetaListing],

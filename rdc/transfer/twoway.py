@@ -39,11 +39,12 @@ import trio
 from rdc.local.index import Progress as ScanProgress
 from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, lookup
+from rdc.local.snapshot import EMPTY_CONTENT, Entry, lookup
+from rdc.transfer import guards
 from rdc.transfer import sync_base as base_store
-from rdc.transfer.oneway import move_files, request_open, scan_while_opening
+from rdc.transfer.oneway import local_marker, move_files, request_open, scan_while_opening
 from rdc.transfer.sides import Hashes, Local, Remote
-from rdc.transfer.stats import Options, Progress, Stats
+from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.transfer.sync_base import DIGEST_BYTES, Known
 from rdc.transfer.tally import settle_two_way
 from rdc.wire import messages as m
@@ -572,12 +573,43 @@ async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options
     return stats
 
 
+async def hold_back_deletions(actions: Actions, local: Local, remote: Remote,
+                              options: Options) -> list[str]:
+    """The deletion guards (`rdc.transfer.guards`) for each direction: deletions there
+    follow this side, deletions here follow the server's. A direction whose deletions a
+    guard stops has them taken out of ``actions`` (their base entries then stay as they
+    were, so the next round weighs them again); returns why, per stopped direction."""
+    replica, tree, hashes = local.replica, local.tree, remote.hashes
+    here = f"the local directory {replica.root}"
+    directions = (
+        (actions.remote_rms, actions.remote_rmdirs, remote,
+         guards.Source(here, local_marker(replica, options).lost, not tree.children),
+         -1 if hashes.files is None else hashes.files, "the server"),
+        (actions.local_rms, actions.local_rmdirs, local,
+         guards.Source("the server's directory", hashes.marker_lost,
+                       hashes.content == EMPTY_CONTENT),
+         count_files(tree), here),
+    )
+    refused = []
+    for rms, rmdirs, side, source, files, name in directions:
+        size = await guards.size_of(side, rms)
+        size = guards.Size(size.entries + len(rmdirs), size.files)
+        why = guards.refusal(source, size, files, name, options)
+        if why is not None:
+            refused.append(why)
+            rms.clear()
+            rmdirs.clear()
+    return refused
+
+
 async def open_round(connection: Connection, replica: Replica, share: str, path: str,
                      options: Options, excludes: list[str],
                      progress: Callable[[ScanProgress], None] | None = None,
                      ) -> tuple[Remote, Entry]:
     """Open the remote directory for a sync (writable unless a dry run) and scan the local
     one meanwhile (``progress``: of that scan); the remote side and the local tree."""
+    if options.markers is not None and not options.dry_run:  # before the scan
+        await trio.to_thread.run_sync(local_marker, replica, options, True)
     write = not options.dry_run and options.mode != RECEIVE_ONLY
     opening = request_open(connection, share, path, write, excludes)
     answer, tree = await scan_while_opening(replica, opening, progress)
@@ -621,12 +653,14 @@ async def sync_round(
     moving = [path for path, _ in actions.pushes + actions.gets]
     if planned is not None and not options.dry_run:
         planned(round_)
-    if options.dry_run:
-        stats = Stats(conflicts=list(actions.conflicts))
-        return settle_two_way(stats, replica, tree, moving, True), actions, tree
     local = Local(replica, tree)
+    refused = await hold_back_deletions(actions, local, remote, options)
+    if options.dry_run:
+        stats = Stats(conflicts=list(actions.conflicts), refused=refused)
+        return settle_two_way(stats, replica, tree, moving, True), actions, tree
     try:
         stats = await execute(local, remote, round_, options) if actions else Stats()
+        stats.refused += refused
     finally:
         # Even when cut off: what was done is recorded, the rest keeps its old base.
         with trio.CancelScope(shield=True):

@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from rdc.errors import AccessDenied, ProtocolError, RemoteError, UsageError
+from rdc.local.marker import MARKER
 from rdc.transfer.serving import ServerSession
 from rdc.wire.codec import pack
 from rdc.wire.connection import Connection, unwrap_group
@@ -63,6 +64,10 @@ class Daemon:
             if share.versions is not None:
                 log.info("share %s keeps versions in %s (%s)", name,
                          self.registry.versions(name).location, share.versions)
+            if await trio.to_thread.run_sync(self.registry.marker_lost, name, True):
+                log.warning("share %s: its folder marker %s is missing (is the disk mounted?); "
+                            "nothing is deleted elsewhere on its account until it is back",
+                            name, MARKER)
         try:
             async with trio.open_nursery() as nursery:
                 if self.config.upstreams:
