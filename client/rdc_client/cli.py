@@ -37,6 +37,7 @@ COMMANDS = {
     "forget": "rdc_client.cmd_repo",
     "prune": "rdc_client.cmd_repo",
     "check": "rdc_client.cmd_repo",
+    "verify": "rdc_client.cmd_verify",
 }
 
 # The commands whose --json is an event stream (rdc_client.events); an error that ends

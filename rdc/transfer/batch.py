@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import trio
 
+from rdc.content.check import matches
 from rdc.content.signature import FileSignature, signature_of_bytes
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.filestat import mtime_ns
@@ -31,6 +32,7 @@ from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.local.verify import CHANGED, recheck
 from rdc.transfer.descent import WHOLE_BELOW, whole_is_best
 from rdc.transfer.ops import expectation, holds
 from rdc.transfer.stats import Stats
@@ -94,16 +96,25 @@ _EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
 
 
 def offer_batch(
-    replica: Replica, files: list[tuple[str, m.Expected | None]]
+    replica: Replica, files: list[tuple[str, m.Expected | None]],
+    changed: Callable[[str], None] | None = None,
 ) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
     """The source's offer of each file, with its content if it is small (blocking). A
-    file that cannot be read (gone, through a symlink now) is a Failure in its place."""
+    file that cannot be read (gone, through a symlink now) is a Failure in its place. A
+    file whose content is not what its index says is read again and offered as it is
+    (``changed`` is told of it if its time did not move: bit rot)."""
     out: list[tuple[m.FileOffer | m.Failure, bytes | None]] = []
     for path, expect in files:
         try:
             signature, st, f = replica.sign(path)
             with f:
                 data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
+            if data is not None and not matches(signature.tree, data):
+                if recheck(replica, path) is not None and changed is not None:
+                    changed(path)
+                signature, st, f = replica.sign(path)
+                with f:
+                    data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
         except _EXPECTED_ERRORS as exc:
             out.append((_failure(exc, path), None))
             continue
@@ -298,8 +309,11 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
     """Push a batch of small local files (the client is the source); the files the server
     wants by the per-file exchange are returned. ``done(path, size, arrived)`` is called for
     each file settled here."""
+    def changed(path: str) -> None:
+        stats.warnings.append(f"{path}: {CHANGED} (bit rot?); read again and sent as it is")
+
     signed = await trio.to_thread.run_sync(
-        offer_batch, replica, [(path, expected(there)) for path, there in files]
+        offer_batch, replica, [(path, expected(there)) for path, there in files], changed
     )
     offered: list[tuple[m.FileOffer, bytes | None, bytes | None]] = []  # offer, data, there
     for (path, there), (offer, data) in zip(files, signed, strict=True):
@@ -431,10 +445,12 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
     return alone
 
 
-async def serve_gets(conversation: Conversation, replica: Replica, message: m.Gets) -> None:
-    """The server's side of a pulled batch (it is the source)."""
+async def serve_gets(conversation: Conversation, replica: Replica, message: m.Gets,
+                     changed: Callable[[str], None] | None = None) -> None:
+    """The server's side of a pulled batch (it is the source); ``changed`` as for
+    `offer_batch`."""
     signed = await trio.to_thread.run_sync(
-        offer_batch, replica, [(request.path, None) for request in message.files]
+        offer_batch, replica, [(request.path, None) for request in message.files], changed
     )
     conversation.send(m.Offers(files=[offer for offer, _ in signed]))
     verdicts = (await conversation.receive(m.Verdicts)).verdicts

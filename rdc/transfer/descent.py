@@ -334,6 +334,7 @@ class SourceFile:
         self.tree = tree
         self.read = read
         self.prefix = prefix
+        self._last: tuple[int, bytes] | None = None  # the last leaf read, checked
         self._leaf_offsets = [0]
         for length in tree.leaves.lengths:
             self._leaf_offsets.append(self._leaf_offsets[-1] + length)
@@ -382,13 +383,20 @@ class SourceFile:
         )
 
     def leaf_bytes(self, leaf: int) -> bytes:
+        """The bytes of one leaf, checked against its hash: a file whose content changed
+        without its signature (bit rot) is SourceChanged, not served."""
         if not 0 <= leaf < len(self.tree.leaves):
             raise ValueError(f"no leaf {leaf}")
+        if self._last is not None and self._last[0] == leaf:
+            return self._last[1]
         start = self._leaf_offsets[leaf]
         length = self._leaf_offsets[leaf + 1] - start
         data = self.read(start, length)
         if len(data) != length:
             raise SourceChanged(f"the file is shorter than its signature (leaf {leaf})")
+        if chunk_hash(data) != self.tree.leaves.hash(leaf):
+            raise SourceChanged(f"chunk {leaf} (at byte {start:,}) differs from its signature")
+        self._last = (leaf, data)
         return data
 
     def subs(self, leaf: int) -> EntryList:

@@ -13,6 +13,7 @@ step; compare the root hashes again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from rdc.local.index import Progress as ScanProgress
 from rdc.local.marker import RootState, settle
 from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
+from rdc.local.verify import CHANGED
 from rdc.transfer import guards, metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch
 from rdc.transfer.compare import Changes, compare, everything
@@ -39,11 +41,12 @@ BATCHES_IN_FLIGHT = 4
 
 
 def request_open(connection: Connection, share: str, path: str, write: bool,
-                 excludes: list[str]) -> Conversation:
+                 excludes: list[str], checksum: bool = False) -> Conversation:
     """Send ``open`` (creating ``path`` if it writes); the server starts scanning its
-    tree, which the client overlaps with its own scan before it waits for ``opened``."""
+    tree, which the client overlaps with its own scan before it waits for ``opened``.
+    ``checksum``: the server reads every file again."""
     return connection.start(m.Open(share=share, path=path, write=write, create=write,
-                                   excludes=excludes))
+                                   excludes=excludes, checksum=checksum))
 
 
 async def receive_opened(conversation: Conversation) -> m.Opened:
@@ -63,10 +66,11 @@ async def scan_while_opening(
     progress: Callable[[ScanProgress], None] | None = None,
     walked: Walk | None = None,
     streaming: bool = False,
+    checksum: bool = False,
 ) -> tuple[m.Opened, Entry]:
-    """The server's answer to ``open`` and the local tree, scanned meanwhile: the two scans
-    are independent, and in series a cold push paid for both. A refused open stops the
-    local scan at its next file.
+    """The server's answer to ``open`` and the local tree, scanned meanwhile (every file
+    read with ``checksum``): the two scans are independent, and in series a cold push
+    paid for both. A refused open stops the local scan at its next file.
 
     With ``streaming`` (a push, given the walk), an empty remote directory stops the scan
     too, and the walk's tree is returned unsealed, without roots: everything goes, and the
@@ -86,7 +90,8 @@ async def scan_while_opening(
     async def scan() -> None:
         nonlocal tree, finished
         with contextlib.suppress(ScanAbandoned):  # the open was refused, or streaming
-            tree = await trio.to_thread.run_sync(replica.scan, None, report, walked)
+            tree = await trio.to_thread.run_sync(
+                functools.partial(replica.scan, None, report, walked, checksum=checksum))
         finished = True
 
     with unwrap_group():
@@ -140,14 +145,15 @@ async def open_and_scan(
     its last scan (stat says so for this side, the server's answer for its own), the
     local tree is not scanned at all: None, with the walk that showed it."""
     write = push and not options.dry_run
-    opening = request_open(connection, share, path, write, excludes)
+    opening = request_open(connection, share, path, write, excludes, options.checksum)
     # The local walk runs while the server scans its side.
     cached, walked = await trio.to_thread.run_sync(replica.quick)
     if walked.temporaries and not push and not options.dry_run:
         await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-    if cached is None:
+    if cached is None or options.checksum:
         streaming = write and not walked.errors
-        answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming)
+        answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming,
+                                                options.checksum)
         return answer, tree, walked
     answer = await receive_opened(opening)
     theirs = Hashes.of_message(answer)
@@ -183,6 +189,9 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
     local, remote = Local(replica, tree), Remote(connection, answer)
     source, target = (local, remote) if push else (remote, local)
     stats = Stats(files_total=count_files(tree))
+    stats.warnings += [f"{path}: {CHANGED} (read again by --checksum)"
+                       for path in getattr(getattr(replica, "stats", None), "mismatched", [])
+                       if options.checksum]
     if push:
         stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
     mine, theirs = local.hashes(), remote.hashes

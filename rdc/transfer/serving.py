@@ -8,6 +8,7 @@ tested over in-memory streams.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -16,19 +17,20 @@ from typing import Any, Protocol
 
 import trio
 
-from rdc.errors import ProtocolError, Refusal
+from rdc.errors import ProtocolError, Refusal, RemoteError
 from rdc.local.fs import ConflictError
 from rdc.local.ignore import Excludes
-from rdc.local.paths import PathError
+from rdc.local.paths import PathError, displayable
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, Walk
+from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
-from rdc.wire.codec import pack
+from rdc.wire.codec import MAX_ITEMS, pack
 from rdc.wire.connection import Conversation
 
 log = logging.getLogger("rdc.serve")
@@ -126,6 +128,7 @@ class ServerSession:
             m.Get: self._get, m.Offers: self._offers, m.Gets: self._gets, m.Ops: self._ops,
             m.MetaSet: self._mset, m.Finish: self._finish, m.Watch: self._watch,
             m.Report: self._report, m.Status: self._status,
+            m.Verify: self._verify,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -144,10 +147,14 @@ class ServerSession:
         async with opened.lock:
             seq = opened.sequence()
             cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
-            if cached is None:  # something changed since the last scan: a full one
-                tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+            if cached is None or message.checksum:  # something changed: a full scan
+                tree = await trio.to_thread.run_sync(functools.partial(
+                    replica.scan, self.excludes, None, walked, checksum=message.checksum))
                 opened.keep_scan(seq, self.excludes, tree, list(replica.errors))
                 self._scanned(tree, seq)
+                for path in replica.stats.mismatched if message.checksum else ():
+                    log.warning("%s: %s: %s (found by --checksum); re-indexed", self.peer,
+                                displayable(path), CHANGED)
                 cached = (tree.content, tree.meta, tree.smeta)
             else:  # nothing changed: the tree is scanned only if someone asks for it
                 self.tree, self.unreadable = None, 0
@@ -252,13 +259,50 @@ class ServerSession:
             try:
                 offer = make_offer(signature, st, read,
                                    older_version_likely=message.expect not in (None, m.NOTHING))
-            except SourceChanged as exc:
-                raise Refusal("vanished", message=f"{path} changed while read: {exc}") from None
-            conversation.send(offer)
-            if offer.data is not None:
-                await conversation.receive(m.Done)
-                return
-            await serve_wants(conversation, SourceFile(signature.tree, read))
+                conversation.send(offer)
+                if offer.data is not None:
+                    await conversation.receive(m.Done)
+                    return
+                await serve_wants(conversation, SourceFile(signature.tree, read))
+            except (SourceChanged, Refusal) as exc:
+                if isinstance(exc, RemoteError) or getattr(exc, "code", "vanished") != "vanished":
+                    raise
+                await self._recheck(path)
+                raise Refusal("vanished", message=f"{path} changed while it was read ({exc}); "
+                              "ask again") from None
+
+    async def _verify(self, conversation: Conversation, message: m.Verify) -> None:
+        """Read every file of the opened directory again against the index; the files
+        that did not match (now re-indexed), logged too. Allowed read-only: it changes
+        nothing in the share, and reading all of it is what a pull may do anyway."""
+        assert self.opened is not None
+        opened = self.opened
+        async with opened.lock:
+            report = await trio.to_thread.run_sync(verify_tree, opened.replica, self.excludes)
+        for finding in report.findings:
+            log.warning("%s: verify: %s: %s (bit rot?); re-indexed", self.peer,
+                        displayable(finding.path), CHANGED)
+        log.info("%s: verify %s: %d files, %d bytes, %d mismatches", self.peer, opened.share,
+                 report.files, report.bytes, len(report.findings))
+        if report.findings:
+            self.tree = None  # the index changed: the next listing scans again
+        paths = [finding.path for finding in report.findings]
+        for start in range(0, max(len(paths), 1), MAX_ITEMS):
+            conversation.send(m.Verified(
+                files=report.files, size=report.bytes, mismatches=paths[start:start + MAX_ITEMS],
+                unreadable=len(report.errors), more=start + MAX_ITEMS < len(paths)))
+
+    async def _recheck(self, path: str) -> None:
+        """A file served was not what its signature said: read it again (`recheck`), so
+        that the index says what is there; log it if its time did not move."""
+        assert self.opened is not None
+        try:
+            finding = await trio.to_thread.run_sync(recheck, self.opened.replica, path)
+        except (OSError, PathError):
+            return
+        if finding is not None:
+            log.warning("%s: %s: %s (bit rot?); re-indexed, serving what is there now",
+                        self.peer, displayable(path), CHANGED)
 
     # ------------------------------------------------------------ writing
 
@@ -276,7 +320,11 @@ class ServerSession:
 
     async def _gets(self, conversation: Conversation, message: m.Gets) -> None:
         assert self.opened is not None
-        await serve_gets(conversation, self.opened.replica, message)
+        def changed(path: str) -> None:
+            log.warning("%s: %s: %s (bit rot?); re-indexed, serving what is there now",
+                        self.peer, displayable(path), CHANGED)
+
+        await serve_gets(conversation, self.opened.replica, message, changed)
 
     async def _ops(self, conversation: Conversation, message: m.Ops) -> None:
         opened = self._writable()

@@ -98,6 +98,13 @@ def same_content(a: State | None, b: State | None) -> bool:
     return a.digest[:HB] == b.digest[:HB] if a.kind == "f" else a.digest == b.digest
 
 
+def damaged(now: State | None, old: State | None) -> bool:
+    """Whether a file's content changed since the base while its modification time did
+    not: what bit rot looks like once a read finds it (an edit moves the time)."""
+    return (now is not None and old is not None and now.kind == old.kind == "f"
+            and now.mtime_ns == old.mtime_ns and now.digest[:HB] != old.digest[:HB])
+
+
 def same_meta(a: State, b: State) -> bool:
     return a.mode == b.mode and (a.kind == "d" or a.mtime_ns == b.mtime_ns)
 
@@ -361,6 +368,12 @@ class TwoWay:
                 return
         changed_here = not same_content(mine, old)
         changed_there = not same_content(theirs, old)
+        if changed_here != changed_there and damaged(theirs if changed_there else mine, old):
+            # Content changed without a time change on one side, the other still as it
+            # was: damage (bit rot found by a scrub, --checksum or verify), not an edit.
+            # The good copy repairs it, rather than the damage spreading.
+            self._take(path, here, theirs, before, queue, to_local=changed_here)
+            return
         if not changed_here or (changed_there and mine is None):
             self._take(path, here, theirs, before, queue, to_local=True)
         elif not changed_there or theirs is None:
@@ -611,8 +624,9 @@ async def open_round(connection: Connection, replica: Replica, share: str, path:
     if options.markers is not None and not options.dry_run:  # before the scan
         await trio.to_thread.run_sync(local_marker, replica, options, True)
     write = not options.dry_run and options.mode != RECEIVE_ONLY
-    opening = request_open(connection, share, path, write, excludes)
-    answer, tree = await scan_while_opening(replica, opening, progress)
+    opening = request_open(connection, share, path, write, excludes, options.checksum)
+    answer, tree = await scan_while_opening(replica, opening, progress,
+                                            checksum=options.checksum)
     return Remote(connection, answer), tree
 
 

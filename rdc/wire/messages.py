@@ -669,6 +669,25 @@ class Finished(Message):
     marker_lost: bool = wire(boolean, False, omit=False)
 
 
+@message("verify")
+class Verify(Message):
+    """Read every file of the opened directory again and compare it with its index."""
+
+    REQUEST = True
+
+
+@message("verified")
+class Verified(Message):
+    """What ``verify`` read, and the files whose content did not match their index."""
+
+    files: int = wire(uint(), 0)
+    size: int = wire(uint(), 0, key="bytes")
+    mismatches: list[str] = wire(array(path), factory=list,
+                                 out=lambda ps: [to_wire(p) for p in ps])
+    unreadable: int = wire(uint(), 0)
+    more: bool = wire(boolean, False)
+
+
 @message("watch")
 class Watch(Message):
     REQUEST = True

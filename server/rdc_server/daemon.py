@@ -28,6 +28,7 @@ from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
 from rdc_server.follow import follow_all
 from rdc_server.limits import Limits, give_back_memory, tune_allocator
+from rdc_server.scrub import scrub_forever
 from rdc_server.shares import Registry
 
 log = logging.getLogger("rdc.serve")
@@ -77,6 +78,9 @@ class Daemon:
                     nursery.start_soon(self.registry.prune_versions)
                 nursery.start_soon(self.registry.board.log_summaries)
                 task_status.started(listeners)
+                if self.config.scrub_every is not None:
+                    log.info("scrubbing every share every %g s", self.config.scrub_every)
+                    nursery.start_soon(scrub_forever, self.registry, self.config.scrub_every)
                 await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
         finally:
             self.registry.close()
