@@ -88,6 +88,7 @@ class Replica:
         when it was last sealed: a sync with nothing changed needs no more than this. The
         walk can be handed to `scan` when more is needed."""
         walked = self.walk(excludes)
+        self.temporaries = walked.temporaries
         cached = None
         if not walked.errors:
             with self.lock:

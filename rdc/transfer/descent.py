@@ -269,7 +269,10 @@ def target_descent(
     checks: list[tuple[int, int, int, bytes]] = []
     split = [u for u in unknown if u[2] >= SUBS_FROM]
     if split:
-        wanted = [u[0] for u in split if u[0] not in supplied]
+        # A leaf with no seed region to look in (past the end of every seed: the tail of a
+        # file resumed from a partial one) is fetched without asking for its mids.
+        regions = {u[0]: _region(known, u[1], u[1] + u[2], seeds, u[2]) for u in split}
+        wanted = [u[0] for u in split if u[0] not in supplied and regions[u[0]] is not None]
         if wanted:
             reply = yield WantSubs(leaves=wanted)
             assert reply is not None
@@ -277,12 +280,12 @@ def target_descent(
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
-            mids = subchunks.decode(supplied[leaf].prefixes, supplied[leaf].lengths, length,
-                                    MID_PARAMS)
-            region = _region(known, offset, offset + length, seeds, length)
+            region = regions[leaf]
             if region is None:
                 fetch.append((leaf, 0, length))
                 continue
+            mids = subchunks.decode(supplied[leaf].prefixes, supplied[leaf].lengths, length,
+                                    MID_PARAMS)
             if region not in indexes:
                 seed, begin, stop = region
                 data = seeds.seeds[seed].read(begin, stop - begin)

@@ -23,6 +23,7 @@ from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import Plan, SeedFile, SeedMap, target_descent
 from rdc.transfer.ops import expectation, holds
+from rdc.transfer.resume import Partials, keep_or_drop, open_partials
 from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
 from rdc.wire import messages as m
@@ -55,10 +56,12 @@ class _Assembly:
     def __init__(self, replica: Replica, path: str) -> None:
         self.temp = replica.fs.create_temp(path)
         self.signer = StreamSigner()
+        self.written = 0
 
     def write(self, data: bytes | memoryview) -> None:
         self.temp.write(data)
         self.signer.feed(data)
+        self.written += len(data)
 
     def copy(self, runs: list[tuple[Callable[[int, int], bytes], int, int]]) -> None:
         for read, offset, length in runs:
@@ -116,8 +119,28 @@ async def _receive(
     decided, check, seed_files = await trio.to_thread.run_sync(
         _decide, replica, path, offer, expect
     )
+    # What an interrupted transfer of this path left (rdc.transfer.resume): seeds too.
+    partials = await trio.to_thread.run_sync(open_partials, replica, path, offer.size)
     if decided is not None:
+        await trio.to_thread.run_sync(partials.drop)
         return decided
+    try:
+        seed_files += await trio.to_thread.run_sync(partials.seeds)
+        outcome = await _rebuild(conversation, replica, path, offer, check, seed_files,
+                                 partials)
+    except BaseException:
+        partials.close()
+        raise
+    await trio.to_thread.run_sync(partials.drop)
+    return outcome
+
+
+async def _rebuild(
+    conversation: Conversation, replica: Replica, path: str, offer: m.Offer,
+    check: Expect | None, seed_files: list[SeedFile], partials: Partials,
+) -> Outcome:
+    """Descend with the seeds, assemble and commit; or the whole content. A temporary
+    cut off by an interruption stays as the path's partial (`keep_or_drop`)."""
     seeds = SeedMap(seed_files)
     plan = await _descend(conversation, offer, seeds)
     if not plan.whole:
@@ -128,6 +151,9 @@ async def _receive(
                 return Outcome("delta", plan.literal_bytes() + extra, plan.matched_bytes())
         except SeedChanged:
             pass
+        except BaseException as exc:
+            keep_or_drop(assembly.temp, assembly.written, partials, exc)
+            raise
         finally:
             assembly.abort()
     # No seeds, or the rebuilt file did not check out: the whole content, once.
@@ -135,6 +161,9 @@ async def _receive(
     try:
         await _receive_whole(conversation, assembly, offer.size)
         await _commit(replica, assembly, path, offer, check)
+    except BaseException as exc:
+        keep_or_drop(assembly.temp, assembly.written, partials, exc)
+        raise
     finally:
         assembly.abort()
     return Outcome("whole", literal=offer.size)
