@@ -3,6 +3,7 @@ the exit status the command line returns for it. Bugs are not RdcErrors."""
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 
@@ -84,7 +85,19 @@ EXIT_MISMATCH = 8
 
 
 class NoSpace(RdcError):
-    """no space left: {what} is full ({where})"""
+    """no space left {message}"""
 
     exit_code = 9
     code = "full"  # its code on the wire (docs/protocol.md section 4)
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says a disk is full: ENOSPC or EDQUOT, or SQLite's SQLITE_FULL
+    ("database or disk is full"). Such an error is no one file's: it ends the run."""
+    if isinstance(exc, OSError):
+        return exc.errno in _FULL_ERRNOS
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == 13  # SQLITE_FULL

@@ -1,13 +1,16 @@
-"""The options that keep a run from losing data (deletion guards, ``--checksum``) and the
-exit status that says a guard stopped something."""
+"""The options that keep a run from losing data (deletion guards, ``--checksum``), the
+exit status that says a guard stopped something, and a full disk said in one line."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-from rdc.errors import EXIT_DELETE_REFUSED, EXIT_PARTIAL
+from rdc.errors import EXIT_DELETE_REFUSED, EXIT_PARTIAL, NoSpace, disk_full
+from rdc.local.index import default_location
 from rdc.local.marker import client_book
+from rdc.local.paths import displayable
 from rdc.transfer.stats import Stats
 
 
@@ -43,3 +46,25 @@ def exit_status(stats: Stats) -> int:
     if stats.refused:
         return EXIT_DELETE_REFUSED
     return EXIT_PARTIAL if stats.failed else 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def no_space(exc: BaseException, local: str | None) -> NoSpace | None:
+    """A full disk on this machine as one clear error (None if ``exc`` is not one): the
+    local directory being written, or the signature index."""
+    leaves = _leaves(exc)
+    full = [leaf for leaf in leaves if disk_full(leaf)]
+    if not full or len(full) != len(leaves):
+        return None
+    leaf = full[0]
+    if isinstance(leaf, OSError):
+        written = displayable(os.fsdecode(leaf.filename or ""))
+        where = os.path.join(os.path.abspath(local), written) if local else written
+        return NoSpace(message=f"on this machine: cannot write {where} ({leaf.strerror})")
+    return NoSpace(message=f"on this machine: the signature index in "
+                   f"{default_location(local or '.').parent} cannot grow ({leaf})")

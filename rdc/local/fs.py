@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, TypeVar
 
 from rdc.errors import RdcError
-from rdc.local import beneath
+from rdc.local import beneath, faults
 from rdc.local.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
 from rdc.local.paths import name as leaf_name
 
@@ -513,6 +513,7 @@ class SafeRoot:
                         self.changed.add(parent(rel))  # the directory's time moved
                     temp = TempFile(os.dup(dfd), rel, tmp, fd, self.changed)
                     temp.keeper = self.keeper
+                    temp.full = faults.full(os.path.join(self.path, rel))
                     return temp
                 except BaseException:
                     with contextlib.suppress(OSError):
@@ -939,6 +940,7 @@ class TempFile:
         self._st = os.fstat(fd)
         self._changed = changed
         self.keeper: Keeper | None = None  # as SafeRoot.keeper
+        self.full = False  # a test's full disk (rdc.local.faults)
 
     @property
     def closed(self) -> bool:
@@ -954,6 +956,8 @@ class TempFile:
         view = memoryview(data).cast("B")
         total = view.nbytes
         try:
+            if self.full and total:
+                raise faults.no_space(self.path)
             while view:
                 view = view[os.write(self._fd, view):]
         except BaseException as exc:

@@ -26,7 +26,7 @@ import trio
 
 from rdc.content.check import matches
 from rdc.content.signature import FileSignature, signature_of_bytes
-from rdc.errors import ProtocolError, Refusal
+from rdc.errors import ProtocolError, Refusal, disk_full
 from rdc.local.filestat import mtime_ns
 from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
 from rdc.local.index import IndexedFile
@@ -77,6 +77,9 @@ def batches(files: Files, sizes: dict[str, int]) -> tuple[list[Files], Files]:
 
 
 def _failure(exc: BaseException, path: str) -> m.Failure:
+    """Why one file failed; a full disk is no one file's failure: it is raised again."""
+    if disk_full(exc):
+        raise exc
     if isinstance(exc, ConflictError):
         return m.Failure("conflict", str(exc))
     if isinstance(exc, PathError | IsADirectoryError | NotADirectoryError):

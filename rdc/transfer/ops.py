@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
-from rdc.errors import Refusal
+from rdc.errors import Refusal, disk_full
 from rdc.local.fs import ConflictError, Expect, SafeRoot
 from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError, join
@@ -151,6 +151,8 @@ def apply_ops(
         except Refusal as exc:
             results.append(m.Failure(exc.code, str(exc)))
         except OSError as exc:
+            if disk_full(exc):  # no one op's failure: the run ends
+                raise
             results.append(m.Failure("io", f"{op.path}: {exc.strerror or exc}"))
     return results
 

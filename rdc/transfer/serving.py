@@ -11,13 +11,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
 
-from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.errors import NoSpace, ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import ConflictError
 from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError, displayable
@@ -105,21 +106,48 @@ class ServerSession:
     unannounced: bool = False  # wrote something watchers were not told of yet
     unreadable: int = 0  # entries the last scan could not read (left out of the tree)
     top_fixed: bool = True  # the opened directory is a share's own: its mode and time stay
+    _full: bool = False  # a full disk was logged
     _opening: bool = False
     _walked: Walk | None = None  # the open's walk, for the first scan if nothing changed
 
     async def handle(self, conversation: Conversation, message: m.Message) -> None:
         """Answer one request (the connection lets through only requests: `m.Message`
         ``REQUEST``)."""
-        if isinstance(message, m.Open):
-            if self._opening:
-                raise ProtocolError(message="open twice on one connection")
-            self._opening = True
-            await self._open(conversation, message)
-            return
-        if self.opened is None:
-            raise ProtocolError(message=f"{message.TYPE!r} before open")
-        await self.handlers()[type(message)](conversation, message)
+        try:
+            if isinstance(message, m.Open):
+                if self._opening:
+                    raise ProtocolError(message="open twice on one connection")
+                self._opening = True
+                await self._open(conversation, message)
+                return
+            if self.opened is None:
+                raise ProtocolError(message=f"{message.TYPE!r} before open")
+            await self.handlers()[type(message)](conversation, message)
+        except (OSError, sqlite3.Error) as exc:
+            if not disk_full(exc) or self.opened is None:
+                raise
+            raise self._no_space(exc) from None
+
+    def _no_space(self, exc: BaseException) -> NoSpace:
+        """A full disk, logged (with the path, for whoever can free it) and said to the
+        client (without this machine's paths)."""
+        assert self.opened is not None
+        first, self._full = not self._full, True  # (concurrent requests hit it at once)
+        if isinstance(exc, OSError):
+            where = displayable(os.fsdecode(exc.filename or ""))
+            if first:
+                log.warning("%s: no space left in share %s (%s), writing %s: %s", self.peer,
+                            self.opened.share, displayable(self.opened.replica.root), where,
+                            exc.strerror)
+            return NoSpace(message=f"on the server: share {self.opened.share!r} is full "
+                           f"(writing {where})")
+        state = self.opened.replica.db.location.parent
+        if first:
+            log.warning("%s: no space left in the state directory %s: the signature index "
+                        "of share %s: %s", self.peer, displayable(str(state)),
+                        self.opened.share, exc)
+        return NoSpace(message="on the server: its state directory is full (the signature "
+                       "index cannot grow; the server's log says where)")
 
     def handlers(self) -> dict[type[m.Message], Callable[[Conversation, Any], Awaitable[None]]]:
         """What answers each request after ``open``."""

@@ -17,7 +17,7 @@ import trio
 
 from rdc.content.signature import FileSignature, chunk_hash
 from rdc.content.stream import StreamSigner
-from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
@@ -99,6 +99,8 @@ async def receive_file(
     try:
         outcome = await _receive(conversation, replica, path, offer, expect)
     except (Refusal, ConflictError, PathError, OSError) as exc:
+        if disk_full(exc):  # no one file's failure: the run ends
+            raise
         code = getattr(exc, "code", "conflict" if isinstance(exc, ConflictError) else "io")
         if isinstance(exc, PathError):  # through a symlink, or a directory on the way
             code = "path"
