@@ -103,6 +103,7 @@ def violations(target: Path, allowed: dict[bytes, set[bytes | None]]) -> list[st
     base = os.fsencode(target)
     seen = set()
     for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if not TEMP.match(d)]  # a directory going away
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             rel = os.path.relpath(path, base)
