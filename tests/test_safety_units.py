@@ -16,7 +16,7 @@ from rdc.content.check import LeafCheck, Mismatch, matches
 from rdc.content.signature import signature_of_bytes
 from rdc.local import marker
 from rdc.local.paths import temporary_name
-from rdc.local.snapshot import Entry, seal
+from rdc.local.snapshot import EMPTY_CONTENT, Entry, seal
 from rdc.transfer import guards
 from rdc.transfer.resume import _candidates
 from rdc.transfer.sides import Local
@@ -120,10 +120,10 @@ async def test_size_of_counts_whole_subtrees() -> None:
 def test_an_empty_directory_has_the_empty_content_hash() -> None:
     empty = Entry("d", 0o700, 123)
     seal(empty)
-    assert empty.content == guards.EMPTY_CONTENT
+    assert empty.content == EMPTY_CONTENT
     full = tree({"a": "f"})
     seal(full)
-    assert full.content != guards.EMPTY_CONTENT
+    assert full.content != EMPTY_CONTENT
 
 
 # ---------------------------------------------------------------- the marker
