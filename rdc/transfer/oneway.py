@@ -90,8 +90,8 @@ async def scan_while_opening(
     async def scan() -> None:
         nonlocal tree, finished
         with contextlib.suppress(ScanAbandoned):  # the open was refused, or streaming
-            tree = await trio.to_thread.run_sync(
-                functools.partial(replica.scan, None, report, walked, checksum=checksum))
+            scanner = functools.partial(replica.scan, checksum=True) if checksum else replica.scan
+            tree = await trio.to_thread.run_sync(scanner, None, report, walked)
         finished = True
 
     with unwrap_group():

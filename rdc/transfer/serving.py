@@ -176,8 +176,9 @@ class ServerSession:
             seq = opened.sequence()
             cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
             if cached is None or message.checksum:  # something changed: a full scan
-                tree = await trio.to_thread.run_sync(functools.partial(
-                    replica.scan, self.excludes, None, walked, checksum=message.checksum))
+                scanner = (functools.partial(replica.scan, checksum=True) if message.checksum
+                           else replica.scan)
+                tree = await trio.to_thread.run_sync(scanner, self.excludes, None, walked)
                 opened.keep_scan(seq, self.excludes, tree, list(replica.errors))
                 self._scanned(tree, seq)
                 for path in replica.stats.mismatched if message.checksum else ():
