@@ -137,3 +137,32 @@ def test_the_server_scrubs_on_a_schedule(e2e: E2E) -> None:
     wait_for(lambda: f"scrub s: big.bin: {CHANGED}" in server.log(), 30,
              "the scrub to find the flipped byte")
     assert "Traceback" not in server.log()
+
+
+def test_sync_with_checksum_repairs_the_rotten_side(e2e: E2E) -> None:
+    share, local = e2e.tmp / "share", e2e.tmp / "local"
+    a_tree(local)
+    share.mkdir()
+    server = e2e.serve({"s": share})
+
+    def sync(*extra: str):
+        return e2e.rdc("sync", str(local), server.url("s"), "--token-file",
+                       str(e2e.token_file), *extra)
+
+    def files(root: Path) -> dict:  # (two-way sync does not keep directories' times)
+        return {rel: node for rel, node in snapshot(root).items() if node.kind != "d"}
+
+    sync().ok()
+    good = files(local)
+    rot(local / "big.bin")  # this side's copy rots: the index still vouches for it
+    sync().ok()
+    assert file_hash(local / "big.bin") != file_hash(share / "big.bin")  # not noticed
+    found = sync("--checksum").ok()
+    assert f"big.bin: {CHANGED}" in found.stderr, found.stderr
+    assert files(local) == files(share) == good  # the server's good copy won
+
+    rot(share / "small.txt")  # now the server's copy rots
+    sync("-c").ok()
+    assert f"small.txt: {CHANGED} (found by --checksum)" in server.log()
+    assert files(local) == files(share) == good  # this side's good copy won
+    assert "Traceback" not in server.log()

@@ -4,6 +4,7 @@ partial files, and two-way sync's notion of damage."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from itertools import pairwise
 from pathlib import Path
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from rdc.content.check import LeafCheck, Mismatch, matches
 from rdc.content.signature import signature_of_bytes
+from rdc.errors import UsageError
 from rdc.local import marker
 from rdc.local.paths import temporary_name
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, seal
@@ -23,6 +25,7 @@ from rdc.transfer.sides import Local
 from rdc.transfer.stats import Options
 from rdc.transfer.twoway import State, damaged
 from rdc.wire import messages as m
+from rdc_server.config import load
 
 # ---------------------------------------------------------------- LeafCheck
 
@@ -188,3 +191,28 @@ def test_damage_is_new_content_under_the_old_time() -> None:
     assert not damaged(State("f", 0o600, 100, b"a" * 8), base)  # a mode change
     assert not damaged(None, base) and not damaged(State("f", 0o644, 100, b"b" * 8), None)
     assert not damaged(State("l", 0, 100, b"x"), State("l", 0, 100, b"y"))
+
+
+# ---------------------------------------------------------------- the scrub's schedule
+
+
+def test_the_scrub_schedule_from_the_config_file_or_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "share").mkdir()
+    (tmp_path / "tokens").write_text("scrub-test-token-0001\n")
+
+    def config(scrub_every: object, cli: str | None = None):
+        toml = tmp_path / "rdc.toml"
+        toml.write_text(f'token_file = "{tmp_path / "tokens"}"\n'
+                        + (f"scrub_every = {scrub_every}\n" if scrub_every is not None else "")
+                        + f'[shares]\ns = "{tmp_path / "share"}"\n')
+        return load(argparse.Namespace(
+            config=str(toml), listen=None, share=None, share_ro=None, token_file=None,
+            state_dir=str(tmp_path / "state"), tls_cert=None, tls_key=None, scrub_every=cli))
+
+    assert config(None).scrub_every is None  # never, unless asked
+    assert config('"12h"').scrub_every == 12 * 3600
+    assert config("90").scrub_every == 90  # a bare number: seconds
+    assert config('"7d"', cli="30m").scrub_every == 1800  # the command line wins
+    for bad in ('"0"', '"often"', '"-5m"', '"0.5s"'):
+        with pytest.raises(UsageError, match="scrub interval"):
+            config(bad)

@@ -40,6 +40,7 @@ from rdc.local.index import Progress as ScanProgress
 from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, lookup
+from rdc.local.verify import CHANGED
 from rdc.transfer import guards
 from rdc.transfer import sync_base as base_store
 from rdc.transfer.oneway import local_marker, move_files, request_open, scan_while_opening
@@ -660,6 +661,8 @@ async def sync_round(
     if tree is None:
         tree = await rescan()
     started = (tree.content, tree.smeta)
+    damage = [f"{path}: {CHANGED} (read again by --checksum)" for path in
+              getattr(getattr(replica, "stats", None), "mismatched", []) if options.checksum]
     round_ = TwoWay(tree, base_store.load(base_path), *hosts,
                     unreadable_here=[p for p, _ in replica.errors],
                     unreadable_there=remote.hashes.unreadable, mode=options.mode)
@@ -670,11 +673,12 @@ async def sync_round(
     local = Local(replica, tree)
     refused = await hold_back_deletions(actions, local, remote, options)
     if options.dry_run:
-        stats = Stats(conflicts=list(actions.conflicts), refused=refused)
+        stats = Stats(conflicts=list(actions.conflicts), refused=refused, warnings=damage)
         return settle_two_way(stats, replica, tree, moving, True), actions, tree
     try:
         stats = await execute(local, remote, round_, options) if actions else Stats()
         stats.refused += refused
+        stats.warnings += damage
     finally:
         # Even when cut off: what was done is recorded, the rest keeps its old base.
         with trio.CancelScope(shield=True):
