@@ -60,7 +60,10 @@ def test_the_servers_state_directory_full(e2e: E2E) -> None:
     e2e.push(src, server.url("s")).ok()
     before = snapshot(share)
     server.stop()
-    a_tree(src, seed=2)  # every file changes
+    a_tree(src, seed=2)  # every file changes, and more come: the index must grow
+    (src / "more").mkdir()
+    for n in range(300):
+        write(src / "more" / f"m{n:03}.txt", f"a new file, number {n}\n".encode() * 40)
     client_env = dict(e2e.env)
     with_env(e2e, RDC_TEST_INDEX_PAGES="1")  # the server's index cannot grow
     server = e2e.serve({"s": share})
