@@ -331,7 +331,7 @@ async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None
                         await trio.to_thread.run_sync(job.store.prune_due)
                     state["seq"] = max(state["seq"], stats.seq, remote.hashes.seq)
                     synced = _in_step(stats, replica)
-                    if synced is None and not stats.failed:
+                    if synced is None and not stats.failed and not stats.refused:
                         state["remote"] = True  # changed during the round: go again
                         wake.set()
 

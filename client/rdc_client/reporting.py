@@ -97,7 +97,7 @@ class Report:
         """A sync round's list, conflicts, errors and summary; a watch leaves out rounds
         that did nothing."""
         args = self.args
-        if watch and not (actions or stats.failed or stats.warnings):
+        if watch and not (actions or stats.failed or stats.warnings or stats.refused):
             return
         self.rounds += 1
         done = {(path, where) for kind, path, where in stats.applied if kind == "rm"}
