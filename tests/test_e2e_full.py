@@ -76,10 +76,10 @@ def test_the_servers_state_directory_full(e2e: E2E) -> None:
     log = server.log()
     assert "Traceback" not in log and "database or disk is full" in log, log
     assert str(e2e.tmp / "state") in log  # where, for the one who can free it
+    server.stop()  # (it may still be removing its temporaries)
     new = snapshot(src)
     for rel, node in files(share).items():  # each file old or new, never a mix
         assert node == before.get(rel) or node == new.get(rel), rel
-    server.stop()
     server = e2e.serve({"s": share})  # room again: the next push completes
     e2e.push(src, server.url("s")).ok()
     assert_same_tree(src, share)
@@ -104,8 +104,8 @@ def test_a_full_share_with_a_name_that_is_not_utf8(e2e: E2E) -> None:
     one_clear_line(result, "on the server: share 's' is full", "caf\\xe9-\\xff.bin")
     assert "Traceback" not in server.log()
     assert "no space left in share s" in server.log()
+    server.stop()  # (it may still be removing its temporaries)
     assert files(share) == files(before)  # nothing written, nothing lost
-    server.stop()
     server = e2e.serve({"s": share})
     e2e.push(src, server.url("s")).ok()
     assert_same_tree(src, share)
