@@ -65,6 +65,7 @@ def command_env(tmp: Path) -> dict[str, str]:
     alone would not), and RDC_PUREPYTHON passed through from the test run."""
     env = dict(os.environ)
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
+    env["XDG_STATE_HOME"] = str(tmp / "state-home")  # sync bases, remembered folder markers
     env["LC_ALL"] = "C.UTF-8"
     env["PYTHONIOENCODING"] = "utf-8:strict"
     env.pop("RDC_TOKEN", None)
@@ -281,10 +282,14 @@ def file_hash(path: Path | bytes | str, dir_fd: int | None = None) -> bytes:
     return h.digest()
 
 
+MARKER = b".rdc-folder"  # rdc.local.marker.MARKER: each side's own, never synced
+
+
 def snapshot(root: Path, skip: Callable[[bytes], bool] | None = None) -> dict[bytes, Node]:
     """Every entry below ``root`` by relative path (bytes), with lstat: kind, permission
     bits, mtime_ns, content hash or link target. Links are not followed; directories are
-    opened relative to their parents, so paths longer than PATH_MAX are seen too."""
+    opened relative to their parents, so paths longer than PATH_MAX are seen too. Folder
+    markers are left out: each side has its own."""
     out: dict[bytes, Node] = {}
     stack = [(b"", os.open(root, os.O_RDONLY | os.O_DIRECTORY))]
     try:
@@ -306,7 +311,7 @@ def _walk(
                 names = [entry.name for entry in entries]
             for name in map(os.fsencode, names):
                 rel = rel_dir + b"/" + name if rel_dir else name
-                if skip is not None and skip(rel):
+                if name == MARKER or (skip is not None and skip(rel)):
                     continue
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 mode = st.st_mode

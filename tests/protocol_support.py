@@ -30,11 +30,13 @@ TOKEN = "a-test-token-of-some-length"
 def tree_state(root: str | os.PathLike[str], dir_times: bool = True) -> dict[str, tuple]:
     """Every entry under ``root`` (not the root itself): kind, mode, mtime_ns and content
     hash or link target, by relative path (directory times only if ``dir_times``: two-way
-    sync leaves them alone)."""
+    sync leaves them alone). Folder markers are left out: each side has its own."""
     out: dict[str, tuple] = {}
     base = os.fspath(root)
     for dirpath, dirnames, filenames in os.walk(base):
         for name in dirnames + filenames:
+            if name == ".rdc-folder":
+                continue
             path = os.path.join(dirpath, name)
             rel = os.path.relpath(path, base)
             st = os.lstat(path)

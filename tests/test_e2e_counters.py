@@ -29,7 +29,7 @@ def files_in(root: Path, skip_suffix: str = ".log") -> set[str]:
     out = set()
     for dirpath, _, names in os.walk(root):
         for name in names:
-            if not name.endswith(skip_suffix):
+            if not name.endswith(skip_suffix) and name != ".rdc-folder":  # (never synced)
                 out.add(os.path.relpath(os.path.join(dirpath, name), root))
     return out
 

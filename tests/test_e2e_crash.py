@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from . import crash_support
 from .conftest import PURE, scaled
 from .e2e_support import (
     E2E,
@@ -80,7 +81,7 @@ def check_old_or_new(target: Path, allowed: dict[bytes, set[bytes | None]]) -> N
         path = target / os.fsdecode(rel)
         found = file_hash(path) if path.exists() else None
         assert found in versions, f"{rel!r} is neither its old nor its new version"
-    names = {rel for rel in allowed} | {b"sub"}
+    names = {rel for rel in allowed} | {b"sub", b".rdc-folder"}
     for dirpath, dirnames, filenames in os.walk(os.fsencode(target)):
         for name in dirnames + filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), os.fsencode(target))
@@ -212,3 +213,17 @@ def test_sigterm_stops_the_daemon_during_a_push(e2e: E2E, material: dict[str, Pa
     assert status == 5, err
     assert "Traceback" not in run.server.log()
     run.recovers(e2e, e2e.serve({"s": e2e.tmp / "share"}))
+
+
+KILLS = scaled(10, 6)  # bench/crash.py runs hundreds
+
+
+def test_kills_at_random_points_leave_old_or_new_and_converge(e2e: E2E) -> None:
+    """Pushes and pulls (with --delete) killed at random points, client or server: every
+    file is its old or its new version, and the next run converges (tests/crash_support;
+    bench/crash.py is the long run)."""
+    tally = crash_support.run(e2e, transfers=KILLS, seconds=25, seed=13,
+                              big=scaled(4 << 20, 1 << 20))
+    assert not tally.problems, "\n".join(tally.problems)
+    assert tally.total >= 2, tally  # (the time bound may cut the count on a loaded machine)
+    assert sum(tally.mid_transfer.values()) >= 1, tally  # not all after the end

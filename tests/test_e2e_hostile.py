@@ -333,7 +333,7 @@ def outcome(client: RawClient, kind: str, path: bytes) -> str:
 def nothing_planted(w: World) -> None:
     assert not (w.e2e.tmp / "x").exists()
     assert not Path("/tmp/rdc-e2e-absolute-x").exists()
-    assert sorted(os.listdir(w.share)) == ["dir", "evil", "file.txt"]
+    assert sorted(os.listdir(w.share)) == [".rdc-folder", "dir", "evil", "file.txt"]
     assert (w.share / "file.txt").read_bytes() == b"inside the share\n" * 40
     for leftover in os.listdir(w.share / "dir"):  # the good op of an ops request
         assert leftover == "ok"

@@ -274,7 +274,8 @@ def test_a_partition_of_1000_changes_is_caught_up_by_a_sync(e2e: E2E, world: Wor
     assert replica.stop() == 0
 
     rng = random.Random(5)
-    names = sorted((d / n).relative_to(a) for d in a.iterdir() for n in os.listdir(d))
+    names = sorted((d / n).relative_to(a) for d in a.iterdir() if d.is_dir()  # (not .rdc-folder)
+                   for n in os.listdir(d))
     rng.shuffle(names)
     tenth = changes // 10
     edits, renames = names[: 7 * tenth], names[7 * tenth : 8 * tenth]

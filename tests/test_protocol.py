@@ -210,7 +210,7 @@ async def test_excludes_apply_on_both_sides(tmp_path) -> None:
     stats = await pair.run("push", src, excludes=["build/", "*.tmp"],
                            options=Options(delete=True))
     assert stats.in_step and not stats.failed
-    assert sorted(os.listdir(pair.share)) == ["keep.txt", "server.tmp"]
+    assert sorted(os.listdir(pair.share)) == [".rdc-folder", "keep.txt", "server.tmp"]
     pair.close()
 
 

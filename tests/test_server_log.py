@@ -99,7 +99,8 @@ def test_many_new_directories_in_a_watched_share_keep_the_logs_short(e2e: E2E) -
     watch_log = e2e.tmp / "watch.log"
     with open(watch_log, "wb") as out:
         watcher = subprocess.Popen(
-            [*RDC, "watch", str(here), server.url("s"), "--token-file", str(e2e.token_file)],
+            [*RDC, "watch", str(here), server.url("s"), "--token-file", str(e2e.token_file),
+             "--force"],  # the share is emptied on purpose: no deletion guard
             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
             env=dict(e2e.env, XDG_STATE_HOME=str(e2e.tmp / "st")))
     e2e.started.append(watcher)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from .protocol_support import Pair, tree_state, write
 
 T0 = 1_700_000_000_000_000_000
@@ -131,11 +133,14 @@ async def test_a_file_where_the_other_side_made_a_directory(tmp_path) -> None:
     pair.close()
 
 
-async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch) -> None:
-    """A round in which a push fails stores a base that still tells both sides' changes
-    apart, so the next round completes them and overwrites nothing."""
+@pytest.mark.parametrize("failure", ["EIO", "ENOSPC"])
+async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch, failure: str) -> None:
+    """A round in which a push fails (one file: EIO; the whole round, which a full disk
+    ends: ENOSPC) stores a base that still tells both sides' changes apart, so the next
+    round completes them and overwrites nothing."""
     import errno
 
+    from rdc.errors import RemoteError
     from rdc.local.replica import Replica
 
     pair, local = await start(tmp_path)
@@ -145,7 +150,8 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch) -> None:
 
     def full(path: str) -> None:
         if path == "a.txt":  # wherever a.txt is put in place (batched, inline or alone)
-            raise OSError(errno.ENOSPC, "No space left on device (simulated)", path)
+            code = getattr(errno, failure)
+            raise OSError(code, f"{os.strerror(code)} (simulated)", path)
 
     def commit(self, temp, path, *args):
         full(path)
@@ -157,9 +163,14 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(Replica, "commit", commit)
     monkeypatch.setattr(Replica, "install", install)
-    stats = await pair.run("sync", local)
-    assert stats.failed and not stats.in_step
-    assert (local / "dir" / "b.txt").read_bytes() == b"edited there\n"
+    if failure == "ENOSPC":
+        with pytest.raises(RemoteError) as ended:
+            await pair.run("sync", local)
+        assert ended.value.code == "full" and ended.value.exit_code == 9
+    else:
+        stats = await pair.run("sync", local)
+        assert stats.failed and not stats.in_step
+        assert (local / "dir" / "b.txt").read_bytes() == b"edited there\n"
     monkeypatch.setattr(Replica, "commit", real_commit)
     monkeypatch.setattr(Replica, "install", real_install)
     stats = await pair.run("sync", local)

@@ -147,6 +147,8 @@ EXAMPLES: list[m.Message] = [
     m.Finish(),
     m.Finished(content=b"c" * 32, meta=b"m" * 32, seq=3, top=m.Top(0o700, 1)),
     m.Watch(seq=4),
+    m.Verify(),
+    m.Verified(files=3, size=1000, mismatches=["a/b", "c\udcff"], unreadable=1, more=True),
     m.Changed(seq=5),
     m.Offer(size=9, root=b"r" * 32, depth=2, sketch=b"k" * 12, mode=0o600, mtime_ns=-1,
             path="f", expect=m.Expected("f", b"12345678"), data=b"123456789"),
@@ -460,7 +462,7 @@ def test_the_server_answers_every_request_and_nothing_else() -> None:
                         *RepoSession(repos=None).handlers(), m.RepoOpen}  # type: ignore[arg-type]
     assert {cls.TYPE for cls in requests} == {
         "open", "list", "mlist", "offer", "get", "offers", "gets", "ops", "mset", "finish",
-        "watch", "report", "status", "repo", "store"}
+        "watch", "report", "status", "repo", "store", "verify"}
     assert {cls for cls in requests if cls.FOLLOW_UPS} == {
         m.Offer, m.Get, m.Offers, m.Gets, m.StorePut, m.StoreGet, m.StoreRange}
 

@@ -37,6 +37,7 @@ COMMANDS = {
     "forget": "rdc_client.cmd_repo",
     "prune": "rdc_client.cmd_repo",
     "check": "rdc_client.cmd_repo",
+    "verify": "rdc_client.cmd_verify",
 }
 
 # The commands whose --json is an event stream (rdc_client.events); an error that ends
@@ -108,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sqlite3.OperationalError as exc:
         # The signature index is a cache, rebuilt when it is bad; these errors are not its
         # fault (another rdc held it for long, the disk is full), and would be again.
+        full = _no_space(exc, args)
+        if full is not None:
+            return _fatal(args, str(full), full.exit_code)
         return _fatal(args, f"the signature index: {exc}", 1)
     except BrokenPipeError:
         # The reader went away (rdc chunk --list | head): stop quietly, and keep Python from
@@ -117,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         from rdc.wire.frames import ConnectionClosed
 
+        full = _no_space(exc, args)
+        if full is not None:
+            return _fatal(args, str(full), full.exit_code)
         if isinstance(exc, ConnectionClosed):
             return _fatal(args, f"{exc or 'the connection was closed'}", 5)
         raise
@@ -130,3 +137,9 @@ def _fatal(args: argparse.Namespace, message: str, exit_code: int) -> int:
 
         EventStream().emit("error", path=None, message=message, exit_code=exit_code)
     return exit_code
+
+
+def _no_space(exc: BaseException, args: argparse.Namespace) -> RdcError | None:
+    from rdc_client.safety import no_space
+
+    return no_space(exc, getattr(args, "local", None))

@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from rdc.errors import EXIT_PARTIAL, ConnectionFailed, ProtocolError, RdcError, RemoteError
+from rdc.errors import ConnectionFailed, ProtocolError, RdcError, RemoteError
 from rdc.local.fs import Keeper
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
@@ -40,6 +40,7 @@ from rdc_client.options import (
 )
 from rdc_client.remote import RemoteURL, open_connection, parse_url, read_token, tls_context
 from rdc_client.reporting import Report
+from rdc_client.safety import add_safety_options, exit_status, safety_options
 
 RECONNECT_FIRST = 1.0  # seconds; doubles up to RECONNECT_MAX while the server is away
 RECONNECT_MAX = 60.0
@@ -76,6 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="where versions are kept (default: under $XDG_STATE_HOME/rdc/"
                        "versions; outside LOCAL)")
         add_exclude_option(p)
+        add_safety_options(p)
         add_report_options(p, "list what changes")
         add_server_options(p)
         p.set_defaults(run=run, direction="sync", delete=True)
@@ -122,7 +124,7 @@ class SyncJob:
     def options(self) -> Options:
         self.bar = self.report.transfer_display()
         return self.report.options(delete=True, dry_run=self.args.dry_run, progress=self.bar,
-                                   mode=self.mode)
+                                   mode=self.mode, **safety_options(self.args))
 
     def keeper(self) -> Keeper | None:
         """What the replica calls before it replaces or removes an entry: with
@@ -191,7 +193,7 @@ class SyncJob:
             connection.start(m.Report(health=self.tracker.health())).close()
 
     def show(self, stats: Stats, actions: Actions) -> None:
-        code = EXIT_PARTIAL if stats.failed else 0
+        code = exit_status(stats)
         self.report.two_way(stats, actions, code, watch=self.args.command == "watch")
 
 
@@ -206,7 +208,7 @@ def run_sync(args: argparse.Namespace) -> int:
     finally:
         if args.dry_run or not completed:
             preflight.remove_made(job.made)
-    return EXIT_PARTIAL if stats.failed else 0
+    return exit_status(stats)
 
 
 async def _sync_once(job: SyncJob) -> Stats:
@@ -329,7 +331,7 @@ async def _watch_connected(job: SyncJob, replica: Replica, changes: Any) -> None
                         await trio.to_thread.run_sync(job.store.prune_due)
                     state["seq"] = max(state["seq"], stats.seq, remote.hashes.seq)
                     synced = _in_step(stats, replica)
-                    if synced is None and not stats.failed:
+                    if synced is None and not stats.failed and not stats.refused:
                         state["remote"] = True  # changed during the round: go again
                         wake.set()
 

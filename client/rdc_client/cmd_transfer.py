@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from rdc.errors import EXIT_PARTIAL, FileAccessError
+from rdc.errors import FileAccessError
 from rdc.local.ignore import Excludes, read_ignore_file
 from rdc.local.index import default_location
 from rdc.local.replica import Replica
@@ -24,6 +24,7 @@ from rdc_client.options import (
 )
 from rdc_client.remote import RemoteURL, open_connection, parse_url, read_token, tls_context
 from rdc_client.reporting import Report
+from rdc_client.safety import add_safety_options, exit_status, safety_options
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -52,6 +53,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delete", action="store_true",
                    help="delete files on the receiving side that the sending side does not have")
+    add_safety_options(p)
     add_dry_run_option(p)
     add_exclude_option(p)
     add_report_options(p, "list what is transferred")
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run or not completed:
             preflight.remove_made(made)  # a dry run, or a pull that failed, leaves nothing
     stats.seconds = time.monotonic() - started
-    code = EXIT_PARTIAL if stats.failed else 0
+    code = exit_status(stats)
     report.one_way(stats, args.direction == "push", code)
     return code
 
@@ -106,7 +108,8 @@ async def _transfer(
     try:
         line = report.scan_line()
         bar = report.transfer_display(after=line)
-        options = report.options(delete=args.delete, dry_run=args.dry_run, progress=bar)
+        options = report.options(delete=args.delete, dry_run=args.dry_run, progress=bar,
+                                 **safety_options(args))
         async with open_connection(remote, token, tls, compress=not args.no_compress,
                                    rate=args.bwlimit) as (
             connection,

@@ -97,7 +97,7 @@ class Report:
         """A sync round's list, conflicts, errors and summary; a watch leaves out rounds
         that did nothing."""
         args = self.args
-        if watch and not (actions or stats.failed or stats.warnings):
+        if watch and not (actions or stats.failed or stats.warnings or stats.refused):
             return
         self.rounds += 1
         done = {(path, where) for kind, path, where in stats.applied if kind == "rm"}
@@ -122,6 +122,7 @@ class Report:
         expected to differ at the end (the receiver keeps extra entries)."""
         args = self.args
         warnings = list(stats.warnings)
+        explained = explained or bool(stats.refused)  # deletions held back: they differ
         if not stats.in_step and not args.dry_run and (stats.failed or not explained):
             warnings.append("the trees differ at the end"
                             + ("" if stats.failed else
@@ -135,6 +136,11 @@ class Report:
                 print(f"rdc: warning: {warning}", file=sys.stderr)
             if self.events is not None:
                 self.events.emit("warning", message=warning)
+        for why in stats.refused:  # a deletion guard (exit 7): said even with -q
+            print(f"rdc: {'would refuse' if args.dry_run else 'refused'} to delete: {why}",
+                  file=sys.stderr)
+            if self.events is not None:
+                self.events.emit("refused", message=why)
         summary = stats.as_json()
         summary["warnings"] = warnings
         if args.stats:

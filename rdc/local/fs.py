@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, TypeVar
 
 from rdc.errors import RdcError
-from rdc.local import beneath
+from rdc.local import beneath, faults
 from rdc.local.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
 from rdc.local.paths import name as leaf_name
 
@@ -45,6 +45,10 @@ from rdc.local.paths import name as leaf_name
 # locking it (a regular file gets FRESH_SECONDS for that). Tests set both to 0.
 TEMP_GRACE_SECONDS = 5.0
 FRESH_SECONDS = 1.0
+# A regular temporary of at least PARTIAL_BYTES that no live writer holds is an interrupted
+# transfer's partial file, kept for resuming it (rdc.transfer.resume) for PARTIAL_SECONDS.
+PARTIAL_BYTES = 1 << 20
+PARTIAL_SECONDS = 24 * 3600.0
 # Setuid and setgid bits from a peer are dropped on files, so a daemon running as root
 # cannot be made to plant a setuid program. Directories keep every bit.
 ALLOW_SETID = False
@@ -509,6 +513,7 @@ class SafeRoot:
                         self.changed.add(parent(rel))  # the directory's time moved
                     temp = TempFile(os.dup(dfd), rel, tmp, fd, self.changed)
                     temp.keeper = self.keeper
+                    temp.full = faults.full(os.path.join(self.path, rel))
                     return temp
                 except BaseException:
                     with contextlib.suppress(OSError):
@@ -780,8 +785,9 @@ class SafeRoot:
         """Remove rdc temporaries that no live writer owns, anywhere in the tree (links not
         followed); return how many. A temporary file is in use while its ``TempFile`` holds
         a lock on it, which the kernel drops when its process dies, however it dies; any
-        temporary younger than TEMP_GRACE_SECONDS (by ctime) is also left. Unreadable
-        directories are skipped."""
+        temporary younger than TEMP_GRACE_SECONDS (by ctime) is also left, and so is a
+        partial file (PARTIAL_BYTES or more, younger than PARTIAL_SECONDS) kept for
+        resuming. Unreadable directories are skipped."""
         removed = 0
         stack = [""]
         while stack:
@@ -858,6 +864,8 @@ def _remove_stale(dfd: int, entry: str) -> int:
         if stat.S_ISDIR(st.st_mode):
             _rmtree_at(dfd, entry)
             return 1
+        if stat.S_ISREG(st.st_mode) and st.st_size >= PARTIAL_BYTES and age < PARTIAL_SECONDS:
+            return 0  # a partial file kept for resuming its transfer
         if not stat.S_ISREG(st.st_mode):
             os.unlink(entry, dir_fd=dfd)
             return 1
@@ -932,6 +940,7 @@ class TempFile:
         self._st = os.fstat(fd)
         self._changed = changed
         self.keeper: Keeper | None = None  # as SafeRoot.keeper
+        self.full = False  # a test's full disk (rdc.local.faults)
 
     @property
     def closed(self) -> bool:
@@ -947,6 +956,8 @@ class TempFile:
         view = memoryview(data).cast("B")
         total = view.nbytes
         try:
+            if self.full and total:
+                raise faults.no_space(self.path)
             while view:
                 view = view[os.write(self._fd, view):]
         except BaseException as exc:
@@ -1011,6 +1022,13 @@ class TempFile:
         """Remove the temporary (if it is still ours) and close; idempotent."""
         if not self.closed:
             self._discard()
+
+    def keep(self) -> None:
+        """Close, leaving the temporary where it is (its lock goes with the descriptor):
+        an interrupted transfer's partial file, for resuming it (rdc.transfer.resume);
+        ``clean_temporaries`` removes it after PARTIAL_SECONDS."""
+        if not self.closed:
+            self._close()
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, OSError):

@@ -2,7 +2,8 @@
 
 Both sides of a transfer apply the same patterns (the client sends them in ``open``), so
 an excluded path is neither sent nor deleted anywhere, and the directory hashes of the two
-trees still compare. rdc's own temporary files are always excluded.
+trees still compare. rdc's own temporary files and folder markers (`rdc.local.marker`) are
+always excluded.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from collections.abc import Iterable
 
 from rdc.errors import UsageError
+from rdc.local.marker import MARKER
 from rdc.local.paths import displayable, is_temporary
 
 IGNORE_FILE = ".rdcignore"
@@ -44,7 +46,8 @@ class Excludes:
             raise UsageError(message=f"bad exclude pattern: {exc}") from None
 
     def __call__(self, path: str, is_dir: bool) -> bool:
-        if is_temporary(path.rpartition("/")[2]):
+        name = path.rpartition("/")[2]
+        if is_temporary(name) or name == MARKER:
             return True
         if not self.patterns:
             return False

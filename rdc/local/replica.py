@@ -88,6 +88,7 @@ class Replica:
         when it was last sealed: a sync with nothing changed needs no more than this. The
         walk can be handed to `scan` when more is needed."""
         walked = self.walk(excludes)
+        self.temporaries = walked.temporaries
         cached = None
         if not walked.errors:
             with self.lock:
@@ -99,15 +100,17 @@ class Replica:
         excludes: Excludes | None = None,
         progress: Callable[[Progress], None] | None = None,
         walked: Walk | None = None,
+        checksum: bool = False,
     ) -> Entry:
         """Walk the directory (unless ``walked`` is given), bring the index up to date
-        (reading only changed files), and return the sealed tree (``excludes`` default to
-        the replica's own). What could not be read is left out of the tree and listed in
-        ``errors``."""
+        (reading only changed files; every file with ``checksum``), and return the sealed
+        tree (``excludes`` default to the replica's own). What could not be read is left
+        out of the tree and listed in ``errors``."""
         excludes = excludes or self.excludes
         self.fs.take_changes()  # the walk sees them all
         walked = walked or self.walk(excludes)
-        if self.tree is not None and not walked.errors and walked.fingerprint == self._fingerprint:
+        if (self.tree is not None and not walked.errors and not checksum
+                and walked.fingerprint == self._fingerprint):
             # Exactly as last sealed (a daemon's next session after its own writes): the
             # index needs no refresh, the tree no new hashes.
             self.temporaries = walked.temporaries
@@ -115,7 +118,8 @@ class Replica:
         tree, errors = walked.tree, list(walked.errors)
         with self.lock:
             self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress,
-                                 files=walked.files, opener=self.fs.open_read)
+                                 files=walked.files, opener=self.fs.open_read,
+                                 checksum=checksum)
             roots = self.db.roots()
         reasons = dict(self.stats.errors)
         for path in fill_roots(tree, roots):

@@ -24,15 +24,17 @@ from dataclasses import dataclass
 
 import trio
 
+from rdc.content.check import matches
 from rdc.content.signature import FileSignature, signature_of_bytes
-from rdc.errors import ProtocolError, Refusal
+from rdc.errors import ProtocolError, Refusal, disk_full
 from rdc.local.filestat import mtime_ns
 from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.local.verify import CHANGED, recheck
 from rdc.transfer.descent import WHOLE_BELOW, whole_is_best
-from rdc.transfer.ops import expectation
+from rdc.transfer.ops import expectation, holds
 from rdc.transfer.stats import Stats
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation
@@ -75,6 +77,9 @@ def batches(files: Files, sizes: dict[str, int]) -> tuple[list[Files], Files]:
 
 
 def _failure(exc: BaseException, path: str) -> m.Failure:
+    """Why one file failed; a full disk is no one file's failure: it is raised again."""
+    if disk_full(exc):
+        raise exc
     if isinstance(exc, ConflictError):
         return m.Failure("conflict", str(exc))
     if isinstance(exc, PathError | IsADirectoryError | NotADirectoryError):
@@ -94,16 +99,25 @@ _EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
 
 
 def offer_batch(
-    replica: Replica, files: list[tuple[str, m.Expected | None]]
+    replica: Replica, files: list[tuple[str, m.Expected | None]],
+    changed: Callable[[str], None] | None = None,
 ) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
     """The source's offer of each file, with its content if it is small (blocking). A
-    file that cannot be read (gone, through a symlink now) is a Failure in its place."""
+    file that cannot be read (gone, through a symlink now) is a Failure in its place. A
+    file whose content is not what its index says is read again and offered as it is
+    (``changed`` is told of it if its time did not move: bit rot)."""
     out: list[tuple[m.FileOffer | m.Failure, bytes | None]] = []
     for path, expect in files:
         try:
             signature, st, f = replica.sign(path)
             with f:
                 data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
+            if data is not None and not matches(signature.tree, data):
+                if recheck(replica, path) is not None and changed is not None:
+                    changed(path)
+                signature, st, f = replica.sign(path)
+                with f:
+                    data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
         except _EXPECTED_ERRORS as exc:
             out.append((_failure(exc, path), None))
             continue
@@ -153,12 +167,19 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     with its root (both looked up for the whole batch at once)."""
     path = offer.path
     st = replica.fs.lstat(path)
-    if expect is not None and expect.kind == "":  # nothing may be there: one look says
-        if st is not None:
-            raise ConflictError(path=path, expected="nothing", found="an entry")
-        check: Expect | None = Expect.absent()
-    else:
-        check = expectation(replica, path, expect)
+    try:
+        if expect is not None and expect.kind == "":  # nothing may be there: one look says
+            if st is not None:
+                raise ConflictError(path=path, expected="nothing", found="an entry")
+            check: Expect | None = Expect.absent()
+        else:
+            check = expectation(replica, path, expect)
+    except ConflictError:
+        if not holds(replica, path, offer.root):
+            raise
+        check = None  # what was expected is gone, but what is there is what we want
+        st = replica.fs.lstat(path)
+        row = replica.indexed([path]).get(path)  # (holds() indexed it)
     current = row.root if st is not None and row is not None and row.describes(st) else None
     if current == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
@@ -226,6 +247,12 @@ def write_batch(
             offer, check, _ = files[i]
             try:
                 st = replica.install(temp, offer.path, check)
+            except ConflictError as exc:
+                if holds(replica, offer.path, offer.root):  # another writer got there first
+                    replica.set_meta(offer.path, offer.mode, offer.mtime_ns)
+                else:
+                    results[i] = _failure(exc, offer.path)
+                continue
             except _EXPECTED_ERRORS as exc:
                 results[i] = _failure(exc, offer.path)
                 continue
@@ -287,8 +314,11 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
     """Push a batch of small local files (the client is the source); the files the server
     wants by the per-file exchange are returned. ``done(path, size, arrived)`` is called for
     each file settled here."""
+    def changed(path: str) -> None:
+        stats.warnings.append(f"{path}: {CHANGED} (bit rot?); read again and sent as it is")
+
     signed = await trio.to_thread.run_sync(
-        offer_batch, replica, [(path, expected(there)) for path, there in files]
+        offer_batch, replica, [(path, expected(there)) for path, there in files], changed
     )
     offered: list[tuple[m.FileOffer, bytes | None, bytes | None]] = []  # offer, data, there
     for (path, there), (offer, data) in zip(files, signed, strict=True):
@@ -420,10 +450,12 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
     return alone
 
 
-async def serve_gets(conversation: Conversation, replica: Replica, message: m.Gets) -> None:
-    """The server's side of a pulled batch (it is the source)."""
+async def serve_gets(conversation: Conversation, replica: Replica, message: m.Gets,
+                     changed: Callable[[str], None] | None = None) -> None:
+    """The server's side of a pulled batch (it is the source); ``changed`` as for
+    `offer_batch`."""
     signed = await trio.to_thread.run_sync(
-        offer_batch, replica, [(request.path, None) for request in message.files]
+        offer_batch, replica, [(request.path, None) for request in message.files], changed
     )
     conversation.send(m.Offers(files=[offer for offer, _ in signed]))
     verdicts = (await conversation.receive(m.Verdicts)).verdicts

@@ -269,7 +269,10 @@ def target_descent(
     checks: list[tuple[int, int, int, bytes]] = []
     split = [u for u in unknown if u[2] >= SUBS_FROM]
     if split:
-        wanted = [u[0] for u in split if u[0] not in supplied]
+        # A leaf with no seed region to look in (past the end of every seed: the tail of a
+        # file resumed from a partial one) is fetched without asking for its mids.
+        regions = {u[0]: _region(known, u[1], u[1] + u[2], seeds, u[2]) for u in split}
+        wanted = [u[0] for u in split if u[0] not in supplied and regions[u[0]] is not None]
         if wanted:
             reply = yield WantSubs(leaves=wanted)
             assert reply is not None
@@ -277,12 +280,12 @@ def target_descent(
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
-            mids = subchunks.decode(supplied[leaf].prefixes, supplied[leaf].lengths, length,
-                                    MID_PARAMS)
-            region = _region(known, offset, offset + length, seeds, length)
+            region = regions[leaf]
             if region is None:
                 fetch.append((leaf, 0, length))
                 continue
+            mids = subchunks.decode(supplied[leaf].prefixes, supplied[leaf].lengths, length,
+                                    MID_PARAMS)
             if region not in indexes:
                 seed, begin, stop = region
                 data = seeds.seeds[seed].read(begin, stop - begin)
@@ -334,6 +337,7 @@ class SourceFile:
         self.tree = tree
         self.read = read
         self.prefix = prefix
+        self._last: tuple[int, bytes] | None = None  # the last leaf read, checked
         self._leaf_offsets = [0]
         for length in tree.leaves.lengths:
             self._leaf_offsets.append(self._leaf_offsets[-1] + length)
@@ -382,13 +386,20 @@ class SourceFile:
         )
 
     def leaf_bytes(self, leaf: int) -> bytes:
+        """The bytes of one leaf, checked against its hash: a file whose content changed
+        without its signature (bit rot) is SourceChanged, not served."""
         if not 0 <= leaf < len(self.tree.leaves):
             raise ValueError(f"no leaf {leaf}")
+        if self._last is not None and self._last[0] == leaf:
+            return self._last[1]
         start = self._leaf_offsets[leaf]
         length = self._leaf_offsets[leaf + 1] - start
         data = self.read(start, length)
         if len(data) != length:
             raise SourceChanged(f"the file is shorter than its signature (leaf {leaf})")
+        if chunk_hash(data) != self.tree.leaves.hash(leaf):
+            raise SourceChanged(f"chunk {leaf} (at byte {start:,}) differs from its signature")
+        self._last = (leaf, data)
         return data
 
     def subs(self, leaf: int) -> EntryList:

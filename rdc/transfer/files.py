@@ -13,6 +13,7 @@ import trio
 from rdc.errors import Refusal, RemoteError
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.local.verify import CHANGED, Finding, recheck
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.stats import Stats
@@ -27,11 +28,40 @@ def _expect(digest: bytes | None) -> m.Expected:
 
 
 async def push_file(
-    connection: Connection, replica: Replica, path: str, there: bytes | None, stats: Stats
+    connection: Connection, replica: Replica, path: str, there: bytes | None, stats: Stats,
+    again: bool = True,
 ) -> bool:
     """Offer the local file at ``path`` to the server, which holds the version whose root
     starts with ``there`` (None: nothing) and must still hold it when the new one lands.
-    The outcome is counted in ``stats``; True if the file arrived."""
+    The outcome is counted in ``stats``; True if the file arrived. A file found to differ
+    from its index while it was sent is read again and (``again``) offered once more."""
+    outcome = await _push(connection, replica, path, there, stats)
+    if outcome is not _CHANGED:
+        return outcome is True
+    finding = await trio.to_thread.run_sync(_recheck, replica, path)
+    if finding is not None:
+        stats.warnings.append(f"{path}: {CHANGED} (bit rot?); read again and sent as it is")
+    if again:
+        return await push_file(connection, replica, path, there, stats, again=False)
+    stats.failed.append((path, "vanished: it changed while it was sent"))
+    return False
+
+
+_CHANGED = object()  # _push: the file is not what its signature says
+
+
+def _recheck(replica: Replica, path: str) -> Finding | None:
+    try:
+        return recheck(replica, path)
+    except (OSError, PathError):
+        return None
+
+
+async def _push(
+    connection: Connection, replica: Replica, path: str, there: bytes | None, stats: Stats
+) -> object:
+    """One offer of the file at ``path``: True if it arrived, False if it failed (counted
+    in ``stats``), _CHANGED if it is not what its signature says (not counted)."""
     try:
         signature, st, f = await trio.to_thread.run_sync(replica.sign, path)
     except OSError as exc:
@@ -48,7 +78,9 @@ async def push_file(
 
         try:
             offer = make_offer(signature, st, read, older_version_likely=there is not None)
-        except (Refusal, SourceChanged) as exc:  # it changed since it was signed
+        except SourceChanged:  # not what its signature says
+            return _CHANGED
+        except Refusal as exc:  # it changed since it was signed
             stats.failed.append((path, str(exc)))
             return False
         offer = dataclasses.replace(offer, path=path, expect=_expect(there))
@@ -59,9 +91,11 @@ async def push_file(
             else:
                 done = await serve_wants(conversation, SourceFile(signature.tree, read))
         except Refusal as exc:  # the file changed under us, or the server refused
-            stats.failed.append((path, str(exc)))
             if not isinstance(exc, RemoteError):
                 conversation.send(m.Error(code=exc.code, msg=str(exc)))
+                if exc.code == "vanished":
+                    return _CHANGED
+            stats.failed.append((path, str(exc)))
             return False
         finally:
             conversation.close()
@@ -70,17 +104,22 @@ async def push_file(
 
 
 async def pull_file(
-    connection: Connection, replica: Replica, path: str, here: bytes | None, stats: Stats
+    connection: Connection, replica: Replica, path: str, here: bytes | None, stats: Stats,
+    again: bool = True,
 ) -> int | None:
     """Fetch the remote file at ``path`` into the local directory, which holds the version
     whose root starts with ``here`` (None: nothing) and must still hold it when the new one
     lands. The outcome is counted in ``stats``; returns the file's size (None if it
-    failed)."""
+    failed). A file that changed at the source while it was sent (or that the server found
+    to differ from its index, and read again) is asked for once more (``again``)."""
     conversation = connection.start(m.Get(path=path, expect=_expect(here)))
     try:
         offer = await conversation.receive(m.Offer)
         outcome = await receive_file(conversation, replica, path, offer, _expect(here))
     except Refusal as exc:
+        if again and exc.code == "vanished":  # (only the source says that)
+            conversation.close()
+            return await pull_file(connection, replica, path, here, stats, again=False)
         stats.failed.append((path, str(exc)))
         return None
     finally:

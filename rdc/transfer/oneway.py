@@ -13,16 +13,20 @@ step; compare the root hashes again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
 from rdc.local.index import Progress as ScanProgress
+from rdc.local.marker import RootState, settle
 from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
-from rdc.transfer import metadata
+from rdc.local.verify import CHANGED
+from rdc.transfer import guards, metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch
 from rdc.transfer.compare import Changes, compare, everything
 from rdc.transfer.files import pull_file, push_file
@@ -37,11 +41,12 @@ BATCHES_IN_FLIGHT = 4
 
 
 def request_open(connection: Connection, share: str, path: str, write: bool,
-                 excludes: list[str]) -> Conversation:
+                 excludes: list[str], checksum: bool = False) -> Conversation:
     """Send ``open`` (creating ``path`` if it writes); the server starts scanning its
-    tree, which the client overlaps with its own scan before it waits for ``opened``."""
+    tree, which the client overlaps with its own scan before it waits for ``opened``.
+    ``checksum``: the server reads every file again."""
     return connection.start(m.Open(share=share, path=path, write=write, create=write,
-                                   excludes=excludes))
+                                   excludes=excludes, checksum=checksum))
 
 
 async def receive_opened(conversation: Conversation) -> m.Opened:
@@ -61,10 +66,11 @@ async def scan_while_opening(
     progress: Callable[[ScanProgress], None] | None = None,
     walked: Walk | None = None,
     streaming: bool = False,
+    checksum: bool = False,
 ) -> tuple[m.Opened, Entry]:
-    """The server's answer to ``open`` and the local tree, scanned meanwhile: the two scans
-    are independent, and in series a cold push paid for both. A refused open stops the
-    local scan at its next file.
+    """The server's answer to ``open`` and the local tree, scanned meanwhile (every file
+    read with ``checksum``): the two scans are independent, and in series a cold push
+    paid for both. A refused open stops the local scan at its next file.
 
     With ``streaming`` (a push, given the walk), an empty remote directory stops the scan
     too, and the walk's tree is returned unsealed, without roots: everything goes, and the
@@ -84,7 +90,8 @@ async def scan_while_opening(
     async def scan() -> None:
         nonlocal tree, finished
         with contextlib.suppress(ScanAbandoned):  # the open was refused, or streaming
-            tree = await trio.to_thread.run_sync(replica.scan, None, report, walked)
+            scanner = functools.partial(replica.scan, checksum=True) if checksum else replica.scan
+            tree = await trio.to_thread.run_sync(scanner, None, report, walked)
         finished = True
 
     with unwrap_group():
@@ -117,6 +124,8 @@ async def run(
     """A whole push (``push``) or pull between ``replica`` and directory ``path`` of
     ``share``: open it, scan the local tree meanwhile, and sync. ``excludes``: the
     patterns both sides leave out; ``progress``: of the local scan."""
+    if options.markers is not None and not options.dry_run:  # before the scan: it moves
+        await trio.to_thread.run_sync(local_marker, replica, options, True)  # the top's time
     answer, tree, walked = await open_and_scan(
         connection, replica, share, path, push, options, excludes, progress
     )
@@ -136,14 +145,15 @@ async def open_and_scan(
     its last scan (stat says so for this side, the server's answer for its own), the
     local tree is not scanned at all: None, with the walk that showed it."""
     write = push and not options.dry_run
-    opening = request_open(connection, share, path, write, excludes)
+    opening = request_open(connection, share, path, write, excludes, options.checksum)
     # The local walk runs while the server scans its side.
     cached, walked = await trio.to_thread.run_sync(replica.quick)
     if walked.temporaries and not push and not options.dry_run:
         await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-    if cached is None:
+    if cached is None or options.checksum:
         streaming = write and not walked.errors
-        answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming)
+        answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming,
+                                                options.checksum)
         return answer, tree, walked
     answer = await receive_opened(opening)
     theirs = Hashes.of_message(answer)
@@ -179,6 +189,9 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
     local, remote = Local(replica, tree), Remote(connection, answer)
     source, target = (local, remote) if push else (remote, local)
     stats = Stats(files_total=count_files(tree))
+    stats.warnings += [f"{path}: {CHANGED} (read again by --checksum)"
+                       for path in getattr(getattr(replica, "stats", None), "mismatched", [])
+                       if options.checksum]
     if push:
         stats.failed += [(path, f"cannot read: {reason}") for path, reason in replica.errors]
     mine, theirs = local.hashes(), remote.hashes
@@ -196,6 +209,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             stats.in_step = all(stats.ops_done(last, await target.apply(last)))
             stats.in_step = stats.in_step and not stats.failed
         return _done(stats, started)
+    deletion = await trio.to_thread.run_sync(_deletion, replica, tree, theirs, push, options)
     for hb in (8, 32):
         if streaming:
             stats.changes = changes = everything(tree)
@@ -206,10 +220,12 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             changes.meta = metadata.differences(vectors, singles)
             if top is not None and top != dst.top:
                 changes.meta.append(("", _top_what(top, dst.top)))
+            if options.delete:
+                await _guard(target, changes, deletion, options, stats)
             return _done(stats, started)
         try:
             await _content(target, connection, replica, changes, options, stats, push,
-                           theirs.unreadable)
+                           theirs.unreadable, deletion)
         finally:
             if not push:
                 await trio.to_thread.run_sync(replica.sync_dirs)
@@ -226,7 +242,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         stats.in_step = (src.content, src.meta) == (dst.content, dst.meta) and (
             top is None or dst.top == top
         )
-        if stats.in_step or stats.failed or dst.content == src.content:
+        if stats.in_step or stats.failed or stats.refused or dst.content == src.content:
             break
         if changes.removals and not options.delete:
             break  # the target keeps files the source lacks: that is all that differs
@@ -282,7 +298,8 @@ def _top_what(mine: m.Top | None, theirs: m.Top | None) -> str:
 
 
 async def _content(target: Side, connection: Connection, replica: Replica, changes: Changes,
-                   options: Options, stats: Stats, push: bool, unreadable_there: int) -> None:
+                   options: Options, stats: Stats, push: bool, unreadable_there: int,
+                   deletion: Deletion | None = None) -> None:
     """The target's entries made like the source's: replacements and directories first,
     then files (many in flight) and links, then deletions."""
     stats.carried.append(changes)
@@ -304,5 +321,48 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
                 f"the server could not read {unreadable_there} entries")
         stats.warnings.append(f"{what}: nothing was deleted" + ("" if push else " here"))
         return
+    if deletion is not None and not await _guard(target, changes, deletion, options, stats):
+        return
     removals = [m.Op("rm", p, expect=e) for p, e in changes.removals]
     stats.deleted += sum(stats.ops_done(removals, await target.apply(removals)))
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """What the deletion guards weigh (`rdc.transfer.guards`): the source, and the files
+    of the target and how to name it."""
+
+    source: guards.Source
+    target_files: int
+    target: str
+
+
+def local_marker(replica: Replica, options: Options, place: bool = False) -> RootState:
+    """The folder marker state of the local root (placed there if ``place`` and it has
+    content but no marker yet); unmarked and not lost when markers are not used."""
+    if options.markers is None:
+        return RootState(False)
+    return settle(replica.fs.fileno(), replica.root, options.markers, place=place)
+
+
+def _deletion(replica: Replica, tree: Entry, theirs: Hashes, push: bool,
+              options: Options) -> Deletion:
+    local = f"the local directory {replica.root}"
+    if push:
+        source = guards.Source(local, local_marker(replica, options).lost, not tree.children)
+        return Deletion(source, -1 if theirs.files is None else theirs.files, "the server")
+    source = guards.Source("the server's directory", theirs.marker_lost,
+                           theirs.content == EMPTY_CONTENT)
+    return Deletion(source, count_files(tree), local)
+
+
+async def _guard(target: Side, changes: Changes, deletion: Deletion, options: Options,
+                 stats: Stats) -> bool:
+    """Whether the deletions of ``changes`` may be made; if not, why is in ``stats``."""
+    if not changes.removals:
+        return True
+    size = await guards.size_of(target, changes.removals)
+    why = guards.refusal(deletion.source, size, deletion.target_files, deletion.target, options)
+    if why is not None:
+        stats.refused.append(why)
+    return why is None

@@ -4,10 +4,11 @@ own directory with them, and listings are built here."""
 
 from __future__ import annotations
 
+import os
 import stat
 
-from rdc.errors import Refusal
-from rdc.local.fs import ConflictError, Expect
+from rdc.errors import Refusal, disk_full
+from rdc.local.fs import ConflictError, Expect, SafeRoot
 from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError, join
 from rdc.local.replica import Replica
@@ -35,6 +36,18 @@ def expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expec
     return replica.expect_version(path, expect.digest)
 
 
+def holds(replica: Replica, path: str, root: bytes) -> bool:
+    """Whether the file at ``path`` has content ``root`` now (read again if the index
+    cannot vouch for it). A change whose expectation failed is no conflict when what is
+    there is what it wanted (two clients pushing the same content at once)."""
+    try:
+        signature, _, f = replica.sign(path)
+    except (OSError, PathError):
+        return False
+    f.close()
+    return signature.root == root
+
+
 def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
              top: bool = False) -> None:
     """One op (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
@@ -45,8 +58,10 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     if op.kind == "mkdir" and (op.expect is None or op.expect.kind in ("", "d")):
         _make_dir(replica, op)
         return
-    check = expectation(replica, path, op.expect)
     fs = replica.fs
+    if op.kind == "link" and _is_link_to(fs, path, op.target):
+        return  # made meanwhile (by another client): what was wanted is there
+    check = expectation(replica, path, op.expect)
     if op.kind == "mkdir":  # in place of a file or link, which goes if it is as expected
         st = fs.lstat(path)
         if st is not None and not stat.S_ISDIR(st.st_mode):
@@ -79,13 +94,19 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
         replica.set_meta(path, op.mode, op.mtime_ns)
 
 
+def _is_link_to(fs: SafeRoot, path: str, target: bytes) -> bool:
+    st = fs.lstat(path)
+    return st is not None and stat.S_ISLNK(st.st_mode) and os.fsencode(
+        fs.read_link(path)) == target
+
+
 def _make_dir(replica: Replica, op: m.Op) -> None:
     """A directory where nothing (or a directory) is expected: one look at the parent, as
     most of a first copy's ops are these. Owner rwx while it is filled; the metadata phase
     sets the final mode."""
     absent = op.expect is not None and op.expect.kind == ""
     try:
-        replica.mkdir(op.path, op.mode | 0o700, exist_ok=not absent)
+        replica.mkdir(op.path, op.mode | 0o700)
     except FileExistsError:
         if absent:
             raise ConflictError(path=op.path, expected="nothing", found="an entry") from None
@@ -130,6 +151,8 @@ def apply_ops(
         except Refusal as exc:
             results.append(m.Failure(exc.code, str(exc)))
         except OSError as exc:
+            if disk_full(exc):  # no one op's failure: the run ends
+                raise
             results.append(m.Failure("io", f"{op.path}: {exc.strerror or exc}"))
     return results
 

@@ -8,27 +8,30 @@ tested over in-memory streams.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
 
-from rdc.errors import ProtocolError, Refusal
+from rdc.errors import NoSpace, ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import ConflictError
 from rdc.local.ignore import Excludes
-from rdc.local.paths import PathError
+from rdc.local.paths import PathError, displayable
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, Walk
+from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
-from rdc.wire.codec import pack
+from rdc.wire.codec import MAX_ITEMS, pack
 from rdc.wire.connection import Conversation
 
 log = logging.getLogger("rdc.serve")
@@ -80,6 +83,8 @@ class OpenDirectory(Protocol):
     def release(self) -> None:
         """The connection is done with the directory (idempotent)."""
 
+    # Optional: ``marker_lost() -> bool``, whether the share lost its folder marker.
+
 
 class Shares(Protocol):
     async def open(self, share: str, path: str, write: bool, create: bool) -> OpenDirectory:
@@ -101,21 +106,48 @@ class ServerSession:
     unannounced: bool = False  # wrote something watchers were not told of yet
     unreadable: int = 0  # entries the last scan could not read (left out of the tree)
     top_fixed: bool = True  # the opened directory is a share's own: its mode and time stay
+    _full: bool = False  # a full disk was logged
     _opening: bool = False
     _walked: Walk | None = None  # the open's walk, for the first scan if nothing changed
 
     async def handle(self, conversation: Conversation, message: m.Message) -> None:
         """Answer one request (the connection lets through only requests: `m.Message`
         ``REQUEST``)."""
-        if isinstance(message, m.Open):
-            if self._opening:
-                raise ProtocolError(message="open twice on one connection")
-            self._opening = True
-            await self._open(conversation, message)
-            return
-        if self.opened is None:
-            raise ProtocolError(message=f"{message.TYPE!r} before open")
-        await self.handlers()[type(message)](conversation, message)
+        try:
+            if isinstance(message, m.Open):
+                if self._opening:
+                    raise ProtocolError(message="open twice on one connection")
+                self._opening = True
+                await self._open(conversation, message)
+                return
+            if self.opened is None:
+                raise ProtocolError(message=f"{message.TYPE!r} before open")
+            await self.handlers()[type(message)](conversation, message)
+        except (OSError, sqlite3.Error) as exc:
+            if not disk_full(exc) or self.opened is None:
+                raise
+            raise self._no_space(exc) from None
+
+    def _no_space(self, exc: BaseException) -> NoSpace:
+        """A full disk, logged (with the path, for whoever can free it) and said to the
+        client (without this machine's paths)."""
+        assert self.opened is not None
+        first, self._full = not self._full, True  # (concurrent requests hit it at once)
+        if isinstance(exc, OSError):
+            where = displayable(os.fsdecode(exc.filename or ""))
+            if first:
+                log.warning("%s: no space left in share %s (%s), writing %s: %s", self.peer,
+                            self.opened.share, displayable(self.opened.replica.root), where,
+                            exc.strerror)
+            return NoSpace(message=f"on the server: share {self.opened.share!r} is full "
+                           f"(writing {where})")
+        state = self.opened.replica.db.location.parent
+        if first:
+            log.warning("%s: no space left in the state directory %s: the signature index "
+                        "of share %s: %s", self.peer, displayable(str(state)),
+                        self.opened.share, exc)
+        return NoSpace(message="on the server: its state directory is full (the signature "
+                       "index cannot grow; the server's log says where)")
 
     def handlers(self) -> dict[type[m.Message], Callable[[Conversation, Any], Awaitable[None]]]:
         """What answers each request after ``open``."""
@@ -124,6 +156,7 @@ class ServerSession:
             m.Get: self._get, m.Offers: self._offers, m.Gets: self._gets, m.Ops: self._ops,
             m.MetaSet: self._mset, m.Finish: self._finish, m.Watch: self._watch,
             m.Report: self._report, m.Status: self._status,
+            m.Verify: self._verify,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -142,10 +175,15 @@ class ServerSession:
         async with opened.lock:
             seq = opened.sequence()
             cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
-            if cached is None:  # something changed since the last scan: a full one
-                tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+            if cached is None or message.checksum:  # something changed: a full scan
+                scanner = (functools.partial(replica.scan, checksum=True) if message.checksum
+                           else replica.scan)
+                tree = await trio.to_thread.run_sync(scanner, self.excludes, None, walked)
                 opened.keep_scan(seq, self.excludes, tree, list(replica.errors))
                 self._scanned(tree, seq)
+                for path in replica.stats.mismatched if message.checksum else ():
+                    log.warning("%s: %s: %s (found by --checksum); re-indexed", self.peer,
+                                displayable(path), CHANGED)
                 cached = (tree.content, tree.meta, tree.smeta)
             else:  # nothing changed: the tree is scanned only if someone asks for it
                 self.tree, self.unreadable = None, 0
@@ -159,7 +197,7 @@ class ServerSession:
         conversation.send(m.Opened(
             content=content, meta=meta, smeta=smeta, unreadable=self.unreadable,
             writable=opened.writable, seq=seq, top=m.Top(walked.tree.mode, walked.tree.mtime_ns),
-            fixed=self.top_fixed,
+            fixed=self.top_fixed, files=len(walked.files), marker_lost=_marker_lost(opened),
         ))
         if walked.temporaries and opened.writable:
             # Temporaries of killed transfers (this daemon's or another's) go now.
@@ -250,13 +288,50 @@ class ServerSession:
             try:
                 offer = make_offer(signature, st, read,
                                    older_version_likely=message.expect not in (None, m.NOTHING))
-            except SourceChanged as exc:
-                raise Refusal("vanished", message=f"{path} changed while read: {exc}") from None
-            conversation.send(offer)
-            if offer.data is not None:
-                await conversation.receive(m.Done)
-                return
-            await serve_wants(conversation, SourceFile(signature.tree, read))
+                conversation.send(offer)
+                if offer.data is not None:
+                    await conversation.receive(m.Done)
+                    return
+                await serve_wants(conversation, SourceFile(signature.tree, read))
+            except (SourceChanged, Refusal) as exc:
+                if isinstance(exc, RemoteError) or getattr(exc, "code", "vanished") != "vanished":
+                    raise
+                await self._recheck(path)
+                raise Refusal("vanished", message=f"{path} changed while it was read ({exc}); "
+                              "ask again") from None
+
+    async def _verify(self, conversation: Conversation, message: m.Verify) -> None:
+        """Read every file of the opened directory again against the index; the files
+        that did not match (now re-indexed), logged too. Allowed read-only: it changes
+        nothing in the share, and reading all of it is what a pull may do anyway."""
+        assert self.opened is not None
+        opened = self.opened
+        async with opened.lock:
+            report = await trio.to_thread.run_sync(verify_tree, opened.replica, self.excludes)
+        for finding in report.findings:
+            log.warning("%s: verify: %s: %s (bit rot?); re-indexed", self.peer,
+                        displayable(finding.path), CHANGED)
+        log.info("%s: verify %s: %d files, %d bytes, %d mismatches", self.peer, opened.share,
+                 report.files, report.bytes, len(report.findings))
+        if report.findings:
+            self.tree = None  # the index changed: the next listing scans again
+        paths = [finding.path for finding in report.findings]
+        for start in range(0, max(len(paths), 1), MAX_ITEMS):
+            conversation.send(m.Verified(
+                files=report.files, size=report.bytes, mismatches=paths[start:start + MAX_ITEMS],
+                unreadable=len(report.errors), more=start + MAX_ITEMS < len(paths)))
+
+    async def _recheck(self, path: str) -> None:
+        """A file served was not what its signature said: read it again (`recheck`), so
+        that the index says what is there; log it if its time did not move."""
+        assert self.opened is not None
+        try:
+            finding = await trio.to_thread.run_sync(recheck, self.opened.replica, path)
+        except (OSError, PathError):
+            return
+        if finding is not None:
+            log.warning("%s: %s: %s (bit rot?); re-indexed, serving what is there now",
+                        self.peer, displayable(path), CHANGED)
 
     # ------------------------------------------------------------ writing
 
@@ -274,7 +349,11 @@ class ServerSession:
 
     async def _gets(self, conversation: Conversation, message: m.Gets) -> None:
         assert self.opened is not None
-        await serve_gets(conversation, self.opened.replica, message)
+        def changed(path: str) -> None:
+            log.warning("%s: %s: %s (bit rot?); re-indexed, serving what is there now",
+                        self.peer, displayable(path), CHANGED)
+
+        await serve_gets(conversation, self.opened.replica, message, changed)
 
     async def _ops(self, conversation: Conversation, message: m.Ops) -> None:
         opened = self._writable()
@@ -363,7 +442,15 @@ class ServerSession:
         conversation.send(m.Finished(
             content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
+            files=self.opened.replica.stats.files, marker_lost=_marker_lost(self.opened),
         ))
+
+
+def _marker_lost(opened: OpenDirectory) -> bool:
+    """Whether the share lost its folder marker (`rdc.local.marker`), if the daemon
+    keeps markers."""
+    lost = getattr(opened, "marker_lost", None)
+    return bool(lost()) if callable(lost) else False
 
 
 def _send_split(conversation: Conversation, kind: type[m.Listings] | type[m.MetaListing],

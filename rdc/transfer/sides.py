@@ -38,6 +38,8 @@ class Hashes:
     unreadable: int = 0
     seq: int = 0  # the share's change sequence number (remote only)
     fixed: bool = False  # the top is a share's own: a push leaves its mode and time alone
+    files: int | None = None  # regular files in the tree (remote only; None: not said)
+    marker_lost: bool = False  # the share lost its folder marker (remote only)
 
     @classmethod
     def of_tree(cls, tree: Entry, unreadable: int = 0) -> Hashes:
@@ -47,7 +49,8 @@ class Hashes:
     @classmethod
     def of_message(cls, message: m.Opened | m.Finished) -> Hashes:
         return cls(message.content, message.meta, message.smeta or b"", message.top,
-                   message.unreadable, message.seq, getattr(message, "fixed", False))
+                   message.unreadable, message.seq, getattr(message, "fixed", False),
+                   message.files, message.marker_lost)
 
 
 class Side(Protocol):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import trio
 
+from rdc.content.check import LeafCheck, Mismatch, matches
 from rdc.content.signature import FileSignature
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.filestat import mtime_ns
@@ -38,6 +39,8 @@ def make_offer(
         data = read(0, tree.size)
         if len(data) != tree.size:
             raise Refusal("vanished", message="the file changed while it was being read")
+        if not matches(tree, data):
+            raise SourceChanged("its content differs from its signature")
     elif older_version_likely and len(tree.leaves) == 1 and tree.size >= SUBS_FROM:
         subs = SourceFile(tree, read).subs(0)
     return m.Offer(size=tree.size, root=tree.root, depth=len(tree.levels),
@@ -92,6 +95,7 @@ async def _send_whole(conversation: Conversation, source: SourceFile) -> m.Done 
     size = source.tree.size
     credit = WHOLE_CREDIT
     offset = 0
+    check = LeafCheck(source.tree)  # what goes out is what was offered
     while True:
         while credit <= 0:
             message = await conversation.receive(m.More, m.Done)
@@ -102,6 +106,12 @@ async def _send_whole(conversation: Conversation, source: SourceFile) -> m.Done 
         data = await trio.to_thread.run_sync(source.read, offset, n) if n else b""
         if len(data) != n:
             raise SourceChanged("the file is shorter than its signature")
+        try:
+            check.feed(data)
+            if offset + n == size:
+                check.finish()
+        except Mismatch as exc:
+            raise SourceChanged(str(exc)) from None
         offset += n
         credit -= n
         await conversation.send_data(m.Data(d=[data] if n else [], end=offset == size))

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdc.local.marker import MarkerBook
 from rdc.local.snapshot import Entry, iter_entries
 from rdc.transfer.compare import Changes
 from rdc.wire import messages as m
@@ -35,6 +36,10 @@ class Options:
     # ("whole", "delta" or "copy"), size, literal and matched bytes (rdc --json).
     files: Callable[[dict[str, Any]], None] | None = None
     mode: str = "two-way"  # of a sync: two-way, send-only or receive-only (rdc.transfer.twoway)
+    force: bool = False  # lift the deletion guards (rdc.transfer.guards)
+    max_delete: int | None = None  # entries one run may delete at most
+    checksum: bool = False  # read files again whose size and mtime match their index
+    markers: MarkerBook | None = None  # where the local root's folder marker is remembered
 
 
 @dataclass
@@ -64,6 +69,7 @@ class Stats:
     seq: int = 0  # the share's change sequence number after this run's writes
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (path, conflict copy)
     warnings: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # deletions a guard stopped: why
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
@@ -139,6 +145,7 @@ class Stats:
             "errors": [{"path": p, "error": e} for p, e in self.failed],
             "conflicts": [{"path": p, "copy": c} for p, c in self.conflicts],
             "warnings": self.warnings,
+            "deletions_refused": self.refused,
             "in_step": self.in_step,
             "seconds": round(self.seconds, 3),
         }

@@ -17,12 +17,13 @@ import trio
 
 from rdc.content.signature import FileSignature, chunk_hash
 from rdc.content.stream import StreamSigner
-from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import Plan, SeedFile, SeedMap, target_descent
-from rdc.transfer.ops import expectation
+from rdc.transfer.ops import expectation, holds
+from rdc.transfer.resume import Partials, keep_or_drop, open_partials
 from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
 from rdc.wire import messages as m
@@ -55,10 +56,12 @@ class _Assembly:
     def __init__(self, replica: Replica, path: str) -> None:
         self.temp = replica.fs.create_temp(path)
         self.signer = StreamSigner()
+        self.written = 0
 
     def write(self, data: bytes | memoryview) -> None:
         self.temp.write(data)
         self.signer.feed(data)
+        self.written += len(data)
 
     def copy(self, runs: list[tuple[Callable[[int, int], bytes], int, int]]) -> None:
         for read, offset, length in runs:
@@ -96,6 +99,8 @@ async def receive_file(
     try:
         outcome = await _receive(conversation, replica, path, offer, expect)
     except (Refusal, ConflictError, PathError, OSError) as exc:
+        if disk_full(exc):  # no one file's failure: the run ends
+            raise
         code = getattr(exc, "code", "conflict" if isinstance(exc, ConflictError) else "io")
         if isinstance(exc, PathError):  # through a symlink, or a directory on the way
             code = "path"
@@ -116,8 +121,28 @@ async def _receive(
     decided, check, seed_files = await trio.to_thread.run_sync(
         _decide, replica, path, offer, expect
     )
+    # What an interrupted transfer of this path left (rdc.transfer.resume): seeds too.
+    partials = await trio.to_thread.run_sync(open_partials, replica, path, offer.size)
     if decided is not None:
+        await trio.to_thread.run_sync(partials.drop)
         return decided
+    try:
+        seed_files += await trio.to_thread.run_sync(partials.seeds)
+        outcome = await _rebuild(conversation, replica, path, offer, check, seed_files,
+                                 partials)
+    except BaseException:
+        partials.close()
+        raise
+    await trio.to_thread.run_sync(partials.drop)
+    return outcome
+
+
+async def _rebuild(
+    conversation: Conversation, replica: Replica, path: str, offer: m.Offer,
+    check: Expect | None, seed_files: list[SeedFile], partials: Partials,
+) -> Outcome:
+    """Descend with the seeds, assemble and commit; or the whole content. A temporary
+    cut off by an interruption stays as the path's partial (`keep_or_drop`)."""
     seeds = SeedMap(seed_files)
     try:
         plan = await _descend(conversation, offer, seeds)
@@ -129,6 +154,9 @@ async def _receive(
                     return Outcome("delta", plan.literal_bytes() + extra, plan.matched_bytes())
             except SeedChanged:
                 pass
+            except BaseException as exc:
+                keep_or_drop(assembly.temp, assembly.written, partials, exc)
+                raise
             finally:
                 assembly.abort()
     finally:
@@ -140,6 +168,9 @@ async def _receive(
     try:
         await _receive_whole(conversation, assembly, offer.size)
         await _commit(replica, assembly, path, offer, check)
+    except BaseException as exc:
+        keep_or_drop(assembly.temp, assembly.written, partials, exc)
+        raise
     finally:
         assembly.abort()
     return Outcome("whole", literal=offer.size)
@@ -152,7 +183,12 @@ def settle(
     and time set), a copy of another local file with its content, a tiny file whose
     content came in the offer. Also the check of what must still be at ``path`` when the
     new file is put there. ConflictError if ``expect`` does not hold now."""
-    check = expectation(replica, path, expect)
+    try:
+        check = expectation(replica, path, expect)
+    except ConflictError:
+        if not holds(replica, path, offer.root):
+            raise
+        check = None  # what was expected is gone, but what is there is what we want
     if replica.current_root(path) == offer.root:
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check
@@ -388,5 +424,11 @@ def _finish_file(
             raise Refusal("verify", message=f"{path}: the received file does not have the "
                           "offered root (it changed at the source while being sent?)")
         return False
-    replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check, signature)
+    try:
+        replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check,
+                                signature)
+    except ConflictError:
+        if not holds(replica, path, offer.root):
+            raise
+        replica.set_meta(path, offer.mode, offer.mtime_ns)  # another writer got there first
     return True

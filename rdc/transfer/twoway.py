@@ -39,11 +39,13 @@ import trio
 from rdc.local.index import Progress as ScanProgress
 from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, lookup
+from rdc.local.snapshot import EMPTY_CONTENT, Entry, lookup
+from rdc.local.verify import CHANGED
+from rdc.transfer import guards
 from rdc.transfer import sync_base as base_store
-from rdc.transfer.oneway import move_files, request_open, scan_while_opening
+from rdc.transfer.oneway import local_marker, move_files, request_open, scan_while_opening
 from rdc.transfer.sides import Hashes, Local, Remote
-from rdc.transfer.stats import Options, Progress, Stats
+from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.transfer.sync_base import DIGEST_BYTES, Known
 from rdc.transfer.tally import settle_two_way
 from rdc.wire import messages as m
@@ -95,6 +97,13 @@ def same_content(a: State | None, b: State | None) -> bool:
     if a.kind == "d":
         return True
     return a.digest[:HB] == b.digest[:HB] if a.kind == "f" else a.digest == b.digest
+
+
+def damaged(now: State | None, old: State | None) -> bool:
+    """Whether a file's content changed since the base while its modification time did
+    not: what bit rot looks like once a read finds it (an edit moves the time)."""
+    return (now is not None and old is not None and now.kind == old.kind == "f"
+            and now.mtime_ns == old.mtime_ns and now.digest[:HB] != old.digest[:HB])
 
 
 def same_meta(a: State, b: State) -> bool:
@@ -360,6 +369,12 @@ class TwoWay:
                 return
         changed_here = not same_content(mine, old)
         changed_there = not same_content(theirs, old)
+        if changed_here != changed_there and damaged(theirs if changed_there else mine, old):
+            # Content changed without a time change on one side, the other still as it
+            # was: damage (bit rot found by a scrub, --checksum or verify), not an edit.
+            # The good copy repairs it, rather than the damage spreading.
+            self._take(path, here, theirs, before, queue, to_local=changed_here)
+            return
         if not changed_here or (changed_there and mine is None):
             self._take(path, here, theirs, before, queue, to_local=True)
         elif not changed_there or theirs is None:
@@ -572,15 +587,47 @@ async def execute(local: Local, remote: Remote, round_: TwoWay, options: Options
     return stats
 
 
+async def hold_back_deletions(actions: Actions, local: Local, remote: Remote,
+                              options: Options) -> list[str]:
+    """The deletion guards (`rdc.transfer.guards`) for each direction: deletions there
+    follow this side, deletions here follow the server's. A direction whose deletions a
+    guard stops has them taken out of ``actions`` (their base entries then stay as they
+    were, so the next round weighs them again); returns why, per stopped direction."""
+    replica, tree, hashes = local.replica, local.tree, remote.hashes
+    here = f"the local directory {replica.root}"
+    directions = (
+        (actions.remote_rms, actions.remote_rmdirs, remote,
+         guards.Source(here, local_marker(replica, options).lost, not tree.children),
+         -1 if hashes.files is None else hashes.files, "the server"),
+        (actions.local_rms, actions.local_rmdirs, local,
+         guards.Source("the server's directory", hashes.marker_lost,
+                       hashes.content == EMPTY_CONTENT),
+         count_files(tree), here),
+    )
+    refused = []
+    for rms, rmdirs, side, source, files, name in directions:
+        size = await guards.size_of(side, rms)
+        size = guards.Size(size.entries + len(rmdirs), size.files)
+        why = guards.refusal(source, size, files, name, options)
+        if why is not None:
+            refused.append(why)
+            rms.clear()
+            rmdirs.clear()
+    return refused
+
+
 async def open_round(connection: Connection, replica: Replica, share: str, path: str,
                      options: Options, excludes: list[str],
                      progress: Callable[[ScanProgress], None] | None = None,
                      ) -> tuple[Remote, Entry]:
     """Open the remote directory for a sync (writable unless a dry run) and scan the local
     one meanwhile (``progress``: of that scan); the remote side and the local tree."""
+    if options.markers is not None and not options.dry_run:  # before the scan
+        await trio.to_thread.run_sync(local_marker, replica, options, True)
     write = not options.dry_run and options.mode != RECEIVE_ONLY
-    opening = request_open(connection, share, path, write, excludes)
-    answer, tree = await scan_while_opening(replica, opening, progress)
+    opening = request_open(connection, share, path, write, excludes, options.checksum)
+    answer, tree = await scan_while_opening(replica, opening, progress,
+                                            checksum=options.checksum)
     return Remote(connection, answer), tree
 
 
@@ -614,6 +661,8 @@ async def sync_round(
     if tree is None:
         tree = await rescan()
     started = (tree.content, tree.smeta)
+    damage = [f"{path}: {CHANGED} (read again by --checksum)" for path in
+              getattr(getattr(replica, "stats", None), "mismatched", []) if options.checksum]
     round_ = TwoWay(tree, base_store.load(base_path), *hosts,
                     unreadable_here=[p for p, _ in replica.errors],
                     unreadable_there=remote.hashes.unreadable, mode=options.mode)
@@ -621,12 +670,15 @@ async def sync_round(
     moving = [path for path, _ in actions.pushes + actions.gets]
     if planned is not None and not options.dry_run:
         planned(round_)
-    if options.dry_run:
-        stats = Stats(conflicts=list(actions.conflicts))
-        return settle_two_way(stats, replica, tree, moving, True), actions, tree
     local = Local(replica, tree)
+    refused = await hold_back_deletions(actions, local, remote, options)
+    if options.dry_run:
+        stats = Stats(conflicts=list(actions.conflicts), refused=refused, warnings=damage)
+        return settle_two_way(stats, replica, tree, moving, True), actions, tree
     try:
         stats = await execute(local, remote, round_, options) if actions else Stats()
+        stats.refused += refused
+        stats.warnings += damage
     finally:
         # Even when cut off: what was done is recorded, the rest keeps its old base.
         with trio.CancelScope(shield=True):

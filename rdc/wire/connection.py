@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import trio
 
-from rdc.errors import ProtocolError, Refusal, RemoteError
+from rdc.errors import NoSpace, ProtocolError, Refusal, RemoteError
 from rdc.wire import messages as m
 from rdc.wire.codec import pack
 from rdc.wire.failures import reason
@@ -312,6 +312,8 @@ class Connection:
             await self.handler(conversation, message)
         except RemoteError:
             pass  # the peer ended the conversation itself
+        except NoSpace as exc:  # a full disk ends the run: the peer learns it, once
+            await self._abort(exc, NoSpace.code, nursery)
         except Refusal as exc:
             if conversation.id in self._conversations:
                 conversation.refuse(exc.code, str(exc))

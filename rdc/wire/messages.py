@@ -581,6 +581,7 @@ class Open(Message):
     write: bool = wire(boolean, False)
     create: bool = wire(boolean, False)
     excludes: list[str] = wire(array(text(1024), 1000), factory=list)
+    checksum: bool = wire(boolean, False, omit=False)
 
 
 @message("opened")
@@ -593,6 +594,8 @@ class Opened(Message):
     seq: int = wire(uint(), 0)
     top: Top | None = wire(optional(record(Top)), None)
     fixed: bool = wire(boolean, False)
+    files: int | None = wire(optional(uint()), None, omit=None)
+    marker_lost: bool = wire(boolean, False, omit=False)
 
 
 @message("list")
@@ -662,6 +665,27 @@ class Finished(Message):
     unreadable: int = wire(uint(), 0)
     seq: int = wire(uint(), 0)
     top: Top | None = wire(optional(record(Top)), None)
+    files: int | None = wire(optional(uint()), None, omit=None)
+    marker_lost: bool = wire(boolean, False, omit=False)
+
+
+@message("verify")
+class Verify(Message):
+    """Read every file of the opened directory again and compare it with its index."""
+
+    REQUEST = True
+
+
+@message("verified")
+class Verified(Message):
+    """What ``verify`` read, and the files whose content did not match their index."""
+
+    files: int = wire(uint(), 0)
+    size: int = wire(uint(), 0, key="bytes")
+    mismatches: list[str] = wire(array(path), factory=list,
+                                 out=lambda ps: [to_wire(p) for p in ps])
+    unreadable: int = wire(uint(), 0)
+    more: bool = wire(boolean, False)
 
 
 @message("watch")

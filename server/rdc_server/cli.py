@@ -44,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="connections served at once, in all (default 256)")
     p.add_argument("--max-connections-per-address", type=int, metavar="N",
                    help="connections served at once from one address (default 64)")
+    p.add_argument("--scrub-every", metavar="DURATION",
+                   help="read every share again on this schedule (30m, 12h, 7d, ...) and log "
+                   "files whose content no longer matches the index (bit rot)")
     p.add_argument("--config", metavar="TOML", help="read settings from a TOML file")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.set_defaults(run=main)

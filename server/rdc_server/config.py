@@ -9,6 +9,7 @@ Config file (every key optional; the command line adds to or overrides it)::
     tls_key = "/etc/rdc/key.pem"
     max_connections = 256                       # in all (default 256)
     max_connections_per_address = 64            # from one client address (default 64)
+    scrub_every = "7d"                          # read every share again on this schedule
 
     [shares]
     docs = "/srv/docs"                          # read-write
@@ -209,6 +210,7 @@ class ServerConfig:
     max_connections: int = MAX_CONNECTIONS
     max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS
     upstreams: dict[str, Upstream] = field(default_factory=dict)  # shares that follow one
+    scrub_every: float | None = None  # seconds between scrubs of every share (None: never)
     warnings: list[str] = field(default_factory=list)  # logged once the log is set up
     repos: dict[str, Repo] = field(default_factory=dict)
 
@@ -216,7 +218,8 @@ class ServerConfig:
 # The keys a config file may hold; any other is reported (a typo would otherwise be
 # ignored without a word).
 KNOWN_KEYS = {"listen", "state_dir", "token_file", "tls_cert", "tls_key", "max_connections",
-              "max_connections_per_address", "shares", "repos"}
+              "max_connections_per_address", "shares", "repos",
+              "scrub_every"}
 KNOWN_SHARE_KEYS = SHARE_KEYS
 KNOWN_REPO_KEYS = {"location", "readonly"}
 
@@ -354,4 +357,9 @@ def load(args: Any) -> ServerConfig:
         if type(value) is not int or not 1 <= value <= 100_000:
             raise UsageError(message=f"{key} must be an integer from 1 to 100000, not {value!r}")
         setattr(config, key, value)
+    scrub = getattr(args, "scrub_every", None) or data.get("scrub_every")
+    if scrub is not None:
+        from rdc_server.scrub import parse_interval
+
+        config.scrub_every = parse_interval(scrub)
     return config

@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from rdc.errors import AccessDenied, ProtocolError, RemoteError, UsageError
+from rdc.local.marker import MARKER
 from rdc.transfer.serving import ServerSession
 from rdc.wire.codec import pack
 from rdc.wire.connection import Connection, unwrap_group
@@ -28,6 +29,7 @@ from rdc_server.config import ServerConfig
 from rdc_server.follow import follow_all
 from rdc_server.limits import Limits, give_back_memory, tune_allocator
 from rdc_server.repos import RepoRegistry
+from rdc_server.scrub import scrub_forever
 from rdc_server.shares import Registry
 from rdc_server.storeserving import RepoSession
 
@@ -66,6 +68,10 @@ class Daemon:
             if share.versions is not None:
                 log.info("share %s keeps versions in %s (%s)", name,
                          self.registry.versions(name).location, share.versions)
+            if await trio.to_thread.run_sync(self.registry.marker_lost, name, True):
+                log.warning("share %s: its folder marker %s is missing (is the disk mounted?); "
+                            "nothing is deleted elsewhere on its account until it is back",
+                            name, MARKER)
         for name, repo in sorted(self.config.repos.items()):
             log.info("repository %s = %s%s", name, repo.location,
                      " (read-only)" if repo.readonly else "")
@@ -78,6 +84,9 @@ class Daemon:
                     nursery.start_soon(self.registry.prune_versions)
                 nursery.start_soon(self.registry.board.log_summaries)
                 task_status.started(listeners)
+                if self.config.scrub_every is not None:
+                    log.info("scrubbing every share every %g s", self.config.scrub_every)
+                    nursery.start_soon(scrub_forever, self.registry, self.config.scrub_every)
                 await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
         finally:
             self.registry.close()

@@ -19,6 +19,7 @@ import trio
 from rdc.errors import Refusal
 from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
+from rdc.local.marker import MarkerBook, settle
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.versions import PRUNE_SECONDS, Retention, VersionStore
@@ -80,6 +81,22 @@ class Registry:
         self._watchers: dict[str, ShareWatcher] = {}
         self.board = Board()
         self._stores: dict[str, VersionStore] = {}
+        self.markers = MarkerBook(self.state_dir / "roots")
+
+    def marker_lost(self, name: str, place: bool = False) -> bool:
+        """Whether share ``name`` lost its folder marker (`rdc.local.marker`): it had one
+        and has not now. With ``place``, a share with content and no marker yet gets one."""
+        path = self.shares[name].path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return self.markers.knows(path)
+        try:
+            return settle(fd, path, self.markers, place=place).lost
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def bump(self, share: str) -> int:
         """A connection wrote to ``share``: a new change sequence number; wakes watchers."""
@@ -236,6 +253,7 @@ class ClientShares:
         )
         # A connection that opened without ``write`` stays read-only, whatever its token
         # allows.
+        await trio.to_thread.run_sync(self.registry.marker_lost, name, True)
         return GrantedDirectory(self.registry, name, directory, writable=write and mode == "rw",
                                 peer=self.peer)
 
@@ -291,6 +309,9 @@ class GrantedDirectory:
     def health(self) -> m.Health:
         return m.Health(share=self.share, seq=self.sequence(),
                         peers=self.registry.board.health(self.share))
+
+    def marker_lost(self) -> bool:
+        return self.registry.marker_lost(self.share)
 
     def release(self) -> None:
         if not self._released:

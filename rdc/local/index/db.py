@@ -21,6 +21,7 @@ import blake3
 
 from rdc.content.signature import FileSignature
 from rdc.content.tree import Tree, pack_tree, unpack_tree
+from rdc.local import faults
 from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
@@ -100,7 +101,8 @@ def _write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]
     try:
         yield conn
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # (SQLite rolls back by itself on some errors: a full disk)
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 
@@ -158,6 +160,8 @@ class IndexDatabase:
         )
         try:
             self._use_wal(conn)
+            if faults.INDEX_PAGES:  # a test's full state directory
+                conn.execute(f"PRAGMA max_page_count={faults.INDEX_PAGES:d}")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             # Another process (or thread) may be creating this index right now: the version

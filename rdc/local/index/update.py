@@ -40,6 +40,9 @@ class RefreshStats:
     deleted: int = 0
     unchanged: int = 0
     errors: list[tuple[str, str]] = field(default_factory=list)
+    # With ``checksum``: files whose content differed from their row though their size,
+    # mtime and inode did not (bit rot, or an edit that kept the time).
+    mismatched: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,24 +107,27 @@ def refresh(
     progress: Callable[[Progress], None] | None = None,
     files: Mapping[str, FileStat] | None = None,
     opener: Opener | None = None,
+    checksum: bool = False,
 ) -> RefreshStats:
     """Update ``db`` to describe the regular files under ``root``. ``files``: their lstat
     by relative path, if the caller walked the tree already; ``opener``: how to open one
-    (default: by its full path)."""
+    (default: by its full path); ``checksum``: read every file again, also those whose
+    stamp matches their row."""
     def by_path(rel: str) -> BinaryIO:
         return open(os.path.join(root, rel), "rb")
 
     opener = opener or by_path
     try:
-        return _refresh(db, root, workers, exclude, progress, files, opener)
+        return _refresh(db, root, workers, exclude, progress, files, opener, checksum)
     except sqlite3.DatabaseError as exc:
         if not unusable(exc):
             raise
         db.rebuild()
-        return _refresh(db, root, workers, exclude, progress, files, opener)
+        return _refresh(db, root, workers, exclude, progress, files, opener, checksum)
 
 
-def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStats:
+def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
+             ) -> RefreshStats:
     stats = RefreshStats()
     started = time.time_ns()
     db_path = os.path.abspath(db.location)
@@ -137,7 +143,8 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
         return mtime_ns(st) >= started - RACY_NS
 
     with db.transaction():
-        changed = _changed(db, rows, on_disk, stats)
+        # With ``checksum`` every file is read again, whatever its row says.
+        changed = list(on_disk) if checksum else _changed(db, rows, on_disk, stats)
         vanished = {row.id: row for path, row in rows.items() if path not in on_disk}
         by_inode = {row.inode: row for row in vanished.values() if not row.racy}
         still_changed = []
@@ -154,6 +161,11 @@ def _refresh(db, root, workers, exclude, progress, files, opener) -> RefreshStat
             db.delete(row.id)
             stats.deleted += 1
     _sign_all(db, opener, still_changed, on_disk, workers, racy, stats, progress)
+    if checksum:
+        for rel in still_changed:
+            old, new = rows.get(rel), db.get(rel)
+            if old and new and old.describes(on_disk[rel]) and old.root != new.root:
+                stats.mismatched.append(rel)
     return stats
 
 
