@@ -248,12 +248,14 @@ class ClientShares:
                 raise Refusal("readonly", message=f"share {name!r} is a read-only replica of "
                               f"{share.replica_of}: change it there")
             raise Refusal("readonly", message=f"share {name!r} is read-only")
+        # The share's folder marker first: nothing may wait (and be cancelled) between
+        # acquiring the directory and handing it to the connection that releases it.
+        await trio.to_thread.run_sync(self.registry.marker_lost, name, True)
         directory = await trio.to_thread.run_sync(
             self.registry.acquire, share, path, create and write
         )
         # A connection that opened without ``write`` stays read-only, whatever its token
         # allows.
-        await trio.to_thread.run_sync(self.registry.marker_lost, name, True)
         return GrantedDirectory(self.registry, name, directory, writable=write and mode == "rw",
                                 peer=self.peer)
 
