@@ -257,7 +257,8 @@ def test_the_share_watcher_survives_a_deep_tree_moved_in(tmp_path: Path) -> None
         done = subprocess.run([sys.executable, "-c", MOVED_IN, str(tmp_path / "share"),
                                str(tmp_path / "aside" / "a")], capture_output=True,
                               timeout=60)
-    finally:
-        remove(tmp_path / "share")  # pytest's clean-up (shutil.rmtree) recurses per level
+    finally:  # pytest's clean-up (shutil.rmtree) recurses per level
+        remove(tmp_path / "share")
+        remove(tmp_path / "aside")  # where the tree stays if it was never moved
     assert b"Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0 and int(done.stdout) >= 1, done

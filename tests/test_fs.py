@@ -886,13 +886,15 @@ def test_a_tree_deeper_than_the_limit_is_walked_without_its_deepest_part(
         os.close(fd)
         fd = deeper
     os.close(fd)
-    walked = walk(str(tmp_path / "t"))
-    assert walked.errors == [("a/" * MAX_DEPTH + "a", f"more than {MAX_DEPTH} levels deep")]
-    assert len(list(iter_entries(walked.tree))) == MAX_DEPTH
-    seal(walked.tree)
-    assert walked.tree.count == MAX_DEPTH
-    assert fingerprint(walked.tree, b"") == walked.fingerprint
-    remove(tmp_path / "t")  # pytest's clean-up (shutil.rmtree) recurses once per level
+    try:
+        walked = walk(str(tmp_path / "t"))
+        assert walked.errors == [("a/" * MAX_DEPTH + "a", f"more than {MAX_DEPTH} levels deep")]
+        assert len(list(iter_entries(walked.tree))) == MAX_DEPTH
+        seal(walked.tree)
+        assert walked.tree.count == MAX_DEPTH
+        assert fingerprint(walked.tree, b"") == walked.fingerprint
+    finally:  # pytest's clean-up (shutil.rmtree) recurses once per level: even a failed
+        remove(tmp_path / "t")  # run must not leave the tree to it
 
 
 def test_times_beyond_64_bits_of_nanoseconds_are_clamped(tmp_path: Path) -> None:
