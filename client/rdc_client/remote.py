@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -13,7 +12,7 @@ import trio
 from rdc.errors import ConnectionFailed, UsageError
 from rdc.wire import messages as m
 from rdc.wire.address import RemoteURL, parse_url  # noqa: F401 (where callers find them)
-from rdc.wire.connection import Connection, unwrap_group
+from rdc.wire.connection import Connection, running
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc.wire.handshake import client_handshake
 from rdc.wire.ratelimit import RateLimitedStream
@@ -90,21 +89,9 @@ async def open_connection(
             raise problems.lost(str(remote), exc) from None
         if welcomed is not None:
             welcomed(welcome)
-        connection = Connection(frames, idle_timeout=idle_timeout)
-        with unwrap_group():
-            async with trio.open_nursery() as nursery:
-                await nursery.start(_run, connection)
-                try:
-                    yield connection, counted
-                finally:
-                    await connection.close()
-                    nursery.cancel_scope.cancel()
+        async with running(frames, idle_timeout) as connection:
+            yield connection, counted
     finally:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
 
-
-async def _run(connection: Connection, *, task_status: trio.TaskStatus[None]) -> None:
-    # A failure is kept on the connection; the calls waiting on it raise it.
-    with contextlib.suppress(Exception):
-        await connection.run(task_status=task_status)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import trio
@@ -398,6 +398,30 @@ class Connection:
     @property
     def failure(self) -> BaseException | None:
         return self._failure
+
+
+@contextlib.asynccontextmanager
+async def running(frames: FrameStream, idle_timeout: float,
+                  close_within: float = math.inf) -> AsyncIterator[Connection]:
+    """A connection over handshaken ``frames``, running while the block runs; closed
+    (output flushed, for at most ``close_within`` seconds) when it ends. A failure of the
+    connection is kept on it: the calls waiting on it raise it."""
+    connection = Connection(frames, idle_timeout=idle_timeout)
+    with unwrap_group():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(_run_quietly, connection)
+            try:
+                yield connection
+            finally:
+                with trio.move_on_after(close_within):
+                    await connection.close()
+                nursery.cancel_scope.cancel()
+
+
+async def _run_quietly(connection: Connection, *,
+                       task_status: trio.TaskStatus[None]) -> None:
+    with contextlib.suppress(Exception):
+        await connection.run(task_status=task_status)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,6 @@ the daemon's settings."""
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +12,7 @@ import trio
 
 from rdc.errors import ConnectionFailed
 from rdc.wire.address import RemoteURL
-from rdc.wire.connection import Connection, unwrap_group
+from rdc.wire.connection import Connection, running
 from rdc.wire.frames import CountingStream, FrameStream
 from rdc.wire.handshake import client_handshake
 from rdc.wire.ratelimit import RateLimitedStream
@@ -53,22 +52,9 @@ async def dial(
             reason = exc.__cause__ or exc
             raise ConnectionFailed(message=f"{url}: the handshake failed: "
                                    f"{reason or type(reason).__name__}") from None
-        connection = Connection(frames, idle_timeout=idle_timeout)
-        with unwrap_group():
-            async with trio.open_nursery() as nursery:
-                await nursery.start(_run, connection)
-                try:
-                    yield connection, counted
-                finally:
-                    with trio.move_on_after(5):
-                        await connection.close()
-                    nursery.cancel_scope.cancel()
+        async with running(frames, idle_timeout, close_within=5) as connection:
+            yield connection, counted
     finally:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
 
-
-async def _run(connection: Connection, *, task_status: trio.TaskStatus[None]) -> None:
-    # A failure is kept on the connection; the calls waiting on it raise it.
-    with contextlib.suppress(Exception):
-        await connection.run(task_status=task_status)
