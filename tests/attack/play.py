@@ -198,7 +198,8 @@ class _Connection:
             if not out and not self.urgent and (not self.queue or self.stop_sending):
                 ending_since = ending_since or now
                 calm = min(now - ending_since, now - self.active)
-                if ((self._all_ended() or calm > QUIET) and calm >= self.inp.hold) \
+                quiet = calm > QUIET and not self._owed()  # a busy server may be slow
+                if ((self._all_ended() or quiet) and calm >= self.inp.hold) \
                         or now - ending_since > END_WAIT + self.inp.hold:
                     return
             want = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
@@ -238,6 +239,12 @@ class _Connection:
         conversation = trigger[0]
         return (tuple(trigger) in self.seen or self.closed or self.failed
                 or (conversation is not None and conversation in self.ended))
+
+    def _owed(self) -> bool:
+        """A request with id 0 not answered yet: the server must answer it or close, so
+        silence is not the end (`unanswered` would call it a violation)."""
+        return self.started.get(0) in FINAL and 0 not in self.answered and not (
+            self.closed or self.failed)
 
     def _all_ended(self) -> bool:
         return all(i in self.ended for i, t in self.started.items() if t in FINAL)
@@ -340,8 +347,7 @@ class _Connection:
     def unanswered(self) -> None:
         """A request with id 0 that the server neither answered nor closed the
         connection for (it must do one or the other)."""
-        if self.started.get(0) in FINAL and 0 not in self.answered and not (
-                self.closed or self.failed):
+        if self._owed():
             self.outcome.violations.append(f"a {self.started[0]} with id 0 never answered")
 
     def _leaks(self, body: bytes) -> None:
