@@ -7,7 +7,10 @@ first event). rdc's own temporaries are ignored.
 
 One watch per share, started by the first client that watches it, stopped with the
 daemon. watchdog itself registers some directories twice, harmlessly; see
-`ignore_repeated_registration`.
+`ignore_repeated_registration`. Its inotify thread can also die of a race in its own
+book-keeping (a KeyError when a watched directory goes away at the wrong moment; seen
+while fuzzing), after which nothing on the disk would be noticed again: `guard_threads`
+turns that into a warning and the watcher restarts (`ShareWatcher.lost`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 
 import trio
@@ -69,6 +73,35 @@ def ignore_repeated_registration() -> None:
                             category=RuntimeWarning)
 
 
+_live: weakref.WeakSet[ShareWatcher] = weakref.WeakSet()
+_default_hook = threading.excepthook
+
+
+def _from_watchdog(args: threading.ExceptHookArgs) -> bool:
+    tb = args.exc_traceback
+    while tb is not None:
+        if "watchdog" in tb.tb_frame.f_code.co_filename.split(os.sep):
+            return True
+        tb = tb.tb_next
+    return type(args.thread).__module__.startswith("watchdog")
+
+
+def guard_threads(args: threading.ExceptHookArgs) -> None:
+    """`threading.excepthook` while a share is watched: an exception that kills one of
+    watchdog's threads is a warning and a restart of the watchers it stopped (each
+    thread-owning watcher, or all if none owns it); any other goes to the default."""
+    if not _from_watchdog(args):
+        _default_hook(args)
+        return
+    name = type(args.exc_value).__name__ if args.exc_value is not None else "exit"
+    log.warning("watchdog's thread %s died (%s: %.200s); watching again",
+                getattr(args.thread, "name", "?"), name, args.exc_value)
+    watchers = list(_live)
+    owners = [w for w in watchers if args.thread in w.threads()]
+    for watcher in owners or watchers:
+        watcher.lost()
+
+
 class ShareWatcher(FileSystemEventHandler):
     def __init__(self, share: str, path: str, changed: Callable[[], None]) -> None:
         """Watch ``path`` (share ``share``); ``changed`` is called (from a trio system
@@ -86,14 +119,51 @@ class ShareWatcher(FileSystemEventHandler):
         # What events named while paused (share-relative; None: too many to list), so the
         # replica can tell whether its rescan covers them or it must scan in full.
         self.seen_paused: set[str] | None = set()
-        self.observer = Observer()
+        self.share = share
         self.running = False  # whether edits on the disk are seen (and move the number)
+        self.restarts = 0
+        self._stopped = False
+        threading.excepthook = guard_threads
+        _live.add(self)
+        self.observer = self._observe()
+
+    def _observe(self) -> Observer:
+        observer = Observer()
         try:
-            self.observer.schedule(self, path, recursive=True, event_filter=CHANGES)
-            self.observer.start()
+            observer.schedule(self, self.root, recursive=True, event_filter=CHANGES)
+            observer.start()
             self.running = True
         except OSError as exc:  # inotify limits, for one: clients still see rdc's writes
-            log.warning("cannot watch share %s for local edits: %s", share, exc)
+            self.running = False
+            log.warning("cannot watch share %s for local edits: %s", self.share, exc)
+        return observer
+
+    def threads(self) -> list[threading.Thread]:
+        """The threads that watch for this share (the observer, its emitters, and the
+        inotify reader that watchdog 7 keeps in the observer)."""
+        found = [self.observer, *self.observer.emitters]
+        reader = getattr(self.observer, "_inotify_fd", None)
+        return [*found, reader] if isinstance(reader, threading.Thread) else found
+
+    def lost(self) -> None:
+        """One of this watcher's threads died (called on that thread): what happened
+        since is unknown, so a replica that paused it must scan in full, and clients
+        look again once a new observer watches."""
+        with self._lock:
+            self.seen_paused = None
+        with contextlib.suppress(trio.RunFinishedError, RuntimeError):
+            self.token.run_sync_soon(trio.lowlevel.spawn_system_task, self._restart)
+
+    async def _restart(self) -> None:
+        if self._stopped:
+            return
+        old = self.observer
+        await trio.to_thread.run_sync(self._stop_observer, old)
+        if self._stopped:
+            return
+        self.observer = await trio.to_thread.run_sync(self._observe)
+        self.restarts += 1
+        self.changed()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory and event.event_type in ("opened", "closed_no_write"):
@@ -161,6 +231,13 @@ class ShareWatcher(FileSystemEventHandler):
         self.changed()
 
     def stop(self) -> None:
-        self.observer.stop()
-        if self.observer.is_alive():
-            self.observer.join(timeout=5)
+        self._stopped = True
+        _live.discard(self)
+        self._stop_observer(self.observer)
+
+    @staticmethod
+    def _stop_observer(observer: Observer) -> None:
+        with contextlib.suppress(Exception):  # a dead reader cannot be stopped twice
+            observer.stop()
+        if observer.is_alive():
+            observer.join(timeout=5)
