@@ -10,9 +10,11 @@ import time
 
 import pytest
 
+from rdc.errors import ProtocolError
 from rdc.local.fs import SafeRoot
 from rdc.local.replica import Replica
 from rdc.transfer import batch, serving
+from rdc.transfer.descent import SUBS_FROM
 from rdc.transfer.stats import Options
 from rdc.wire import messages as m
 
@@ -220,6 +222,15 @@ def test_files_are_cut_into_batches_by_count_and_bytes() -> None:
     assert all(sum(sizes[p] for p, _ in g) <= batch.BATCH_BYTES for g in groups)
 
 
+def test_a_file_to_descend_against_its_older_version_skips_the_batch() -> None:
+    old = b"\x01" * 8
+    files = [("new", None), ("tiny", old), ("edited", old), ("edited-big", old)]
+    sizes = {"new": 5000, "tiny": SUBS_FROM - 1, "edited": SUBS_FROM, "edited-big": 50_000}
+    groups, alone = batch.batches(files, sizes)
+    assert groups == [[("new", None), ("tiny", old)]]  # sent whole either way
+    assert alone == [("edited", old), ("edited-big", old)]
+
+
 def _root(data: bytes) -> bytes:
     from rdc.content.signature import signature_of_bytes
 
@@ -263,3 +274,15 @@ async def test_a_push_into_an_empty_directory_reads_each_file_once(
     stats = await pair.run("push", src)  # nothing to do, and nothing read again
     assert stats.in_step and stats.files_transferred == 0 and reads == []
     pair.close()
+
+
+async def test_a_batch_of_more_files_than_a_batch_holds_is_refused() -> None:
+    """A peer's batch is cut as this side cuts its own: each file written holds two
+    descriptors until the batch is installed, each file offered its content in memory."""
+    offers = m.Offers(files=[m.FileOffer(f"f{i}", 1, bytes(32), 2, None, 0o644, 0)
+                             for i in range(batch.BATCH_FILES + 1)])
+    with pytest.raises(ProtocolError, match="at most 256"):
+        await batch.receive_offers(None, None, offers)  # type: ignore[arg-type]
+    gets = m.Gets(files=[m.FileRequest("f", None)] * (batch.BATCH_FILES + 1))
+    with pytest.raises(ProtocolError, match="at most 256"):
+        await batch.serve_gets(None, None, gets)  # type: ignore[arg-type]
