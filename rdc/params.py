@@ -84,6 +84,10 @@ DEFAULT_SIGNATURE = SignatureParams()
 # are looked up within one seed region only).
 WIRE_PREFIX = 8
 SUB_PREFIX = 4
+# Below the fine pieces (rdc.content.refine): a literal range is described against the old
+# bytes it replaces, in blocks of this many bytes, each named by a hash of this many bytes.
+REFINE_BLOCK = 32
+REFINE_HASH = 2
 
 # BLAKE3 key-derivation contexts: a node hash never equals a chunk hash, and the three
 # directory hashes never equal each other.
@@ -99,7 +103,7 @@ def describe(params: SignatureParams = DEFAULT_SIGNATURE) -> str:
     return " ".join([
         f"chunks={params.chunks}", f"groups={params.groups}", f"subs={params.sub_chunks}",
         f"mids={MID_PARAMS}", f"fines={FINE_PARAMS}", f"sketch-small={SKETCH_MIN_LEAVES}",
-        f"prefixes={WIRE_PREFIX}/{SUB_PREFIX}",
+        f"prefixes={WIRE_PREFIX}/{SUB_PREFIX}", f"refine={REFINE_BLOCK}/{REFINE_HASH}",
         f"sketch={_native.TRAITS}x{_native.TRAIT_BITS}/{_native.SKETCH_SEED:x}",
         f"rabin={_native.POLY_Q:x}", f"gear={_native.GEAR_SEED:x}",
         "tree=v1", "dirs=v2",

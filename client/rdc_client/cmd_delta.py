@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         "files": files,
         "literal_bytes": total.literal_bytes,
         "matched_bytes": total.matched_bytes,
+        "refined_bytes": total.refined_bytes,
+        "false_matches": total.false_matches,
         "signature_bytes": total.signature_bytes,
         "signature_bytes_by_level": dict(sorted(total.signature_bytes_by_level.items())),
         "request_bytes": total.request_bytes,
@@ -85,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{new} over {old} ({files:,} file{'s' if files != 1 else ''} offered):\n"
         f"  literal     {total.literal_bytes:,} bytes\n"
-        f"  matched     {total.matched_bytes:,} bytes\n"
+        f"  matched     {total.matched_bytes:,} bytes (of which {total.refined_bytes:,} "
+        f"refined: old blocks below the sub-chunks; {total.false_matches:,} fetched again)\n"
         f"  signatures  {total.signature_bytes:,} bytes ({levels or 'none'})\n"
         f"  requests    {total.request_bytes:,} bytes, offers {total.offer_bytes:,} bytes\n"
         f"  total       {total.total_bytes:,} bytes in {total.round_trips} round trips"

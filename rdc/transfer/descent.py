@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
-from rdc.content import subchunks
+from rdc.content import refine, subchunks
 from rdc.content.entries import pack_varints, prefixes, unpack_varints
 from rdc.content.signature import chunk_hash, signature_of_bytes
 from rdc.content.tree import HASH_BYTES, Tree
@@ -128,11 +128,21 @@ class Piece:
 
 @dataclass(frozen=True, slots=True)
 class FetchItem:
-    """Literal data to ask the source for: ``length`` bytes of a leaf from ``start``."""
+    """Literal data to ask the source for: ``length`` bytes of a leaf from ``start``;
+    with ``old`` (seed, offset, length), described against those old bytes, whose block
+    ``hashes`` go with the request (`rdc.content.refine`)."""
 
     leaf: int
     start: int
     length: int
+    old: tuple[int, int, int] | None = None
+    hashes: bytes = b""
+
+    def wire(self) -> tuple[int, int, int] | tuple[int, int, int, bytes]:
+        """The item as a ``fetch`` want carries it."""
+        if self.old is None:
+            return (self.leaf, self.start, self.length)
+        return (self.leaf, self.start, self.length, self.hashes)
 
 
 @dataclass
@@ -321,10 +331,52 @@ def target_descent(
             items[-1] = FetchItem(leaf, items[-1].start, items[-1].length + length)
         else:
             items.append(FetchItem(leaf, start, length))
+    items = _refined(items, pieces, leaf_at, seeds)
+    checked = {c[0] for c in checks}
+    for leaf, offset, length, leaf_key in unknown:  # a refined whole leaf is checked too
+        if leaf_key and leaf not in checked and any(i.old and i.leaf == leaf for i in items):
+            checks.append((leaf, offset, length, leaf_key))
     for i, item in enumerate(items):
         pieces.append(Piece(leaf_at[item.leaf] + item.start, item.length, item=i))
     pieces.sort(key=lambda p: p.offset)
     return Plan(pieces=pieces, fetch=items, checks=checks, root=offer.root, size=offer.size)
+
+
+def _refined(
+    items: list[FetchItem], matched: list[Piece], leaf_at: dict[int, int], seeds: SeedMap
+) -> list[FetchItem]:
+    """The items, each that replaces old bytes of a likely edit (`refine.worth_refining`)
+    with those old bytes and their block hashes: the seed bytes between the item's matched
+    neighbours, or as many after the left one (before the right one) when there is one."""
+    ending = {p.offset + p.length: p for p in matched}
+    starting = {p.offset: p for p in matched}
+    out = []
+    for item in items:
+        offset = leaf_at[item.leaf] + item.start
+        left, right = ending.get(offset), starting.get(offset + item.length)
+        if left and right and left.seed == right.seed and (
+                left.seed_offset + left.length <= right.seed_offset):
+            seed, begin = left.seed, left.seed_offset + left.length
+            size = right.seed_offset - begin
+        elif left:
+            seed, begin, size = left.seed, left.seed_offset + left.length, item.length
+        elif right:
+            seed, begin = right.seed, max(0, right.seed_offset - item.length)
+            size = right.seed_offset - begin
+        else:
+            out.append(item)
+            continue
+        size = min(size, seeds.seeds[seed].tree.size - begin)
+        if not refine.worth_refining(item.length, size):
+            out.append(item)
+            continue
+        old = seeds.seeds[seed].read(begin, size)
+        if len(old) != size:
+            out.append(item)  # a seed shorter than its signature: the plain bytes
+            continue
+        out.append(FetchItem(item.leaf, item.start, item.length, (seed, begin, size),
+                             refine.block_hashes(old)))
+    return out
 
 
 # ---------------------------------------------------------------- the source's side
@@ -422,6 +474,12 @@ class SourceFile:
             raise ValueError(f"bytes {start}+{length} are not in leaf {leaf}")
         return data[start : start + length]
 
+    def item(self, item: tuple) -> bytes:
+        """What answers one item of a ``fetch`` want: the bytes, or with block hashes
+        (a fourth element) the ops that rebuild them from the target's old bytes."""
+        data = self.data(*item[:3])
+        return refine.encode(data, item[3]) if len(item) == 4 else data
+
 
 class SourceChanged(OSError):
     """The source file no longer matches the signature being served."""
@@ -439,6 +497,8 @@ class DeltaReport:
     offer_bytes: int = 0
     data_message_bytes: int = 0  # literal data with its framing
     round_trips: int = 0
+    refined_bytes: int = 0  # of literal ranges, rebuilt from old blocks (rdc.content.refine)
+    false_matches: int = 0  # refined ranges rebuilt wrong (a block hash matched by chance)
     have: bool = False
     signature_bytes_by_level: dict[str, int] = field(default_factory=dict)
 
@@ -456,6 +516,8 @@ class DeltaReport:
             "request_bytes",
             "offer_bytes",
             "data_message_bytes",
+            "refined_bytes",
+            "false_matches",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.round_trips = max(self.round_trips, other.round_trips)
@@ -507,16 +569,40 @@ def simulate(
         report.data_message_bytes += wire_size(Data(d=literal, end=True))
     elif not plan.have:
         for batch in plan.fetch_batches():
-            items = [(plan.fetch[i].leaf, plan.fetch[i].start, plan.fetch[i].length)
-                     for i in batch]
+            items = [plan.fetch[i].wire() for i in batch]
             ask(WantFetch(items=items))
-            pieces = [source.data(*item) for item in items]
+            pieces = [source.item(item) for item in items]
             report.data_message_bytes += wire_size(Data(d=pieces, end=True))
-            literal.extend(pieces)
+            for i, piece in zip(batch, pieces, strict=True):
+                data, copied = unrefine(plan.fetch[i], piece, seeds)
+                plain = plan.fetch[i].wire()[:3]
+                if copied and data != source.data(*plain):  # a block hash matched by chance:
+                    report.false_matches += 1  # the target's check fails, it asks plain
+                    ask(WantFetch(items=[plain]))
+                    data, copied = source.data(*plain), 0
+                    report.data_message_bytes += wire_size(Data(d=[data], end=True))
+                literal.append(data)
+                report.refined_bytes += copied
     report.have = plan.have
-    report.literal_bytes = plan.literal_bytes()
-    report.matched_bytes = plan.matched_bytes()
+    report.literal_bytes = plan.literal_bytes() - report.refined_bytes
+    report.matched_bytes = plan.matched_bytes() + report.refined_bytes
     return plan, report, literal
+
+
+def unrefine(item: FetchItem, piece: bytes, seeds: SeedMap) -> tuple[bytes, int]:
+    """An item's bytes from what answered it, and how many came from old blocks; ValueError
+    for an answer that does not fit."""
+    if item.old is None:
+        return piece, 0
+    seed, begin, size = item.old
+    old = seeds.seeds[seed].read(begin, size)
+    if len(old) != size:
+        raise SeedChanged("a seed file is shorter than its signature")
+    return refine.decode(piece, old, item.length)
+
+
+class SeedChanged(OSError):
+    """A seed file changed between planning and copying."""
 
 
 def rebuild(plan: Plan, seeds: SeedMap, literal: list[bytes]) -> bytes:

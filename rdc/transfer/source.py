@@ -73,13 +73,11 @@ async def serve_wants(conversation: Conversation, source: SourceFile) -> m.Done:
             raise ProtocolError(message=f"a want that does not fit the file: {exc}") from None
 
 
-async def _send_items(
-    conversation: Conversation, source: SourceFile, items: list[tuple[int, int, int]]
-) -> None:
+async def _send_items(conversation: Conversation, source: SourceFile, items: list[tuple]) -> None:
     pieces: list[bytes] = []
     size = 0
-    for n, (leaf, first, count) in enumerate(items):
-        data = source.data(leaf, first, count)
+    for n, item in enumerate(items):
+        data = source.item(item)
         pieces.append(data)
         size += len(data)
         if size >= MESSAGE_BYTES or n == len(items) - 1:

@@ -21,7 +21,14 @@ from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
-from rdc.transfer.descent import Plan, SeedFile, SeedMap, target_descent
+from rdc.transfer.descent import (
+    Plan,
+    SeedChanged,
+    SeedFile,
+    SeedMap,
+    target_descent,
+    unrefine,
+)
 from rdc.transfer.ops import expectation, holds
 from rdc.transfer.resume import Partials, keep_or_drop, open_partials
 from rdc.transfer.seeds import choose_seeds
@@ -44,10 +51,6 @@ class Outcome:
     how: str
     literal: int = 0
     matched: int = 0
-
-
-class SeedChanged(OSError):
-    """A seed file changed between planning and copying."""
 
 
 class _Assembly:
@@ -149,9 +152,10 @@ async def _rebuild(
         if not plan.whole:
             assembly = _Assembly(replica, path)
             try:
-                extra = await _assemble(conversation, assembly, plan, seeds)
+                extra, copied = await _assemble(conversation, assembly, plan, seeds)
                 if await _commit(replica, assembly, path, offer, check, final=False):
-                    return Outcome("delta", plan.literal_bytes() + extra, plan.matched_bytes())
+                    return Outcome("delta", plan.literal_bytes() + extra - copied,
+                                   plan.matched_bytes() + copied)
             except SeedChanged:
                 pass
             except BaseException as exc:
@@ -269,27 +273,55 @@ def _parts(request: m.WantExpand | m.WantSubs | m.WantFine) -> list[m.Want]:
 
 class _Literal:
     """The fetched items of a plan, in order: one ``fetch`` want per batch, sent when the
-    batch is first needed."""
+    batch is first needed. A refined item arrives as ops over its old bytes
+    (`rdc.content.refine`) and is rebuilt here."""
 
-    def __init__(self, conversation: Conversation, plan: Plan) -> None:
+    def __init__(self, conversation: Conversation, plan: Plan, seeds: SeedMap) -> None:
         self.conversation = conversation
         self.plan = plan
+        self.seeds = seeds
         self.batches = deque(plan.fetch_batches())
         self.ready: deque[bytes] = deque()
         self.next_item = 0
-        self.refetched = 0  # bytes of leaves fetched again whole
+        self.refetched = 0  # bytes of leaves or items fetched again
+        self.copied: dict[int, int] = {}  # refined items: bytes that came from old blocks
 
     async def take(self, item: int) -> bytes:
         if item != self.next_item:
             raise AssertionError("literal items are taken in order")
         if not self.ready:
             await self._fetch_batch()
-        data = self.ready.popleft()
+        try:
+            data, copied = unrefine(self.plan.fetch[item], self.ready.popleft(), self.seeds)
+        except ValueError as exc:
+            raise ProtocolError(message=f"fetched item {item}: {exc}") from None
         expected = self.plan.fetch[item].length
         if len(data) != expected:
             raise ProtocolError(message=f"fetched {len(data)} bytes where {expected} were asked")
+        if copied:
+            self.copied[item] = copied
         self.next_item += 1
         return data
+
+    async def plain(self, items: list[int]) -> dict[int, bytes]:
+        """Refined items fetched again as plain bytes (a block hash matched other bytes:
+        their leaf failed its check); between batches, as `leaf`."""
+        wanted = [self.plan.fetch[i] for i in items]
+        self.conversation.send(m.WantFetch(items=[(f.leaf, f.start, f.length) for f in wanted]))
+        pieces: list[bytes] = []
+        while True:
+            message = await self.conversation.receive(m.Data)
+            pieces.extend(message.d)
+            if len(pieces) > len(items):
+                raise ProtocolError(message="more data than was fetched")
+            if message.end:
+                break
+        if [len(p) for p in pieces] != [f.length for f in wanted]:
+            raise ProtocolError(message="refetched items came back with other lengths")
+        for i in items:
+            self.refetched += self.plan.fetch[i].length
+            self.copied.pop(i, None)
+        return dict(zip(items, pieces, strict=True))
 
     async def leaf(self, leaf: int, length: int) -> bytes:
         """One leaf's bytes, whole (between batches, so no other want is outstanding)."""
@@ -307,9 +339,7 @@ class _Literal:
 
     async def _fetch_batch(self) -> None:
         batch = self.batches.popleft()
-        items = [(self.plan.fetch[i].leaf, self.plan.fetch[i].start, self.plan.fetch[i].length)
-                 for i in batch]
-        self.conversation.send(m.WantFetch(items=items))
+        self.conversation.send(m.WantFetch(items=[self.plan.fetch[i].wire() for i in batch]))
         while True:
             message = await self.conversation.receive(m.Data)
             self.ready.extend(message.d)
@@ -326,13 +356,16 @@ async def _assemble(
 ) -> int:
     """Write the plan's pieces in order: seed ranges copied (gathered into large runs for a
     worker thread), literal data as it arrives. A leaf rebuilt from sub-chunks is held until
-    its hash checks out against its prefix; if it does not (a sub-chunk prefix matched the
-    wrong bytes), that leaf alone is fetched whole."""
-    literal = _Literal(conversation, plan)
+    its hash checks out against its prefix; if it does not (a sub-chunk prefix or a block
+    hash matched the wrong bytes), its refined items are fetched again plain, and if that
+    does not do, the leaf alone is fetched whole. Returns the bytes fetched again and those
+    that refined items took from old blocks."""
+    literal = _Literal(conversation, plan, seeds)
     checks = {offset: (leaf, length, key) for leaf, offset, length, key in plan.checks}
     runs: list[tuple[Callable[[int, int], bytes], int, int]] = []
     pending = 0
     held: bytearray | None = None
+    held_parts: list[tuple[int, bytes]] = []  # (item or -1, bytes) of the held leaf
     held_leaf = held_end = 0
     held_key = b""
 
@@ -346,18 +379,19 @@ async def _assemble(
         if held is None and piece.offset in checks:
             await flush()
             held_leaf, length, held_key = checks[piece.offset]
-            held, held_end = bytearray(), piece.offset + length
+            held, held_end, held_parts = bytearray(), piece.offset + length, []
         if held is not None:
             if piece.seed >= 0:
                 data = seeds.seeds[piece.seed].read(piece.seed_offset, piece.length)
                 if len(data) != piece.length:
                     raise SeedChanged("a seed file is shorter than its signature")
-                held += data
             else:
-                held += await literal.take(piece.item)
+                data = await literal.take(piece.item)
+            held += data
+            held_parts.append((piece.item, data))
             if piece.offset + piece.length == held_end:
                 if not chunk_hash(held).startswith(held_key):
-                    held = bytearray(await literal.leaf(held_leaf, len(held)))
+                    held = await _recheck(literal, held_leaf, held_key, held_parts, plan)
                 assembly.write(held)
                 held = None
             continue
@@ -370,7 +404,22 @@ async def _assemble(
         await flush()
         assembly.write(await literal.take(piece.item))
     await flush()
-    return literal.refetched
+    return literal.refetched, sum(literal.copied.values())
+
+
+async def _recheck(literal: _Literal, leaf: int, key: bytes, parts: list[tuple[int, bytes]],
+                   plan: Plan) -> bytearray:
+    """A leaf that failed its check: rebuilt with its refined items fetched plain, or else
+    fetched whole."""
+    refined = [item for item, _ in parts if item >= 0 and plan.fetch[item].old is not None]
+    if refined:
+        plain = await literal.plain(refined)
+        rebuilt = bytearray(b"".join(plain.get(item, data) if item >= 0 else data
+                                     for item, data in parts))
+        if chunk_hash(rebuilt).startswith(key):
+            return rebuilt
+    size = sum(len(data) for _, data in parts)
+    return bytearray(await literal.leaf(leaf, size))
 
 
 async def _receive_whole(conversation: Conversation, assembly: _Assembly, size: int) -> None:

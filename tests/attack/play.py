@@ -447,7 +447,7 @@ def _replies(source: SourceFile, want: dict[str, Any]) -> list[dict[str, Any]]:
     elif kind == "fine":
         lists = [source.fines(leaf, mid) for leaf, mid in want["mids"]]
     elif kind == "fetch":
-        pieces = [source.data(*item) for item in want["items"]]
+        pieces = [source.item(item) for item in want["items"]]
         return [{"t": "data", "d": pieces, "end": True}]
     else:
         size = source.tree.size

@@ -1,0 +1,152 @@
+"""Refinement below the fine sub-chunks (rdc.content.refine): a literal range described as
+ops against the block hashes of the old bytes it replaces; in a transfer, what it saves and
+what happens when a short block hash matches the wrong bytes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rdc.content import refine
+from rdc.content.signature import signature_of_bytes
+from rdc.params import REFINE_BLOCK
+from rdc.transfer.descent import SeedFile, SeedMap, SourceFile, rebuild, simulate
+from rdc.transfer.stats import Options
+
+from .protocol_support import Pair, tree_state, write
+
+
+@st.composite
+def edited(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """Old bytes and a version of them with a few insertions, deletions, overwrites."""
+    old = draw(st.binary(max_size=1500))
+    new = bytearray(old)
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, len(new)))
+        cut = draw(st.integers(0, 40))
+        new[at : at + cut] = draw(st.binary(max_size=40))
+    return old, bytes(new)
+
+
+def wide_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashes long enough that a chance match never happens in a test."""
+    monkeypatch.setattr(refine, "REFINE_HASH", 4)
+    monkeypatch.setattr(refine, "MAX_HASHES", 4 * (refine.REFINE_LIMIT // REFINE_BLOCK + 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(edited())
+def test_ops_rebuild_the_new_bytes(pair: tuple[bytes, bytes]) -> None:
+    old, new = pair
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        wide_hashes(monkeypatch)
+        ops = refine.encode(new, refine.block_hashes(old))
+        out, copied = refine.decode(ops, old, len(new))
+    assert out == new
+    assert copied % REFINE_BLOCK == 0 and copied <= len(new)
+    assert len(ops) <= len(new) + 3 * (len(new) // REFINE_BLOCK + 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edited())
+def test_two_byte_hashes_always_rebuild_the_right_length(pair: tuple[bytes, bytes]) -> None:
+    """With the real, short hashes a chance match gives wrong bytes, never a wrong length:
+    the leaf or root check downstream is what catches it."""
+    old, new = pair
+    out, _ = refine.decode(refine.encode(new, refine.block_hashes(old)), old, len(new))
+    assert len(out) == len(new)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.binary(max_size=300), st.integers(0, 400))
+def test_malformed_ops_are_a_value_error(ops: bytes, old: bytes, length: int) -> None:
+    try:
+        out, copied = refine.decode(ops, old, length)
+    except ValueError:
+        return
+    assert len(out) == length and copied <= length
+
+
+def test_a_small_edit_costs_its_bytes_not_its_range() -> None:
+    rng = random.Random(5)
+    old = bytes(rng.randrange(32, 127) for _ in range(4010))
+    new = old[:1000] + b"a new word" + old[1003:]
+    ops = refine.encode(new, refine.block_hashes(old))
+    assert refine.decode(ops, old, len(new))[0] == new
+    assert len(ops) < 2 * REFINE_BLOCK + 20  # the edit's block or two, and a few varints
+    assert len(refine.block_hashes(old)) == 2 * (4010 // REFINE_BLOCK + 1)  # and a tail
+
+
+def test_worth_refining_wants_an_edit_not_a_rewrite() -> None:
+    assert refine.worth_refining(200, 180)
+    assert not refine.worth_refining(40, 40)  # too short to gain
+    assert not refine.worth_refining(200, 4000)  # not the same range
+    assert not refine.worth_refining(5000, 20_000)  # more old bytes than a request carries
+
+
+def _text(rng: random.Random, words: int) -> bytes:
+    vocabulary = [b"alpha", b"beta", b"gamma", b"delta", b"sync", b"chunk", b"tree", b"\n"]
+    return b" ".join(rng.choice(vocabulary) + b"%d" % rng.randrange(1000)
+                     for _ in range(words))
+
+
+def _scattered(data: bytes, rng: random.Random, edits: int) -> bytes:
+    out = bytearray(data)
+    for _ in range(edits):
+        at = rng.randrange(len(out) - 10)
+        out[at : at + 4] = b"EDIT"
+    return bytes(out)
+
+
+def test_a_descent_sends_the_changed_bytes_below_the_sub_chunks() -> None:
+    rng = random.Random(7)
+    old = _text(rng, 30_000)
+    new = _scattered(old, rng, 12)
+    seeds = SeedMap([SeedFile(signature_of_bytes(old).tree, lambda o, n: old[o : o + n])])
+    source = SourceFile(signature_of_bytes(new).tree, lambda o, n: new[o : o + n])
+    plan, report, literal = simulate(source, seeds, False)
+    assert rebuild(plan, seeds, literal) == new
+    assert report.refined_bytes > 0 and any(item.old for item in plan.fetch)
+    # fine sub-chunks alone sent ~12 x 180+ bytes; the edits themselves are 48
+    assert report.literal_bytes < plan.literal_bytes() / 2
+    assert report.literal_bytes + report.refined_bytes == plan.literal_bytes()
+
+
+async def test_a_chance_block_match_is_fetched_again_plain(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every block hash the same: each refined range is rebuilt wrong, its leaf fails its
+    check, and the target asks for the range again plain; the file arrives right."""
+    rng = random.Random(11)
+    src = tmp_path / "src"
+    src.mkdir()
+    old = _text(rng, 20_000)
+    write(src / "big.txt", old)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "big.txt", _scattered(old, rng, 6))
+    monkeypatch.setattr(refine, "_key", lambda block: b"\0" * refine.REFINE_HASH)
+    stats = await pair.run("push", src, options=Options())
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert 0 < stats.literal_bytes < 10_000  # ranges, not the whole file
+    pair.close()
+
+
+async def test_a_push_of_scattered_edits_refines(tmp_path) -> None:
+    rng = random.Random(13)
+    src = tmp_path / "src"
+    src.mkdir()
+    old = _text(rng, 20_000)
+    write(src / "big.txt", old)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "big.txt", _scattered(old, rng, 6))
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert stats.literal_bytes < 6 * 2 * REFINE_BLOCK + 200  # about a block or two each
+    pair.close()
