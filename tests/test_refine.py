@@ -150,3 +150,17 @@ async def test_a_push_of_scattered_edits_refines(tmp_path) -> None:
     assert tree_state(pair.share) == tree_state(src)
     assert stats.literal_bytes < 6 * 2 * REFINE_BLOCK + 200  # about a block or two each
     pair.close()
+
+
+async def test_a_fetch_of_more_to_refine_than_a_target_asks_is_refused() -> None:
+    """Refining costs the source a search per byte: one fetch asks for at most as much as
+    a target ever does."""
+    from rdc.errors import ProtocolError
+    from rdc.transfer import source as source_side
+
+    data = bytes(range(256)) * 4
+    file = SourceFile(signature_of_bytes(data).tree, lambda o, n: data[o : o + n])
+    item = (0, 0, len(data), b"\0\0")
+    items = [item] * (source_side.REFINED_LIMIT // len(data) + 1)
+    with pytest.raises(ProtocolError, match="to refine"):
+        await source_side._send_items(None, file, items)  # type: ignore[arg-type]

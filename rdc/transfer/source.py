@@ -12,7 +12,13 @@ from rdc.content.check import LeafCheck, Mismatch, matches
 from rdc.content.signature import FileSignature
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.filestat import mtime_ns
-from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceChanged, SourceFile
+from rdc.transfer.descent import (
+    FETCH_LIMIT,
+    SUBS_FROM,
+    WHOLE_BELOW,
+    SourceChanged,
+    SourceFile,
+)
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_PIECE
 from rdc.wire.connection import Conversation
@@ -21,6 +27,9 @@ from rdc.wire.connection import Conversation
 WHOLE_CREDIT = 4 << 20
 # Data messages are cut at about this size, so that other conversations interleave.
 MESSAGE_BYTES = 1 << 20
+# Bytes of refined items one fetch may ask for (what a target asks for at once: the
+# search costs the source about 0.4 us a byte where nothing matches).
+REFINED_LIMIT = FETCH_LIMIT
 
 
 def make_offer(
@@ -74,6 +83,10 @@ async def serve_wants(conversation: Conversation, source: SourceFile) -> m.Done:
 
 
 async def _send_items(conversation: Conversation, source: SourceFile, items: list[tuple]) -> None:
+    refined = sum(item[2] for item in items if len(item) == 4)
+    if refined > REFINED_LIMIT:  # each byte costs a hash and a lookup, not a copy
+        raise ProtocolError(message=f"a fetch of {refined:,} bytes to refine (at most "
+                            f"{REFINED_LIMIT:,})")
     pieces: list[bytes] = []
     size = 0
     for n, item in enumerate(items):
