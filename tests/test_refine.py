@@ -43,7 +43,7 @@ def test_ops_rebuild_the_new_bytes(pair: tuple[bytes, bytes]) -> None:
     old, new = pair
     with pytest.MonkeyPatch.context() as monkeypatch:
         wide_hashes(monkeypatch)
-        ops = refine.encode(new, refine.block_hashes(old))
+        ops = refine.encode(new, refine.block_hashes(old), len(old))
         out, copied = refine.decode(ops, old, len(new))
     assert out == new
     assert copied % REFINE_BLOCK == 0 and copied <= len(new)
@@ -56,7 +56,8 @@ def test_two_byte_hashes_always_rebuild_the_right_length(pair: tuple[bytes, byte
     """With the real, short hashes a chance match gives wrong bytes, never a wrong length:
     the leaf or root check downstream is what catches it."""
     old, new = pair
-    out, _ = refine.decode(refine.encode(new, refine.block_hashes(old)), old, len(new))
+    out, _ = refine.decode(refine.encode(new, refine.block_hashes(old), len(old)), old,
+                           len(new))
     assert len(out) == len(new)
 
 
@@ -74,7 +75,7 @@ def test_a_small_edit_costs_its_bytes_not_its_range() -> None:
     rng = random.Random(5)
     old = bytes(rng.randrange(32, 127) for _ in range(4010))
     new = old[:1000] + b"a new word" + old[1003:]
-    ops = refine.encode(new, refine.block_hashes(old))
+    ops = refine.encode(new, refine.block_hashes(old), len(old))
     assert refine.decode(ops, old, len(new))[0] == new
     assert len(ops) < 2 * REFINE_BLOCK + 20  # the edit's block or two, and a few varints
     assert len(refine.block_hashes(old)) == 2 * (4010 // REFINE_BLOCK + 1)  # and a tail
@@ -160,7 +161,7 @@ async def test_a_fetch_of_more_to_refine_than_a_target_asks_is_refused() -> None
 
     data = bytes(range(256)) * 4
     file = SourceFile(signature_of_bytes(data).tree, lambda o, n: data[o : o + n])
-    item = (0, 0, len(data), b"\0\0")
+    item = (0, 0, len(data), b"\0\0", 32)
     items = [item] * (source_side.REFINED_LIMIT // len(data) + 1)
     with pytest.raises(ProtocolError, match="to refine"):
         await source_side._send_items(None, file, items)  # type: ignore[arg-type]

@@ -60,34 +60,46 @@ def worth_refining(new_length: int, old_length: int) -> bool:
             and new_length <= 2 * old_length + REFINE_BLOCK)
 
 
-def encode(new: bytes | memoryview, hashes: bytes) -> bytes:
-    """``new`` as ops against the old blocks whose hashes are ``hashes`` (the source's
-    side). Greedy: at each position the block after the last one copied is tried first
-    (an edit leaves the rest in order), then any block with that hash."""
-    if len(hashes) % REFINE_HASH or len(hashes) > MAX_HASHES:
-        raise ValueError("block hashes of a partial entry or too many")
-    count = len(hashes) // REFINE_HASH
+def encode(new: bytes | memoryview, hashes: bytes, old_length: int) -> bytes:
+    """``new`` as ops against the blocks of ``old_length`` old bytes whose hashes are
+    ``hashes`` (the source's side). A short hash matches by chance about once in 65,536
+    lookups, so a block is taken on one hash only where an edit would leave it: in line
+    with the last block copied (or the old bytes' start), or with the old bytes' end (an
+    edit before it moved it by the difference in length); anywhere else only with the
+    block after it matching too."""
+    starts = block_starts(old_length)
+    count = len(starts)
+    if old_length > REFINE_LIMIT or len(hashes) != count * REFINE_HASH:
+        raise ValueError(f"{len(hashes)} bytes of block hashes for {old_length} old bytes")
     keys = [hashes[i * REFINE_HASH : (i + 1) * REFINE_HASH] for i in range(count)]
     where: dict[bytes, int] = {}
     for k, key in enumerate(keys):
         where.setdefault(key, k)
+    block_at = {start: k for k, start in enumerate(starts)}
     view = memoryview(new)
     runs: list[list] = []  # [literal before, first block, blocks]
     literal_from = pos = 0
-    expected = -1  # the block after the last copied: tried first
+    left = 0  # new position minus old position of the last block copied
+    right = len(view) - old_length  # ... of blocks after the last edit
     end = len(view) - REFINE_BLOCK
     while pos <= end:
         key = _key(view[pos : pos + REFINE_BLOCK])
-        k = expected if 0 <= expected < count and keys[expected] == key else where.get(key)
-        if k is None:
-            pos += 1
-            continue
+        k = block_at.get(pos - left)
+        if k is None or keys[k] != key:
+            k = block_at.get(pos - right)
+            if k is None or keys[k] != key:
+                k = where.get(key)
+                if k is None or k + 1 >= count or pos + 2 * REFINE_BLOCK > len(view) or (
+                        keys[k + 1] != _key(view[pos + REFINE_BLOCK : pos + 2 * REFINE_BLOCK])):
+                    pos += 1
+                    continue
         if runs and pos == literal_from and k == runs[-1][1] + runs[-1][2]:
             runs[-1][2] += 1
         else:
             runs.append([view[literal_from:pos], k, 1])
+        left = pos - starts[k]
         pos += REFINE_BLOCK
-        literal_from, expected = pos, k + 1
+        literal_from = pos
     out = bytearray()
     for literal, first, blocks in runs:
         put_varint(len(literal), out)

@@ -138,11 +138,11 @@ class FetchItem:
     old: tuple[int, int, int] | None = None
     hashes: bytes = b""
 
-    def wire(self) -> tuple[int, int, int] | tuple[int, int, int, bytes]:
+    def wire(self) -> tuple[int, int, int] | tuple[int, int, int, bytes, int]:
         """The item as a ``fetch`` want carries it."""
         if self.old is None:
             return (self.leaf, self.start, self.length)
-        return (self.leaf, self.start, self.length, self.hashes)
+        return (self.leaf, self.start, self.length, self.hashes, self.old[2])
 
 
 @dataclass
@@ -475,10 +475,12 @@ class SourceFile:
         return data[start : start + length]
 
     def item(self, item: tuple) -> bytes:
-        """What answers one item of a ``fetch`` want: the bytes, or with block hashes
-        (a fourth element) the ops that rebuild them from the target's old bytes."""
+        """What answers one item of a ``fetch`` want: the bytes, or with the block hashes
+        of the old bytes
+        and their length (a fourth and fifth element) the ops that rebuild them from the
+        target's old bytes."""
         data = self.data(*item[:3])
-        return refine.encode(data, item[3]) if len(item) == 4 else data
+        return refine.encode(data, item[3], item[4]) if len(item) == 5 else data
 
 
 class SourceChanged(OSError):

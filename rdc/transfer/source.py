@@ -83,7 +83,7 @@ async def serve_wants(conversation: Conversation, source: SourceFile) -> m.Done:
 
 
 async def _send_items(conversation: Conversation, source: SourceFile, items: list[tuple]) -> None:
-    refined = sum(item[2] for item in items if len(item) == 4)
+    refined = sum(item[2] for item in items if len(item) == 5)
     if refined > REFINED_LIMIT:  # each byte costs a hash and a lookup, not a copy
         raise ProtocolError(message=f"a fetch of {refined:,} bytes to refine (at most "
                             f"{REFINED_LIMIT:,})")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from rdc.content.refine import MAX_HASHES
+from rdc.content.refine import MAX_HASHES, REFINE_LIMIT
 from rdc.errors import ProtocolError
 from rdc.local.paths import PathError, check_relpath, to_wire
 from rdc.params import REFINE_HASH
@@ -419,14 +419,14 @@ def mid(v: Any, where: str) -> tuple[int, int]:
     return uint()(leaf, f"{where}[0]"), uint()(k, f"{where}[1]")
 
 
-def fetch_item(v: Any, where: str) -> tuple[int, int, int] | tuple[int, int, int, bytes]:
-    """(leaf, start, length), with the old bytes' block hashes when refined."""
-    if type(v) is list and len(v) == 4:
-        *plain, hashes = v
+def fetch_item(v: Any, where: str) -> tuple[int, int, int] | tuple[int, int, int, bytes, int]:
+    """(leaf, start, length), with the old bytes' block hashes and length when refined."""
+    if type(v) is list and len(v) == 5:
+        *plain, hashes, old_length = v
         hashes = binary(MAX_HASHES)(hashes, f"{where}[3]")
         if len(hashes) % REFINE_HASH:
             raise ProtocolError(message=f"{where}[3]: block hashes with a partial entry")
-        return (*fetch_item(plain, where), hashes)
+        return (*fetch_item(plain, where), hashes, uint(REFINE_LIMIT)(old_length, f"{where}[4]"))
     leaf, start, length = items(v, where, 3)
     return (uint()(leaf, f"{where}[0]"), uint()(start, f"{where}[1]"),
             uint()(length, f"{where}[2]"))
@@ -775,7 +775,8 @@ class WantFine(Want):
 @message("want", "fetch")
 class WantFetch(Want):
     """Send data: per item (leaf, start, length), bytes of a leaf; an item with the block
-    hashes of the old bytes it replaces (a fourth element) is answered with ops
+    hashes and length of the old bytes it replaces (a fourth and fifth element) is
+    answered with ops
     (`rdc.content.refine`)."""
 
     items: list[tuple] = wire(array(fetch_item), factory=list,
