@@ -507,3 +507,22 @@ async def test_no_request_starts_once_the_connection_failed() -> None:
     incoming.put_data(_frame({"t": "list", "id": 1, "paths": [b""], "hb": 8}))
     with pytest.raises(ProtocolError):
         await server.run()
+
+
+async def test_a_send_cut_short_leaves_the_stream_unusable() -> None:
+    """A frame cancelled half-way out: nothing may follow it (the server's error frame
+    after a cut one reached a fuzzing client as garbage)."""
+    a, b = trio.testing.lockstep_stream_pair()
+    sender = FrameStream(a)
+    big = {"t": "data", "d": [b"x" * 100_000]}
+
+    async def read_a_little() -> None:
+        await b.receive_some(1000)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_a_little)
+        with trio.move_on_after(0.5):
+            await sender.send([big])
+    assert sender.cut
+    with pytest.raises(trio.ClosedResourceError):
+        await sender.send([{"t": "error", "code": "protocol", "msg": "after the cut"}])

@@ -195,7 +195,8 @@ class Connection:
             with trio.move_on_after(self.idle_timeout / 4) as quiet:
                 first = await self._out.receive()
             if quiet.cancelled_caught:
-                await self.frames.send([m.encode(m.Ping())])
+                async with self._send_lock:
+                    await self.frames.send([m.encode(m.Ping())])
                 continue
             # Scheduler passes first, while they bring more: the conversations woken by the
             # same event (a frame just read) queue their answers, and one frame carries

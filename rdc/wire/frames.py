@@ -94,6 +94,9 @@ class FrameStream:
         # The largest frame accepted: a server lowers it until the peer has authenticated.
         self.max_receive = MAX_FRAME
         self.plain_sent = 0
+        # A send cancelled or failed after it began: the peer may hold part of a frame,
+        # so nothing more can go (an error frame after it read as garbage; fuzzing).
+        self.cut = False
         self._buffer = bytearray()
         self._compressor: zstandard.ZstdCompressionObj | None = None
         self._compressor_level = -1
@@ -124,6 +127,9 @@ class FrameStream:
             await self._send_frame(batch)
 
     async def _send_frame(self, packed: list[bytes]) -> None:
+        if self.cut:
+            raise trio.ClosedResourceError("a frame was cut short: the stream is unusable")
+        self.cut = True  # until the whole frame is out (the compressor takes it first)
         plain = _array_header(len(packed)) + b"".join(packed)
         body, flag = plain, 0
         if self.compress and len(plain) >= COMPRESS_FROM:
@@ -137,6 +143,7 @@ class FrameStream:
             self.plain_sent += len(plain)
             body, flag = PLAIN_SIZE.pack(len(plain)) + head + squeezed, COMPRESSED
         await self.stream.send_all(HEADER.pack(flag | len(body)) + body)
+        self.cut = False
 
     def _stream(self) -> tuple[bytes, zstandard.ZstdCompressionObj]:
         """This direction's compressor, and the bytes that end its previous zstd frame when
