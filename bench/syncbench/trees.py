@@ -10,6 +10,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+from rdc.local.marker import MARKER
+
 
 def reset(old: Path | None, dst: Path) -> None:
     """``dst`` becomes a fresh copy of ``old`` (new inodes, mtimes kept), or an empty
@@ -79,8 +81,10 @@ def same_bytes(a: str, b: str) -> bool:
 
 def tree_diff(want: Path, got: Path) -> str:
     """'ok', or what differs between the sender's tree and the receiver's (by kind, with
-    the first example)."""
+    the first example). Each root's folder marker is its own (rdc.local.marker): left out."""
     a, b = entries(want), entries(got)
+    for side in (a, b):
+        side.pop(MARKER, None)
     problems: dict[str, list[str]] = {}
     for path in sorted(a.keys() - b.keys()):
         problems.setdefault("missing", []).append(path)
