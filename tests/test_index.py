@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from rdc.content.signature import signature_of_path
 from rdc.local.index import IndexDatabase, refresh
@@ -439,3 +441,17 @@ def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
         f.id for f in db.files() if f.path == "b"
     ]
     db.close()
+
+
+@given(st.lists(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(
+    ["\udcc3", "\udcff", "a", "B", "é", "\U0001f600", "~"]), min_size=1, max_size=6),
+    unique=True, max_size=12))
+@example(["é", "\udcc3", "z"])  # str order puts é first; byte order the escaped 0xC3
+def test_children_sort_in_name_byte_order(names: list[str]) -> None:
+    """Hashes and vectors depend on this order: the ASCII fast path must agree with
+    sorting by the names' bytes (non-UTF-8 names, as surrogate escapes, included)."""
+    from rdc.local.snapshot import Entry
+
+    directory = Entry("d", 0o755, 0, children={n: Entry("f", 0o644, 0) for n in names})
+    got = [name for name, _ in directory.sorted_children()]
+    assert got == sorted(names, key=os.fsencode)

@@ -13,6 +13,7 @@ sdists alternate between 0644 and 0664 files, which would otherwise list every d
 
 from __future__ import annotations
 
+import operator
 import os
 import stat
 import struct
@@ -27,6 +28,9 @@ from rdc.local.paths import is_temporary
 from rdc.params import CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT
 
 KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
+
+
+_name = operator.itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -57,7 +61,11 @@ class Entry:
         return os.fsencode(self.target)
 
     def sorted_children(self) -> list[tuple[str, Entry]]:
-        """Children in name-byte order (the canonical order of hashes and vectors)."""
+        """Children in name-byte order (the canonical order of hashes and vectors). ASCII
+        names sort the same as str, without encoding each (half the cost; every pass over
+        a tree sorts every directory)."""
+        if all(name.isascii() for name in self.children):
+            return sorted(self.children.items(), key=_name)
         return sorted(self.children.items(), key=lambda item: os.fsencode(item[0]))
 
 
