@@ -5,6 +5,7 @@ what happens when a short block hash matches the wrong bytes."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -116,12 +117,9 @@ def test_a_descent_sends_the_changed_bytes_below_the_sub_chunks() -> None:
     assert report.literal_bytes + report.refined_bytes == plan.literal_bytes()
 
 
-async def test_a_chance_block_match_is_fetched_again_plain(
-    tmp_path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every block hash the same: each refined range is rebuilt wrong, its leaf fails its
-    check, and the target asks for the range again plain; the file arrives right."""
-    rng = random.Random(11)
+async def _pushed_then_edited(tmp_path: Path, seed: int) -> tuple[Pair, Path]:
+    """A server holding a 200 KB text file, and its source with 6 small edits since."""
+    rng = random.Random(seed)
     src = tmp_path / "src"
     src.mkdir()
     old = _text(rng, 20_000)
@@ -129,6 +127,15 @@ async def test_a_chance_block_match_is_fetched_again_plain(
     pair = Pair(tmp_path)
     await pair.run("push", src)
     write(src / "big.txt", _scattered(old, rng, 6))
+    return pair, src
+
+
+async def test_a_chance_block_match_is_fetched_again_plain(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every block hash the same: each refined range is rebuilt wrong, its leaf fails its
+    check, and the target asks for the range again plain; the file arrives right."""
+    pair, src = await _pushed_then_edited(tmp_path, 11)
     monkeypatch.setattr(refine, "_key", lambda block: b"\0" * refine.REFINE_HASH)
     stats = await pair.run("push", src, options=Options())
     assert stats.in_step and not stats.failed
@@ -138,14 +145,7 @@ async def test_a_chance_block_match_is_fetched_again_plain(
 
 
 async def test_a_push_of_scattered_edits_refines(tmp_path) -> None:
-    rng = random.Random(13)
-    src = tmp_path / "src"
-    src.mkdir()
-    old = _text(rng, 20_000)
-    write(src / "big.txt", old)
-    pair = Pair(tmp_path)
-    await pair.run("push", src)
-    write(src / "big.txt", _scattered(old, rng, 6))
+    pair, src = await _pushed_then_edited(tmp_path, 13)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
