@@ -97,6 +97,33 @@ async def test_renamed_small_files_are_copied_and_edited_ones_descend(
     pair.close()
 
 
+async def test_a_renamed_and_edited_file_descends_against_its_old_self(
+    tmp_path, counted
+) -> None:
+    """New at its path, but near-identical to a file the target holds (its own older
+    version under the old name): it descends with that file as a seed instead of going
+    whole; a new file only loosely like others still goes whole, in its batch."""
+    src = tmp_path / "src"
+    small_tree(src, 30)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    counted.update(batches=0, single=0)
+    old = max(src.rglob("*.txt"), key=lambda path: path.stat().st_size)
+    data = bytearray(old.read_bytes())
+    assert len(data) > 4000
+    data[2000:2004] = b"EDIT"
+    old.unlink()
+    write(src / "moved.txt", bytes(data))
+    fresh = b"".join(b"a line of its own %d\n" % n for n in range(300))
+    write(src / "fresh.txt", fresh)
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert counted["single"] == 1  # moved.txt; fresh.txt went in its batch
+    assert stats.literal_bytes < len(fresh) + 300  # fresh.txt whole, and the edit
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
 async def test_a_file_written_moments_ago_is_still_a_seed(tmp_path, counted) -> None:
     """Files written within the index's racy window (their rows cannot vouch that the
     content is unchanged) still serve as seeds for their own next version."""
@@ -120,10 +147,9 @@ async def test_a_file_written_moments_ago_is_still_a_seed(tmp_path, counted) -> 
     pair.close()
 
 
-async def test_a_new_small_file_like_others_is_sent_in_its_batch(tmp_path, counted) -> None:
-    """A file new at its path goes whole in its batch even where similar files are there
-    (the compression stream finds what they share); only an older version at the same
-    path is worth a descent."""
+async def test_an_edited_copy_descends_against_the_original(tmp_path, counted) -> None:
+    """A file new at its path that is near-identical to one the target holds (an edited
+    copy) descends with it as a seed: its literal is the edit, not the file."""
     src = tmp_path / "src"
     small_tree(src, 40)
     pair = Pair(tmp_path)
@@ -134,8 +160,8 @@ async def test_a_new_small_file_like_others_is_sent_in_its_batch(tmp_path, count
     (src / "d3" / "copy-of-f10.txt").write_bytes(bytes(data))
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed
-    assert counted["single"] == 0 and counted["batches"] == 1
-    assert stats.literal_bytes == len(data)
+    assert counted["single"] == 1 and counted["batches"] == 1
+    assert stats.literal_bytes < 300 < len(data)
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
 

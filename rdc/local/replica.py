@@ -273,6 +273,12 @@ class Replica:
                     continue
         return trees
 
+    def resembled(self, sketch: bytes, traits: int) -> bool:
+        """Whether an indexed file shares at least ``traits`` of 12 traits with
+        ``sketch``."""
+        with self.lock:
+            return bool(self.db.candidates(sketch, traits, 1))
+
     def reader(self, path: str) -> Callable[[int, int], bytes] | None:
         """(offset, length) -> bytes of the file at ``path``, opened once; None if it
         cannot be opened. The descriptor closes when the reader is garbage."""

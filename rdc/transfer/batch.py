@@ -5,14 +5,17 @@ number: a conversation, a few thread hops, a sync and an index transaction each.
 BATCH_FILES of them (and BATCH_BYTES of content) go in one conversation: offered in one
 message, decided by the target in one worker-thread hop, their contents sent in a few data
 messages, written, checked, made durable at once and renamed into place in one more hop,
-and recorded in one index transaction. A file whose older version the target holds at
-its path goes by the per-file exchange, which sends only what differs: from the start
-when the source knows it (the listing said what is there, and the file is large enough
-to be described rather than sent: offering it in a batch too cost ~75 bytes of offer and
-a round trip each, a third of what a scattered edit cost), else when the target answers
-``descend``. A file new at its path is sent whole even
-if similar files are there: the connection's compression stream finds most of what it
-shares with files sent shortly before, at none of a descent's round trips.
+and recorded in one index transaction.
+
+A file whose older version the target holds at its path goes by the per-file exchange,
+which sends only what differs: from the start when the source knows it (the listing said
+what is there, and the file is large enough to be described rather than sent: offering
+it in a batch too cost ~75 bytes of offer and a round trip each, a third of what a
+scattered edit cost), else when the target answers ``descend``. So does a file new at its
+path that is near-identical to one the target holds elsewhere (`NEAR_TRAITS` of its 12
+traits in common: renamed or copied, then edited). Other new files are sent whole, even
+if loosely similar files are there: the connection's compression stream finds most of
+what they share with files sent shortly before, at none of a descent's round trips.
 
 The blocking halves (`offer_batch` on the source, `decide_batch` and `write_batch` on the
 target) run on one worker thread per batch; the four conversation flows wire them to the
@@ -49,6 +52,9 @@ BATCH_FILES = 256
 BATCH_BYTES = 1 << 20
 # Content sent in one data message.
 DATA_MESSAGE = 1 << 20
+# A file new at its path descends if an indexed file shares this many of its 12 traits
+# (near-identical: most likely its own older version under another name).
+NEAR_TRAITS = 9
 # Batches written at once in a process: each holds two descriptors per file (the temporary
 # and its directory) until the batch is installed, so that a peer's many conversations
 # cannot run the process out of descriptors (a fuzzer's offers of thousands of files each
@@ -224,6 +230,9 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         older_here and not whole_is_best(offer.size, offer.depth, older_here)
     ):
         return Decision("descend", check)
+    if (not older_here and offer.sketch is not None and offer.size >= SUBS_FROM
+            and replica.resembled(offer.sketch, NEAR_TRAITS)):
+        return Decision("descend", check)  # renamed or copied, then edited: its old self
     return Decision("send", check)
 
 
