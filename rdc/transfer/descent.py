@@ -333,8 +333,9 @@ def target_descent(
             items.append(FetchItem(leaf, start, length))
     items = _refined(items, pieces, leaf_at, seeds)
     checked = {c[0] for c in checks}
+    refined = {item.leaf for item in items if item.old is not None}
     for leaf, offset, length, leaf_key in unknown:  # a refined whole leaf is checked too
-        if leaf_key and leaf not in checked and any(i.old and i.leaf == leaf for i in items):
+        if leaf_key and leaf in refined and leaf not in checked:
             checks.append((leaf, offset, length, leaf_key))
     for i, item in enumerate(items):
         pieces.append(Piece(leaf_at[item.leaf] + item.start, item.length, item=i))
@@ -475,10 +476,9 @@ class SourceFile:
         return data[start : start + length]
 
     def item(self, item: tuple) -> bytes:
-        """What answers one item of a ``fetch`` want: the bytes, or with the block hashes
-        of the old bytes
-        and their length (a fourth and fifth element) the ops that rebuild them from the
-        target's old bytes."""
+        """What answers one item of a ``fetch`` want: the bytes, or, for an item with the
+        block hashes and length of the old bytes it replaces (a fourth and fifth element),
+        the ops that rebuild the bytes from those old bytes."""
         data = self.data(*item[:3])
         return refine.encode(data, item[3], item[4]) if len(item) == 5 else data
 
