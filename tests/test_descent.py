@@ -176,6 +176,21 @@ def test_a_sub_list_that_does_not_cover_its_leaf_is_refused() -> None:
             request = steps.send(reply)
 
 
+def test_children_numbered_past_the_file_are_refused() -> None:
+    """A child index past what the file can hold (a fuzzed ``first`` of 2**64-1 made the
+    target's next want unpackable: an internal error) is the source's error."""
+    rng = random.Random(10)
+    old = rng.randbytes(200_000)
+    new = old[:100_000] + b"!" + old[100_001:]
+    seeds = SeedMap([SeedFile(signature_of_bytes(old).tree, reader(old))])
+    source = SourceFile(signature_of_bytes(new).tree, reader(new))
+    steps = target_descent(source.offer(), seeds, False)
+    request = next(steps)
+    reply = [replace(entry_list, first=2**64 - 1) for entry_list in source.lists(request)]
+    with pytest.raises(ValueError, match="past the file"):
+        steps.send(reply)
+
+
 def test_rebuild_checks_leaves_made_of_sub_chunks() -> None:
     rng = random.Random(9)
     old = rng.randbytes(200_000)

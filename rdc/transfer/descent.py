@@ -256,6 +256,8 @@ def target_descent(
                 level == 2 and any(length > MAX_LEAF for _, length in entries)
             ):
                 raise ValueError(f"the children of node {node} do not add up to it")
+            if entry_list.first + len(entries) > offer.size:  # each entry holds a byte
+                raise ValueError(f"the children of node {node} are numbered past the file")
             for i, (key, length) in enumerate(entries):
                 child = (level - 1, entry_list.first + i)
                 found = seeds.find(key, length)
