@@ -198,3 +198,46 @@ def test_a_scan_of_an_unchanged_tree_reuses_the_sealed_one(tmp_path, monkeypatch
     assert refreshes == [1] and fresh is not patched and fresh.content != first.content
     assert fresh.content != patched.content
     replica.close()
+
+
+def test_a_directory_made_again_with_its_old_inode_number_is_listed_anew(tmp_path) -> None:
+    """A directory removed and made again can get its inode number back (it did, in one CI
+    run in ten): the rescan must not take it for the old one and keep the old children.
+    The reuse is made certain here by giving the old tree's entry the new number."""
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "one").write_bytes(b"one" * 50)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    try:
+        old = replica.scan()
+        replica.fs.remove("a")
+        replica.mkdir("a", 0o755)
+        assert old.children["a"].children  # the old one had entries
+        old.children["a"].ino = os.stat(root / "a").st_ino
+        patched = replica.rescan()
+        fresh, _ = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
+        assert patched.children["a"].children == {}
+        assert described(patched) == described(fresh)
+    finally:
+        replica.close()
+
+
+def test_a_file_committed_without_its_signature_loses_its_index_row(tmp_path) -> None:
+    """A stamp is size, mtime and inode: a new file of the same size and mtime that got the
+    old file's inode number back would pass for it and keep its root (a CI run in ten
+    found one), unless the commit that does not know the signature drops the row."""
+    root = tmp_path / "root"
+    root.mkdir()
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    try:
+        for data in (b"\0" * 7 + b"\1", b"\0" * 8):
+            temp = replica.fs.create_temp("b")
+            temp.write(data)
+            replica.commit(temp, "b", 0o644, OLD, None)
+            assert replica.db.get("b") is None
+            tree = replica.rescan()
+            assert replica.db.get("b") is not None  # read again, and recorded
+        fresh, _ = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
+        assert tree.children["b"].root == fresh.children["b"].root
+    finally:
+        replica.close()

@@ -326,10 +326,12 @@ def _unlink_if(dfd: int, tmp: str, st: os.stat_result) -> None:
             os.unlink(tmp, dir_fd=dfd)
 
 
-def _changes(*arguments: int) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
+def _changes(*arguments: int, replaces: bool = False
+             ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Note, when the method returns or raises, the directories whose listing it may have
     changed: those holding the paths in positional ``arguments`` (see
-    ``SafeRoot.changed``)."""
+    ``SafeRoot.changed``); with ``replaces``, the paths themselves in
+    ``SafeRoot.replaced``."""
     def decorate(method: Callable[..., _R]) -> Callable[..., _R]:
         @functools.wraps(method)
         def noted(self: SafeRoot, *args: Any, **kwargs: Any) -> _R:
@@ -340,6 +342,8 @@ def _changes(*arguments: int) -> Callable[[Callable[..., _R]], Callable[..., _R]
                     for i in arguments:
                         if i < len(args):
                             self.changed.add(parent(os.fsdecode(args[i])))
+                            if replaces:
+                                self.replaced.add(os.fsdecode(args[i]))
         return noted
     return decorate
 
@@ -360,6 +364,11 @@ class SafeRoot:
         or, with ``fd``, take ownership of that directory descriptor (``path`` then only
         names it in messages)."""
         self.path = os.fspath(path)
+        # With ``changed``: the paths whose entry was removed, renamed or replaced by a
+        # link. A directory found there later is another one even if it got the old one's
+        # inode number back (a rescan took a recreated directory for the old one, children
+        # and all).
+        self.replaced: set[str] = set()
         if fd is None:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._fd = fd
@@ -419,6 +428,12 @@ class SafeRoot:
             return set()
         taken = set(self.changed)
         self.changed.difference_update(taken)
+        return taken
+
+    def take_replaced(self) -> set[str]:
+        """The paths noted in ``replaced`` so far, no longer noted (as `take_changes`)."""
+        taken = set(self.replaced)
+        self.replaced.difference_update(taken)
         return taken
 
     def _open_dir(self, rel_dir: str, rel: str) -> int:
@@ -563,7 +578,7 @@ class SafeRoot:
             os.close(fd)
         return made
 
-    @_changes(0)
+    @_changes(0, replaces=True)
     def symlink(
         self, rel: str | bytes, target: str | bytes, expect: Expect | None = None, *,
         mtime_ns: int | None = None, replace_dir: bool = False,
@@ -588,7 +603,7 @@ class SafeRoot:
                     os.unlink(tmp, dir_fd=dfd)
                 raise
 
-    @_changes(0)
+    @_changes(0, replaces=True)
     def remove(self, rel: str | bytes, expect: Expect | None = None) -> bool:
         """Remove the file, link or whole directory tree at ``rel`` (links are removed, not
         followed; mount points inside are not entered: EXDEV); True if something was there.
@@ -642,7 +657,7 @@ class SafeRoot:
         finally:
             os.close(fd)
 
-    @_changes(0)
+    @_changes(0, replaces=True)
     def rmdir(self, rel: str | bytes) -> bool:
         """Remove the directory at ``rel`` if it is empty (OSError ENOTEMPTY if not; a
         symlink or file there is NotADirectoryError); True if it was there."""
@@ -657,7 +672,7 @@ class SafeRoot:
             os.fsync(dfd)
             return True
 
-    @_changes(0, 1)
+    @_changes(0, 1, replaces=True)
     def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None) -> None:
         """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
         may be at ``new``: it is never replaced. ``expect`` is checked against ``rel``. A

@@ -71,6 +71,7 @@ class Replica:
         self._salt: bytes | None = None  # the exclude patterns ``tree`` was made with
         self._fingerprint: bytes | None = None  # of ``tree`` as sealed, if it had no errors
         self.fs.changed = set()  # what `rescan` lists again
+        self.fs.replaced = set()
         self._commits = GroupCommit(self)
 
     def close(self) -> None:
@@ -108,6 +109,7 @@ class Replica:
         out of the tree and listed in ``errors``."""
         excludes = excludes or self.excludes
         self.fs.take_changes()  # the walk sees them all
+        self.fs.take_replaced()
         walked = walked or self.walk(excludes)
         if (self.tree is not None and not walked.errors and not checksum
                 and walked.fingerprint == self._fingerprint):
@@ -140,13 +142,14 @@ class Replica:
         excludes = excludes or self.excludes
         salt = _salt(excludes)
         touched = self.fs.take_changes()
+        replaced = self.fs.take_replaced()
         old = self.tree
         if old is None or self.errors or salt != self._salt:
             return self.scan(excludes)
         if not touched:
             return old
         try:
-            found = patch(self.fs, old, touched, excludes)
+            found = patch(self.fs, old, touched, excludes, replaced)
         except (Unsure, OSError, PathError):
             return self.scan(excludes)
         with self.lock:
@@ -317,9 +320,14 @@ class Replica:
         self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None
     ) -> os.stat_result:
         """Commit a temporary over ``path``, leaving the fsync of its directory to
-        `sync_dirs` (once per directory, not once per file)."""
+        `sync_dirs` (once per directory, not once per file). Its signature is not known
+        here, so the path's index row goes: a new file of the same size and mtime that got
+        the old one's freed inode number would otherwise pass for it (a stamp is size,
+        mtime and inode), and keep its root."""
         st = temp.commit(mode, mtime_ns, expect, sync_dir=False)
         self._installed(path)
+        with self.lock, self.db.transaction():
+            self.db.delete_tree(path)
         return st
 
     def commit_received(

@@ -62,9 +62,11 @@ def to_list(old: Entry, touched: set[str]) -> set[str]:
     return out
 
 
-def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None) -> Patch:
+def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
+          replaced: frozenset[str] | set[str] = frozenset()) -> Patch:
     """The tree under ``fs`` as a walk would see it, given that it was ``old`` (sealed) but
-    for changes in the listings of ``touched`` directories."""
+    for changes in the listings of ``touched`` directories; a directory at a ``replaced``
+    path is a new one, whatever its inode number."""
     relist = to_list(old, touched)
     on_path = {""}
     for path in relist:
@@ -73,7 +75,7 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None) 
             path = parent(path)
     top = os.fstat(fs.fileno())
     fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino)
-    rescan = _Rescan(fs, Scan(exclude), relist, on_path)
+    rescan = _Rescan(fs, Scan(exclude), relist, on_path, replaced)
     result = Patch(rescan.visit(old, "", fresh, False))
     if rescan.scan.errors:
         raise Unsure(rescan.scan.errors[0])
@@ -82,8 +84,10 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None) 
 
 
 class _Rescan:
-    def __init__(self, fs: SafeRoot, scan: Scan, relist: set[str], on_path: set[str]) -> None:
+    def __init__(self, fs: SafeRoot, scan: Scan, relist: set[str], on_path: set[str],
+                 replaced: frozenset[str] | set[str]) -> None:
         self.fs, self.scan, self.relist, self.on_path = fs, scan, relist, on_path
+        self.replaced = replaced
         self.entries: list[tuple[str, Entry]] = []
         self.gone: list[str] = []
 
@@ -126,7 +130,8 @@ class _Rescan:
         for name, _, entry in subdirs:
             path = join(rel, name)
             was = before.get(name)
-            same = was is not None and was.kind == "d" and was.ino == entry.ino
+            same = (was is not None and was.kind == "d" and was.ino == entry.ino
+                    and path not in self.replaced)
             if whole or not same:
                 if was is not None and was.kind == "d":
                     self.gone.append(path)  # another directory now: its rows are stale
