@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,16 @@ def small_tree(root, files: int, seed: int = 1) -> None:
         text = b"".join(b"line %d of file %d: %x\n" % (n, i, rng.getrandbits(64))
                         for n in range(rng.randrange(1, 200)))
         write(root / f"d{i % 7}" / f"f{i}.txt", text, OLD + i)
+
+
+def largest_edited(root: Path, at: int) -> tuple[Path, bytes]:
+    """The largest file below ``root`` and its content with 4 bytes at ``at`` replaced
+    (it must be more than ``2 * at`` bytes long)."""
+    path = max(root.rglob("*.txt"), key=lambda p: p.stat().st_size)
+    data = bytearray(path.read_bytes())
+    assert len(data) > 2 * at
+    data[at : at + 4] = b"EDIT"
+    return path, bytes(data)
 
 
 @pytest.fixture
@@ -108,12 +119,9 @@ async def test_a_renamed_and_edited_file_descends_against_its_old_self(
     pair = Pair(tmp_path)
     await pair.run("push", src)
     counted.update(batches=0, single=0)
-    old = max(src.rglob("*.txt"), key=lambda path: path.stat().st_size)
-    data = bytearray(old.read_bytes())
-    assert len(data) > 4000
-    data[2000:2004] = b"EDIT"
+    old, data = largest_edited(src, 2000)
     old.unlink()
-    write(src / "moved.txt", bytes(data))
+    write(src / "moved.txt", data)
     fresh = b"".join(b"a line of its own %d\n" % n for n in range(300))
     write(src / "fresh.txt", fresh)
     stats = await pair.run("push", src, options=Options(delete=True))
@@ -135,11 +143,8 @@ async def test_a_file_written_moments_ago_is_still_a_seed(tmp_path, counted) -> 
     pair = Pair(tmp_path)
     await pair.run("push", src)
     counted.update(batches=0, single=0)
-    edited = max(src.rglob("*.txt"), key=lambda path: path.stat().st_size)
-    data = bytearray(edited.read_bytes())
-    assert len(data) > 2000
-    data[1000:1004] = b"EDIT"
-    edited.write_bytes(bytes(data))
+    edited, data = largest_edited(src, 1000)
+    edited.write_bytes(data)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed
     assert counted["single"] == 1 and stats.literal_bytes < 1000

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attack.world import remove
+from tests.attack.world import make_deep, remove
 
 from .e2e_support import E2E, RDC, TEMP, snapshot, wait_for, write
 
@@ -246,13 +246,7 @@ def test_the_share_watcher_survives_a_deep_tree_moved_in(tmp_path: Path) -> None
     it went unnoticed for the daemon's lifetime."""
     (tmp_path / "share").mkdir()
     (tmp_path / "aside").mkdir()
-    fd = os.open(tmp_path / "aside", os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(1500):
-        os.mkdir("a", dir_fd=fd)
-        deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = deeper
-    os.close(fd)
+    make_deep(tmp_path / "aside", 1500)
     try:
         done = subprocess.run([sys.executable, "-c", MOVED_IN, str(tmp_path / "share"),
                                str(tmp_path / "aside" / "a")], capture_output=True,

@@ -876,16 +876,10 @@ def test_a_tree_deeper_than_the_limit_is_walked_without_its_deepest_part(
     leaves out what is below MAX_DEPTH, with an error, and every pass over the tree works
     (it raised RecursionError in the walk's stamp, and every later open failed)."""
     from rdc.local.snapshot import MAX_DEPTH, fingerprint, iter_entries, seal, walk
-    from tests.attack.world import remove
+    from tests.attack.world import make_deep, remove
 
     (tmp_path / "t").mkdir()
-    fd = os.open(tmp_path / "t", os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(2048):
-        os.mkdir("a", dir_fd=fd)
-        deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = deeper
-    os.close(fd)
+    make_deep(tmp_path / "t", 2048)
     try:
         walked = walk(str(tmp_path / "t"))
         assert walked.errors == [("a/" * MAX_DEPTH + "a", f"more than {MAX_DEPTH} levels deep")]

@@ -285,6 +285,20 @@ def fill_share(share: Path, world: World, rng: random.Random) -> None:
     os.symlink(world.outside / world.canary.alias, share / "evil-secret")
 
 
+def make_deep(directory: Path, levels: int) -> None:
+    """Directories ``a/a/...`` ``levels`` deep in ``directory``, made from descriptors (the
+    path grows past PATH_MAX); `remove` takes them away."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("a", dir_fd=fd)
+            deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+    finally:
+        os.close(fd)
+
+
 def remove(path: Path | bytes | str) -> None:
     """Remove whatever is at ``path``: a directory with everything below it, however deep
     (the fuzzer makes paths longer than PATH_MAX); links are removed, not followed."""
