@@ -345,3 +345,54 @@ async def test_the_local_scan_runs_while_the_server_opens_and_stops_if_refused(
         assert replica.db.count() == 600 and tree.content == replica.scan().content
     finally:
         replica.close()
+
+
+def _subtrees(src, times: int) -> None:
+    for d in range(3):
+        for i in range(12):
+            write(src / f"top{d}" / f"sub{i % 2}" / f"f{i}", b"x" * i, OLD + times)
+
+
+@pytest.mark.parametrize("old_server", [False, True])
+async def test_a_push_sends_its_times_for_changed_subtrees_without_the_servers(
+        tmp_path, monkeypatch, old_server) -> None:
+    """A pushing client does not need the server's vectors of a whole subtree, only
+    whether its meta hash differs: the server sends the hash, the client its own vectors
+    for the subtrees that differ and nothing for the others. A server that ignores the
+    request's ``vectors`` field (and sends them) is still brought in step."""
+    from rdc.transfer import ops, serving, sides
+
+    monkeypatch.setattr(ops, "WHOLE_META", 10)  # each topN/ (14 entries) is split in two
+    src = tmp_path / "src"
+    _subtrees(src, 0)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    for i in range(12):
+        os.utime(src / "top1" / f"sub{i % 2}" / f"f{i}", ns=(OLD + 9, OLD + 9))
+    os.chmod(src / "top1" / "sub0" / "f0", 0o600)
+
+    listed: list[m.MetaDir] = []
+    real = ops.mlisting
+
+    def spying(tree, path, hb, vectors=True):
+        item = real(tree, path, hb, True if old_server else vectors)
+        listed.append(item)
+        return item
+
+    monkeypatch.setattr(serving, "mlisting", spying)
+    sent: list[m.MetaDir] = []
+    real_set = sides.Remote.set_vectors
+
+    async def recording(self, items):
+        sent.extend(items)
+        return await real_set(self, items)
+
+    monkeypatch.setattr(sides.Remote, "set_vectors", recording)
+    stats = await pair.run("push", src)
+    assert not stats.failed and stats.in_step
+    assert tree_state(pair.share) == tree_state(src)
+    wholes = [item for item in listed if item is not None and item.whole]
+    assert {item.path for item in wholes} == {"top1/sub0", "top1/sub1"}
+    assert all(bool(item.times.index) == old_server for item in wholes)
+    assert sorted(item.path for item in sent) == ["top1/sub0", "top1/sub1"]
+    pair.close()

@@ -28,23 +28,27 @@ class Single:
     remote: m.Listed
 
 
-async def walk(remote: Remote, tree: Entry) -> tuple[list[tuple[m.MetaDir, Entry]],
-                                                      list[Single]]:
+async def walk(remote: Remote, tree: Entry, their_vectors: bool = True
+               ) -> tuple[list[tuple[m.MetaDir, Entry]], list[Single]]:
     """The metadata that differs between ``tree`` and the server's: the server's vectors
-    with their local directory, for directories of equal content, and `Single` entries."""
+    with their local directory, for directories of equal content, and `Single` entries.
+    Without ``their_vectors`` (a push, which sends its own), a whole subtree whose meta hash
+    differs comes with empty vectors, and one whose hash is the same is left out."""
     vectors: list[tuple[m.MetaDir, Entry]] = []
     singles: list[Single] = []
     frontier = [""]
     while frontier:
         next_frontier: list[str] = []
         mismatched: list[str] = []
-        for item in await remote.metadata(frontier, HB):
+        for item in await remote.metadata(frontier, HB, vectors=their_vectors):
             local = lookup(tree, item.path)
             if local is None or local.kind != "d":
                 continue
             if local.content[: len(item.content)] != item.content:
                 mismatched.append(item.path)
                 continue
+            if item.whole and _hash_only(item) and item.metas == local.meta[:HB]:
+                continue  # the same subtree metadata: nothing to send
             vectors.append((item, local))
             if not item.whole:
                 subdirs = [(n, e) for n, e in local.sorted_children() if e.kind == "d"]
@@ -68,6 +72,12 @@ async def walk(remote: Remote, tree: Entry) -> tuple[list[tuple[m.MetaDir, Entry
                         next_frontier.append(join(path, name))
         frontier = next_frontier
     return vectors, singles
+
+
+def _hash_only(item: m.MetaDir) -> bool:
+    """A whole item described by its meta hash alone (``mlist`` without ``vectors``; a
+    server that ignores the field sends vectors and no hash)."""
+    return len(item.metas) == HB and not item.times.table and not item.times.index
 
 
 def differences(vectors: list[tuple[m.MetaDir, Entry]], singles: list[Single]
@@ -102,7 +112,7 @@ async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.O
     """Bring the target's modes and times (the server's in a push, else this side's) to
     the source's. ``last`` ops go after all others (the opened directory's own time, which
     the others may move). Returns the per-entry ops and their results."""
-    vectors, singles = await walk(remote, local.tree)
+    vectors, singles = await walk(remote, local.tree, their_vectors=not push)
     if push:
         updates = []
         for item, directory in vectors:

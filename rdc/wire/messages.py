@@ -627,6 +627,9 @@ class MetaList(Message):
     REQUEST = True
     paths: list[str] = wire(array(path), out=lambda ps: [to_wire(p) for p in ps])
     hb: int = wire(hash_bytes, 8)
+    # False: a ``whole`` item's vectors are left empty and its ``metas`` is the subtree's
+    # own meta hash prefix (a pushing client sends its own vectors where that differs).
+    vectors: bool = wire(boolean, True)
 
 
 @message("mlisting")
