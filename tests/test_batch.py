@@ -317,3 +317,122 @@ async def test_a_batch_of_more_files_than_a_batch_holds_is_refused() -> None:
     gets = m.Gets(files=[m.FileRequest("f", None)] * (batch.BATCH_FILES + 1))
     with pytest.raises(ProtocolError, match="at most 256"):
         await batch.serve_gets(None, None, gets)  # type: ignore[arg-type]
+
+
+def _large_small_files(root: Path, files: int, size: int = 60_000, seed: int = 5) -> None:
+    rng = random.Random(seed)
+    for i in range(files):
+        write(root / f"f{i:03}.bin", rng.randbytes(size), OLD + i)
+
+
+async def test_a_peers_batch_of_more_content_than_a_batch_holds_is_held_in_part(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, counted
+) -> None:
+    """A peer may name 256 files of 64 KiB in one batch (16 MiB): neither end holds more
+    than HELD_BYTES of it. The pushing side's extra files go one by one (the server says
+    ``descend``); the pulling side's are read by the server only as their turn to be sent
+    comes. Both end in step, every file once."""
+    monkeypatch.setattr(batch, "BATCH_BYTES", 64 << 20)  # a client that cuts huge batches
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _large_small_files(src, 40)  # 2.4 MB: one batch of this client's
+    held: list[int] = []
+    real_write = batch.write_batch
+
+    def writing(replica, files):
+        held.append(sum(len(data) for _, _, data in files))
+        return real_write(replica, files)
+
+    monkeypatch.setattr(batch, "write_batch", writing)
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 40
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["batches"] == 1 and held[0] <= batch.HELD_BYTES
+    assert counted["single"] == 40 - held[0] // 60_000
+
+    reads: list[str] = []
+    real_read = batch.read_offered
+
+    def reading(replica, offer):
+        reads.append(offer.path)
+        return real_read(replica, offer)
+
+    real_decide = batch.decide_batch
+
+    def lenient(replica, offers):  # a pulling client that would take it all in one go
+        limit, batch.HELD_BYTES = batch.HELD_BYTES, 64 << 20
+        try:
+            return real_decide(replica, offers)
+        finally:
+            batch.HELD_BYTES = limit
+
+    monkeypatch.setattr(batch, "read_offered", reading)
+    monkeypatch.setattr(batch, "decide_batch", lenient)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 40
+    assert tree_state(dst) == tree_state(src)
+    assert counted["gets"] == 1 and len(reads) == 40 - batch.HELD_BYTES // 60_000
+    pair.close()
+
+
+def test_a_file_offered_without_its_content_is_sent_only_as_offered(tmp_path) -> None:
+    """offer_batch with ``hold`` reads no more than that; the rest is read when asked for,
+    and a file changed since its offer is refused (``vanished``), never sent as another."""
+    from rdc.errors import Refusal
+
+    root = tmp_path / "root"
+    _large_small_files(root, 5)
+    write(root / "tiny", b"tiny", OLD)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    names = [f"f{i:03}.bin" for i in range(5)] + ["tiny"]
+    signed = batch.offer_batch(replica, [(n, None) for n in names], hold=130_000)
+    assert [data is not None for _, data in signed] == [True, True, False, False, False, True]
+    offer = signed[3][0]
+    assert isinstance(offer, m.FileOffer)
+    assert batch.read_offered(replica, offer) == (root / "f003.bin").read_bytes()
+    write(root / "f003.bin", b"x" * 60_000, OLD + 3)
+    with pytest.raises(Refusal, match="changed while it was read"):
+        batch.read_offered(replica, offer)
+    replica.close()
+
+
+async def test_a_connection_serves_a_bounded_number_of_files_and_batches_at_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past FILES_AT_ONCE files and BATCHES_AT_ONCE batches, a connection's requests wait
+    their turn (a peer's 256 conversations hold no more descriptors or memory than that),
+    and a client that sends more at a time still finishes."""
+    monkeypatch.setattr(serving, "FILES_AT_ONCE", 2)
+    monkeypatch.setattr(serving, "BATCHES_AT_ONCE", 1)
+    monkeypatch.setattr(batch, "BATCH_FILES", 3)  # many batches
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    small_tree(src, 30)
+    _large_small_files(src / "big", 6, size=200_000)  # per-file exchanges
+    busy = {"files": 0, "batches": 0}
+    peak = {"files": 0, "batches": 0}
+
+    def counting(kind, real):
+        async def wrapped(*args):
+            busy[kind] += 1
+            peak[kind] = max(peak[kind], busy[kind])
+            try:
+                await trio.sleep(0.001)  # give the others a chance to pile up
+                return await real(*args)
+            finally:
+                busy[kind] -= 1
+        return wrapped
+
+    import trio
+
+    monkeypatch.setattr(serving, "receive_file", counting("files", serving.receive_file))
+    monkeypatch.setattr(serving, "receive_offers", counting("batches", serving.receive_offers))
+    monkeypatch.setattr(serving, "serve_gets", counting("batches", serving.serve_gets))
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed
+    assert tree_state(dst) == tree_state(src)
+    assert peak == {"files": 2, "batches": 1}
+    pair.close()

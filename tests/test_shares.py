@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from rdc_server.shares import Registry, Rights, Share
@@ -113,3 +114,27 @@ def test_connection_limits() -> None:
     for _ in range(MAX_UNAUTHENTICATED_PER_ADDRESS):
         assert wide.admit("x") is None
     assert "logging in" in wide.admit("x")
+
+
+def test_the_daemon_raises_its_descriptor_limit_and_says_when_it_is_short(caplog) -> None:
+    """Started with the usual soft limit of 1,024, the daemon takes the hard limit (four
+    batch writes alone hold 2,048 descriptors); below what its connections may need, it
+    warns."""
+    import resource
+
+    from rdc_server import limits
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 1024:
+        pytest.skip("the hard limit leaves nothing to raise")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        with caplog.at_level("WARNING", logger="rdc.serve"):
+            got = limits.raise_descriptor_limit(1)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == got > 1024
+        assert not caplog.records
+        with caplog.at_level("WARNING", logger="rdc.serve"):
+            limits.raise_descriptor_limit(got)  # more connections than it could hold
+        assert "lower --max-connections" in caplog.text
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -25,7 +25,8 @@ pull).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -50,6 +51,12 @@ SMALL_FILE = 64 << 10
 # ... and a batch holds at most this many files and this much content.
 BATCH_FILES = 256
 BATCH_BYTES = 1 << 20
+# The content one batch holds in memory at either end (what the source read and keeps until
+# the verdicts, what the target copies or receives until it writes): a batch this side
+# cuts holds at most BATCH_BYTES by the sizes it knew, and a file may have grown since. A
+# peer's batch of 256 files of 64 KiB would be 16 MiB: beyond this, the target has the
+# rest go one by one (``descend``) and the source reads them only when asked to send.
+HELD_BYTES = BATCH_BYTES + SMALL_FILE
 # Content sent in one data message.
 DATA_MESSAGE = 1 << 20
 # A file new at its path descends if an indexed file shares this many of its 12 traits
@@ -132,18 +139,27 @@ _EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
 
 def offer_batch(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
-    changed: Callable[[str], None] | None = None,
+    changed: Callable[[str], None] | None = None, hold: int | None = None,
 ) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
     """The source's offer of each file, with its content if it is small (blocking). A
     file that cannot be read (gone, through a symlink now) is a Failure in its place. A
     file whose content is not what its index says is read again and offered as it is
-    (``changed`` is told of it if its time did not move: bit rot)."""
+    (``changed`` is told of it if its time did not move: bit rot). With ``hold``, small
+    files past that many bytes of content are offered as indexed, without their content
+    (None): `read_offered` reads it if the target asks for it."""
     out: list[tuple[m.FileOffer | m.Failure, bytes | None]] = []
+    held = 0
     for path, expect in files:
         try:
             signature, st, f = replica.sign(path)
+            small = signature.size < SMALL_FILE
+            if small and hold is not None and signature.size >= WHOLE_BELOW and (
+                    held + signature.size > hold):
+                f.close()
+                out.append((_offer(path, signature, st, expect, None), None))
+                continue
             with f:
-                data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
+                data = f.read(SMALL_FILE) if small else None
             if data is not None and not matches(signature.tree, data):
                 if recheck(replica, path) is not None and changed is not None:
                     changed(path)
@@ -156,12 +172,31 @@ def offer_batch(
         if data is not None and len(data) != signature.size:
             out.append((m.Failure("vanished", f"{path} changed while it was read"), None))
             continue
-        tree = signature.tree
-        inline = data if data is not None and tree.size < WHOLE_BELOW else None
-        offer = m.FileOffer(path, tree.size, tree.root, len(tree.levels), signature.sketch,
-                            st.st_mode & 0o7777, mtime_ns(st), expect, inline)
-        out.append((offer, data))
+        held += len(data or b"")
+        out.append((_offer(path, signature, st, expect, data), data))
     return out
+
+
+def _offer(path: str, signature: FileSignature, st: os.stat_result,
+           expect: m.Expected | None, data: bytes | None) -> m.FileOffer:
+    tree = signature.tree
+    inline = data if data is not None and tree.size < WHOLE_BELOW else None
+    return m.FileOffer(path, tree.size, tree.root, len(tree.levels),
+                       signature.sketch, st.st_mode & 0o7777, mtime_ns(st), expect, inline)
+
+
+def read_offered(replica: Replica, offer: m.FileOffer) -> bytes:
+    """The content of a file offered without it (``hold``), read now that the target
+    asked for it: still what was offered, else Refusal ``vanished`` (blocking)."""
+    try:
+        _, _, f = replica.sign(offer.path)
+        with f:
+            data = f.read(SMALL_FILE)
+    except _EXPECTED_ERRORS as exc:
+        raise Refusal("vanished", message=f"{offer.path}: {exc}") from None
+    if len(data) != offer.size or signature_of_bytes(data).root != offer.root:
+        raise Refusal("vanished", message=f"{offer.path} changed while it was read; ask again")
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,12 +219,20 @@ def decide_batch(
     out: list[Decision] = []
     rows = replica.indexed([offer.path for offer, _ in offers])
     holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
+    held = 0
     for offer, expect in offers:
         try:
-            out.append(_decide(replica, offer, expect, rows.get(offer.path),
-                               holders.get(offer.root, [])))
+            decision = _decide(replica, offer, expect, rows.get(offer.path),
+                               holders.get(offer.root, []))
         except _EXPECTED_ERRORS as exc:
             out.append(Decision(_failure(exc, offer.path)))
+            continue
+        if decision.verdict in ("copy", "send"):
+            held += offer.size
+            if held > HELD_BYTES:  # more content than a batch holds: this one alone
+                held -= offer.size
+                decision = Decision("descend", decision.check)
+        out.append(decision)
     return out
 
 
@@ -302,10 +345,18 @@ def write_batch(
 # ---------------------------------------------------------------- the conversations
 
 
-async def _send_contents(conversation: Conversation, contents: list[bytes]) -> None:
+async def _send_contents(conversation: Conversation, contents: Sequence[bytes | m.FileOffer],
+                         replica: Replica | None = None) -> None:
+    """The contents in ``data`` messages; an offer in ``contents`` is a file offered without
+    its content (`offer_batch`'s ``hold``), read from ``replica`` now."""
     pieces: list[bytes] = []
     size = 0
-    for n, data in enumerate(contents):
+    for n, item in enumerate(contents):
+        if isinstance(item, m.FileOffer):
+            assert replica is not None
+            data = await trio.to_thread.run_sync(read_offered, replica, item)
+        else:
+            data = item
         pieces.append(data)
         size += len(data)
         last = n == len(contents) - 1
@@ -492,17 +543,17 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
     `offer_batch`."""
     _at_most_a_batch(message.files, "gets")
     signed = await trio.to_thread.run_sync(
-        offer_batch, replica, [(request.path, None) for request in message.files], changed
-    )
+        offer_batch, replica, [(request.path, None) for request in message.files], changed,
+        HELD_BYTES)
     conversation.send(m.Offers(files=[offer for offer, _ in signed]))
     verdicts = (await conversation.receive(m.Verdicts)).verdicts
     if len(verdicts) != len(signed):
         raise ProtocolError(message="verdicts that do not match the offers")
-    contents = []
+    contents: list[bytes | m.FileOffer] = []  # an offer: read when its turn comes
     for (offer, data), verdict in zip(signed, verdicts, strict=True):
         if verdict == "send":
-            if not isinstance(offer, m.FileOffer) or data is None:
+            if not isinstance(offer, m.FileOffer) or offer.size >= SMALL_FILE:
                 raise ProtocolError(message="send asked for a file this side did not offer")
-            contents.append(data)
+            contents.append(offer if data is None else data)
     if contents:
-        await _send_contents(conversation, contents)
+        await _send_contents(conversation, contents, replica)

@@ -37,6 +37,12 @@ from rdc.wire.connection import Conversation
 log = logging.getLogger("rdc.serve")
 LISTING_SPLIT = 8192  # entries of one directory per listing item
 HEARTBEAT = 30.0  # seconds between "changed" messages to a watching client when idle
+# What one connection has served at once; more requests wait their turn (a client sends
+# at most 32 files and 4 batches at a time). A file being received or sent holds about
+# three descriptors and a window of its data, a batch up to 1.06 MiB of content
+# (`batch.HELD_BYTES`): a peer opening 256 conversations holds no more than these.
+FILES_AT_ONCE = 64
+BATCHES_AT_ONCE = 8
 
 
 class OpenDirectory(Protocol):
@@ -109,6 +115,10 @@ class ServerSession:
     _full: bool = False  # a full disk was logged
     _opening: bool = False
     _walked: Walk | None = None  # the open's walk, for the first scan if nothing changed
+    _files: trio.CapacityLimiter = field(
+        default_factory=lambda: trio.CapacityLimiter(FILES_AT_ONCE))
+    _batches: trio.CapacityLimiter = field(
+        default_factory=lambda: trio.CapacityLimiter(BATCHES_AT_ONCE))
 
     async def handle(self, conversation: Conversation, message: m.Message) -> None:
         """Answer one request (the connection lets through only requests: `m.Message`
@@ -270,6 +280,10 @@ class ServerSession:
         _send_split(conversation, m.MetaListing, [item for item in items if item is not None])
 
     async def _get(self, conversation: Conversation, message: m.Get) -> None:
+        async with self._files:
+            await self._get_file(conversation, message)
+
+    async def _get_file(self, conversation: Conversation, message: m.Get) -> None:
         assert self.opened is not None
         replica = self.opened.replica
         path = message.path
@@ -340,12 +354,15 @@ class ServerSession:
         if not message.path:
             raise ProtocolError(message="an offer to the server names its path")
         self._wrote()
-        await receive_file(conversation, opened.replica, message.path, message, message.expect)
+        async with self._files:
+            await receive_file(conversation, opened.replica, message.path, message,
+                               message.expect)
 
     async def _offers(self, conversation: Conversation, message: m.Offers) -> None:
         opened = self._writable()
         self._wrote()
-        await receive_offers(conversation, opened.replica, message)
+        async with self._batches:
+            await receive_offers(conversation, opened.replica, message)
 
     async def _gets(self, conversation: Conversation, message: m.Gets) -> None:
         assert self.opened is not None
@@ -353,7 +370,8 @@ class ServerSession:
             log.warning("%s: %s: %s (bit rot?); re-indexed, serving what is there now",
                         self.peer, displayable(path), CHANGED)
 
-        await serve_gets(conversation, self.opened.replica, message, changed)
+        async with self._batches:
+            await serve_gets(conversation, self.opened.replica, message, changed)
 
     async def _ops(self, conversation: Conversation, message: m.Ops) -> None:
         opened = self._writable()

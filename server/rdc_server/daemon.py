@@ -27,7 +27,12 @@ from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream, TLSWithoutTLS
 from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
 from rdc_server.follow import follow_all
-from rdc_server.limits import Limits, give_back_memory, tune_allocator
+from rdc_server.limits import (
+    Limits,
+    give_back_memory,
+    raise_descriptor_limit,
+    tune_allocator,
+)
 from rdc_server.repos import RepoRegistry
 from rdc_server.scrub import scrub_forever
 from rdc_server.shares import Registry
@@ -198,6 +203,7 @@ _LISTEN_HINTS = {
 async def run(config: ServerConfig) -> None:
     """Serve until SIGINT or SIGTERM."""
     tune_allocator()
+    raise_descriptor_limit(config.max_connections)
     daemon = Daemon(config)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals, unwrap_group():
         async with trio.open_nursery() as nursery:

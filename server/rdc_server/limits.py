@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import resource
 from collections import Counter
 
 log = logging.getLogger("rdc.serve")
@@ -23,6 +24,11 @@ MAX_CONNECTIONS_PER_ADDRESS = 64
 # and from one address.
 MAX_UNAUTHENTICATED = 64
 MAX_UNAUTHENTICATED_PER_ADDRESS = 16
+# Descriptors one served connection may hold: its socket and opened directory, three per
+# file in flight (rdc.transfer.serving.FILES_AT_ONCE = 64) and some; plus what the whole
+# daemon holds: batch writes (4 at once, two per file of 256) and indexes.
+DESCRIPTORS_PER_CONNECTION = 200
+DESCRIPTORS_SHARED = 4 * 2 * 256 + 256
 
 
 class Limits:
@@ -96,3 +102,22 @@ def give_back_memory(collect: bool) -> None:
         gc.collect()
     if _libc is not None:
         _libc.malloc_trim(0)
+
+
+def raise_descriptor_limit(max_connections: int) -> int:
+    """Raise the soft limit on open descriptors to the hard one (many systems start
+    daemons at 1,024, which four batch writes alone would use up) and warn if it is still
+    below what ``max_connections`` connections may hold. Returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    needed = max_connections * DESCRIPTORS_PER_CONNECTION + DESCRIPTORS_SHARED
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning("open descriptors are limited to %d; %d connections may need up to %d: "
+                    "raise the limit (ulimit -n, LimitNOFILE=) or lower --max-connections",
+                    soft, max_connections, needed)
+    return soft
