@@ -147,6 +147,14 @@ def offer_batch(
     (``changed`` is told of it if its time did not move: bit rot). With ``hold``, small
     files past that many bytes of content are offered as indexed, without their content
     (None): `read_offered` reads it if the target asks for it."""
+    with replica.recording_together():  # one index transaction for the files signed
+        return _offer_each(replica, files, changed, hold)
+
+
+def _offer_each(
+    replica: Replica, files: list[tuple[str, m.Expected | None]],
+    changed: Callable[[str], None] | None, hold: int | None,
+) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
     out: list[tuple[m.FileOffer | m.Failure, bytes | None]] = []
     held = 0
     for path, expect in files:
@@ -161,6 +169,7 @@ def offer_batch(
             with f:
                 data = f.read(SMALL_FILE) if small else None
             if data is not None and not matches(signature.tree, data):
+                replica.store_recorded()  # (recheck compares with the index)
                 if recheck(replica, path) is not None and changed is not None:
                     changed(path)
                 signature, st, f = replica.sign(path)
