@@ -3,15 +3,19 @@
 thread of each) for one push, with the top functions by self and by cumulative time and
 calls per file of the operations that cost per file.
 
-Cases: ``django`` (the first push of Django 5.0.1 into an empty directory of a share) and
+Cases: ``django`` (the first push of Django 5.0.1 into an empty directory of a share),
 ``many`` (the first push of a generated tree of --files small files,
-fixtures/make_many_files.py). Profiles go to --out (default bench/results/profile-CASE),
-one ``client.prof`` and one ``server.prof``, readable with pstats or snakeviz. Times are
-CPU seconds of each thread (waits do not count); profiling slows Python code about 2x
-(each call is counted): read shares and counts, not absolute times.
+fixtures/make_many_files.py) and ``version`` (a push of Django --new over --old with both
+indexes warm: the server's from the push of --old, the client's from a push of --new
+elsewhere, both made before the profiled processes start). Profiles go to --out (default
+bench/results/profile-CASE), one ``client.prof`` and one ``server.prof``, readable with
+pstats or snakeviz. Times are CPU seconds of each thread (waits do not count); profiling
+slows Python code about 2x (each call is counted): read shares and counts, not absolute
+times.
 
     python bench/profile_sync.py django
     python bench/profile_sync.py many --files 10000
+    python bench/profile_sync.py version --old 5.0.6 --new 5.0.7
 """
 
 from __future__ import annotations
@@ -144,7 +148,9 @@ def report(side: str, path: Path, files: int, n: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("case", choices=("django", "many"))
+    ap.add_argument("case", choices=("django", "many", "version"))
+    ap.add_argument("--old", default="5.0.6", help="version: the Django release the server has")
+    ap.add_argument("--new", default="5.0.7", help="version: the one pushed")
     ap.add_argument("--files", type=int, default=10_000, help="many: how many files")
     ap.add_argument("--corpus", type=Path, default=Path("/tmp/corpus"))
     ap.add_argument("--cache", type=Path, default=Path("/tmp/rdc-bench-cache"))
@@ -159,10 +165,13 @@ def main() -> int:
         report("client (rdc push)", out / "client.prof", files, args.top)
         report("server (rdc serve)", out / "server.prof", files, args.top)
         return 0
-    if args.case == "django":
-        tree = args.corpus / "django" / "5.0.1"
-        if not tree.is_dir():
-            raise SystemExit(f"{tree} missing: ../shared/bench/make_corpus.sh")
+    old = None
+    if args.case in ("django", "version"):
+        tree = args.corpus / "django" / ("5.0.1" if args.case == "django" else args.new)
+        old = args.corpus / "django" / args.old if args.case == "version" else None
+        for needed in (tree, old):
+            if needed is not None and not needed.is_dir():
+                raise SystemExit(f"{needed} missing: ../shared/bench/make_corpus.sh")
     else:
         gen = args.cache / f"many-{args.files}-s1"
         subprocess.run([sys.executable, str(HERE.parent / "fixtures" / "make_many_files.py"),
@@ -175,19 +184,31 @@ def main() -> int:
     prefix = [sys.executable, str(WRAPPER)]
     with tempfile.TemporaryDirectory(prefix="rdc-profile-") as tmp:
         work = Path(tmp)
+        cache = work / "cache"
+        cache.mkdir()
+        if old is not None:  # warm both indexes, unprofiled
+            rdc_bin = str(Path(sys.executable).with_name("rdc"))
+            server = Server(rdc_bin, work)
+            server.start()
+            try:
+                warm = Rdc(rdc_bin, server, work)
+                warm.command("push", [str(old), server.url("tree")], cache)
+                warm.command("push", [str(tree), server.url("warm")], cache)
+            finally:
+                server.stop(signal.SIGINT)
         server = Server("rdc", work, prefix=[*prefix, str(out / "server.prof")])
         server.start()
         try:
             rdc = Rdc("rdc", server, work, prefix=[*prefix, str(out / "client.prof")])
-            usage, stats = rdc.command("push", [str(tree), server.url("tree")],
-                                       rdc.fresh("cache"))
+            usage, stats = rdc.command("push", [str(tree), server.url("tree")], cache)
             verify = tree_diff(tree, server.share / "tree")
         finally:
             server.stop(signal.SIGINT)
     for side in ("client", "server"):
         if not (out / f"{side}.prof").is_file():
             raise SystemExit(f"no {side} profile was written to {out}")
-    print(f"# Profile of the first push of {tree} ({files:,} files) into an empty directory\n")
+    what = f"over {old}, indexes warm" if old is not None else "into an empty directory"
+    print(f"# Profile of a push of {tree} ({files:,} files) {what}\n")
     print(f"push under the profiler: {usage.seconds:.1f} s wall, client {usage.cpu:.1f} s CPU "
           f"{usage.peak_rss / 1e6:.0f} MB, server {stats['_server_cpu']:.1f} s CPU "
           f"{stats['_server_rss'] / 1e6:.0f} MB; {stats['bytes_sent']:,} B sent, "
