@@ -95,6 +95,7 @@ NODE_CONTEXT = "rdc 2026-11 merkle tree node v1"
 CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
 META_CONTEXT = "rdc 2026-11 directory meta v2"
 SYNC_META_CONTEXT = "rdc 2026-11 directory sync meta v1"
+LISTING_CONTEXT = "rdc 2026-11 listing entry fingerprint v1"
 
 
 def describe(params: SignatureParams = DEFAULT_SIGNATURE) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rdc.local.paths import join, to_wire
 from rdc.local.snapshot import Entry
+from rdc.params import WIRE_PREFIX
 from rdc.transfer.sides import Side
 from rdc.wire import messages as m
 
@@ -45,7 +46,10 @@ async def compare(source: Side, target: Side, hb: int) -> Changes:
     frontier: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
     while frontier:
         mine = await source.listings([path for path, _ in frontier], hb, sizes=True)
-        theirs = await target.listings([path for path, has in frontier if has], hb)
+        # What the source has there goes along: a remote target sends back only what
+        # differs. Not when comparing again with whole hashes (a prefix matched by chance).
+        theirs = await target.listings([path for path, has in frontier if has], hb,
+                                       have=mine if hb == WIRE_PREFIX else None)
         next_frontier: list[tuple[str, bool]] = []
         for path, has in frontier:
             src = mine.get(path) or {}

@@ -28,6 +28,7 @@ from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
+from rdc.transfer.reconcile import FINGERPRINT, answer
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
@@ -269,9 +270,20 @@ class ServerSession:
     # ------------------------------------------------------------ reading
 
     async def _list(self, conversation: Conversation, message: m.List) -> None:
+        have = message.have
+        if have is not None and (len(have) != len(message.paths) or any(
+                h is not None and len(h) % FINGERPRINT for h in have)):
+            raise ProtocolError(message="list: have does not fit its paths (one item of "
+                                f"{FINGERPRINT}-byte fingerprints per path)")
         tree = await self._fresh_tree()
-        dirs = [m.Listing(path, listing(tree, path, message.hb, message.meta, message.sizes))
-                for path in message.paths]
+        dirs = []
+        for i, path in enumerate(message.paths):
+            entries = listing(tree, path, message.hb, message.meta, message.sizes)
+            if entries is not None and have is not None and have[i] is not None:
+                unmatched, bitmap = answer(entries, have[i])
+                dirs.append(m.Listing(path, unmatched, bitmap))
+            else:
+                dirs.append(m.Listing(path, entries))
         _send_split(conversation, m.Listings, _split_large(dirs))
 
     async def _mlist(self, conversation: Conversation, message: m.MetaList) -> None:
@@ -494,6 +506,7 @@ def _split_large(dirs: list[m.Listing]) -> list[m.Listing]:
         if entries is None or len(entries) <= LISTING_SPLIT:
             out.append(item)
             continue
-        for start in range(0, len(entries), LISTING_SPLIT):
-            out.append(m.Listing(item.path, entries[start : start + LISTING_SPLIT]))
+        for start in range(0, len(entries), LISTING_SPLIT):  # the bitmap with the first
+            out.append(m.Listing(item.path, entries[start : start + LISTING_SPLIT],
+                                 item.matched if start == 0 else None))
     return out

@@ -15,6 +15,7 @@ import trio
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.transfer.ops import apply_meta, apply_ops, listing
+from rdc.transfer.reconcile import HAVE_BUDGET, HAVE_ENTRIES, fingerprints, merge
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS
 from rdc.wire.connection import Connection
@@ -57,9 +58,11 @@ class Side(Protocol):
     """One end of a sync."""
 
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
-                       sizes: bool = False) -> Listings:
+                       sizes: bool = False, have: Listings | None = None) -> Listings:
         """Per directory, its entries by name (None if it is not a directory there); with
-        ``sizes``, each file's size."""
+        ``sizes``, each file's size. ``have``: what the asking side holds in those
+        directories, which a remote side need not send back (`rdc.transfer.reconcile`);
+        an entry of ``have`` that this side has too may stand for its own."""
 
     async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
         """Apply ``ops`` in order; one result per op."""
@@ -85,7 +88,7 @@ class Local:
         return [path for path, _ in self.replica.errors]
 
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
-                       sizes: bool = False) -> Listings:
+                       sizes: bool = False, have: Listings | None = None) -> Listings:
         out: Listings = {}
         for path in paths:
             entries = listing(self.tree, path, hb, meta, sizes)
@@ -125,13 +128,31 @@ class Remote:
         self.hashes = Hashes.of_message(opened)
 
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
-                       sizes: bool = False) -> Listings:
-        """Batched (LIST_BATCH directories a request), the requests overlapping."""
+                       sizes: bool = False, have: Listings | None = None) -> Listings:
+        """Batched (LIST_BATCH directories, HAVE_BUDGET bytes of fingerprints a request),
+        the requests overlapping."""
         result: Listings = {}
+        named: dict[str, list[m.Listed]] = {}  # the entries whose fingerprints went
+        requests: list[tuple[list[str], list[bytes | None]]] = []
+        budget = 0
+        for path in paths:
+            mine = (have or {}).get(path)
+            prints = None
+            if mine is not None and len(mine) <= HAVE_ENTRIES:
+                named[path] = list(mine.values())
+                prints = fingerprints(named[path])
+            if not requests or len(requests[-1][0]) == LIST_BATCH or (
+                    prints and budget + len(prints) > HAVE_BUDGET):
+                requests.append(([], []))
+                budget = 0
+            requests[-1][0].append(path)
+            requests[-1][1].append(prints)
+            budget += len(prints or b"")
         conversations = [
-            self.connection.start(m.List(paths=paths[i : i + LIST_BATCH], hb=hb, meta=meta,
-                                         sizes=sizes))
-            for i in range(0, len(paths), LIST_BATCH)
+            self.connection.start(m.List(paths=batch, hb=hb, meta=meta, sizes=sizes,
+                                         have=prints if any(p is not None for p in prints)
+                                         else None))
+            for batch, prints in requests
         ]
         for conversation in conversations:
             while True:
@@ -142,6 +163,8 @@ class Remote:
                         continue
                     found = result.get(item.path) or {}
                     result[item.path] = found
+                    if item.matched is not None and item.path in named:
+                        found.update(merge(named[item.path], (), item.matched))
                     found.update((entry.name, entry) for entry in item.entries)
                 if not message.more:
                     break

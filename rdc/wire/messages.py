@@ -26,6 +26,7 @@ from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 
 Check = Callable[[Any, str], Any]
 MAX_ENTRIES = 16384  # directory entries in one listing item
+HAVE_BYTES = 6 * 8192  # fingerprints of one directory in a list's ``have``
 MAX_TIMES = 1 << 16  # entries in one metadata vector
 HASH_BYTES = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -220,16 +221,24 @@ class Listing:
 
     path: str
     entries: list[Listed] | None
+    # Answering ``have``: one bit per fingerprint the client sent, set where this side has
+    # that entry; ``entries`` are then only those the client did not name.
+    matched: bytes | None = None
 
     @classmethod
     def from_wire(cls, v: Any, where: str) -> Listing:
-        p, entries = items(v, where, 2)
-        return cls(path(p, f"{where}[0]"),
-                   optional(array(record(Listed), MAX_ENTRIES))(entries, f"{where}[1]"))
+        v = items(v, where, (2, 3))
+        out = cls(path(v[0], f"{where}[0]"),
+                  optional(array(record(Listed), MAX_ENTRIES))(v[1], f"{where}[1]"))
+        if len(v) == 3:
+            out = dataclasses.replace(
+                out, matched=optional(binary(HAVE_BYTES // 48 + 1))(v[2], f"{where}[2]"))
+        return out
 
     def to_wire(self) -> list:
         entries = None if self.entries is None else [e.to_wire() for e in self.entries]
-        return [to_wire(self.path), entries]
+        item = [to_wire(self.path), entries]
+        return item if self.matched is None else [*item, self.matched]
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,6 +623,10 @@ class List(Message):
     hb: int = wire(hash_bytes, 8)
     meta: bool = wire(boolean, False)
     sizes: bool = wire(boolean, False, omit=False)
+    # Per path, the fingerprints (6 bytes each) of the entries the client has there, or
+    # nil: the server answers with a bitmap and the entries it has that were not named.
+    have: list[bytes | None] | None = wire(optional(array(optional(binary(HAVE_BYTES)))),
+                                           None, omit=None)
 
 
 @message("listing")

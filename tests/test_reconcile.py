@@ -1,0 +1,110 @@
+"""Listing only what differs (``list`` with ``have``): the client names the entries it has
+by fingerprint, the server sends back a bitmap and only the entries the client did not
+name; the client's view of the server's directory is the same as from a full listing."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc.transfer import reconcile, serving
+from rdc.transfer.reconcile import answer, fingerprints, merge
+from rdc.transfer.stats import Options
+from rdc.wire import messages as m
+
+from .protocol_support import Pair, tree_state, write
+
+OLD = 1_600_000_000_123_456_789
+
+names = st.text(st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1,
+                max_size=12)
+entries = st.dictionaries(
+    names, st.tuples(st.sampled_from("fdl"), st.binary(min_size=1, max_size=3)), max_size=40)
+
+
+def listed(d: dict[str, tuple[str, bytes]]) -> list[m.Listed]:
+    return [m.Listed(name, kind, 0o644, digest) for name, (kind, digest) in sorted(d.items())]
+
+
+@given(entries, entries, st.data())
+def test_merged_answer_is_the_servers_listing(client, server, data) -> None:
+    """Whatever the two sides hold (shared entries, changed ones, ones only one side has),
+    the client rebuilds exactly the server's (name, kind, hash) entries."""
+    shared = data.draw(st.sets(st.sampled_from(sorted(client)) if client else st.nothing()))
+    for name in shared:  # some entries the same on both sides
+        server[name] = client[name]
+    mine, theirs = listed(client), listed(server)
+    unmatched, bitmap = answer(theirs, fingerprints(mine))
+    rebuilt = merge(mine, unmatched, bitmap)
+    assert {n: (e.kind, e.digest) for n, e in rebuilt.items()} == {
+        e.name: (e.kind, e.digest) for e in theirs}
+    assert len(unmatched) == sum(1 for n, v in server.items() if client.get(n) != v)
+
+
+async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch) -> None:
+    """One file edited in a directory of 300: the server's listing of that directory
+    carries one entry and a bitmap, not 300 entries, and the push ends in step."""
+    src = tmp_path / "src"
+    for i in range(300):
+        write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "many" / "file-123.txt", b"edited\n", OLD)
+    write(src / "many" / "new.txt", b"new\n", OLD)
+    os.remove(src / "many" / "file-200.txt")
+    sent: list[m.Listing] = []
+    real = serving._split_large
+
+    def spying(dirs):
+        sent.extend(dirs)
+        return real(dirs)
+
+    monkeypatch.setattr(serving, "_split_large", spying)
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    many = [item for item in sent if item.path == "many"]
+    assert len(many) == 1 and many[0].matched is not None
+    assert sorted(e.name for e in many[0].entries) == ["file-123.txt", "file-200.txt"]
+    pair.close()
+
+
+async def test_a_server_that_ignores_have_is_listed_whole(tmp_path, monkeypatch) -> None:
+    """A server that predates ``have`` sends full listings; the push is the same."""
+    src = tmp_path / "src"
+    for i in range(30):
+        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "d" / "f3", b"changed", OLD)
+    real = serving.ServerSession._list
+
+    async def old_server(self, conversation, message):
+        await real(self, conversation, dataclasses.replace(message, have=None))
+
+    monkeypatch.setattr(serving.ServerSession, "_list", old_server)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+async def test_fingerprints_that_collide_are_caught_by_the_root_check(
+        tmp_path, monkeypatch) -> None:
+    """If every fingerprint collided, the client would think the server has every entry
+    it has; the root hashes at the end differ, and the comparison runs again with whole
+    hashes and no fingerprints: the push still ends in step."""
+    src = tmp_path / "src"
+    for i in range(10):
+        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "d" / "f3", b"changed", OLD)
+    monkeypatch.setattr(reconcile, "fingerprint", lambda entry: b"\0" * 6)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
