@@ -396,3 +396,35 @@ def test_directories_swapped_for_symlinks_during_pushes_are_skipped(
         flipper.join(10)
     assert not any(p.name == "secret.txt" for p in share.rglob("*"))
     assert "Traceback" not in server.log() and "internal error" not in server.log()
+
+
+def test_batches_a_peer_never_answers_hold_little_memory(e2e: E2E) -> None:
+    """A read-only peer names 256 files of 60 KB in each of 16 ``gets`` and never sends
+    the verdicts: the server reads at most a batch's worth of each (1.06 MiB, not 15 MB),
+    serves 8 of them at once (the others wait their turn), and still serves others."""
+    import random
+
+    from rdc.transfer.serving import BATCHES_AT_ONCE
+
+    share = e2e.tmp / "share"
+    rng = random.Random(3)
+    names = [f"f{i:03}".encode() for i in range(256)]
+    for name in names:
+        put(share / "big" / os.fsdecode(name), rng.randbytes(60_000))
+    server = e2e.serve({"s": share})
+    client = opened(server, write=False)
+    assert len(listed_names(client, b"big")) == 256  # (the open signed them all)
+    baseline = rss(server)
+    files = [[b"big/" + name, None] for name in names]
+    asked = [client.request("gets", files=files) for _ in range(16)]
+    offered = set()
+    client.sock.settimeout(3)
+    with contextlib.suppress(TimeoutError, socket.timeout):
+        while len(offered) < len(asked):
+            batch = client.receive()
+            assert batch is not None, "the server closed the connection"
+            offered |= {message["id"] for message in batch if message["t"] == "offers"}
+    assert len(offered) == BATCHES_AT_ONCE
+    assert rss(server) < baseline + (48 << 20)  # 8 x 15 MB if each held its files
+    handshaken(server).close()  # others are served meanwhile
+    client.close()
