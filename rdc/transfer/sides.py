@@ -15,7 +15,7 @@ import trio
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.transfer.ops import apply_meta, apply_ops, listing
-from rdc.transfer.reconcile import HAVE_BUDGET, HAVE_ENTRIES, fingerprints, merge
+from rdc.transfer.reconcile import HAVE_BUDGET, HAVE_ENTRIES, HAVE_FROM, fingerprints, merge
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS
 from rdc.wire.connection import Connection
@@ -138,7 +138,7 @@ class Remote:
         for path in paths:
             mine = (have or {}).get(path)
             prints = None
-            if mine is not None and len(mine) <= HAVE_ENTRIES:
+            if mine is not None and HAVE_FROM <= len(mine) <= HAVE_ENTRIES:
                 named[path] = list(mine.values())
                 prints = fingerprints(named[path])
             if not requests or len(requests[-1][0]) == LIST_BATCH or (
