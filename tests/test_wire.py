@@ -3,6 +3,7 @@ connection do."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import msgpack
@@ -526,3 +527,63 @@ async def test_a_send_cut_short_leaves_the_stream_unusable() -> None:
     assert sender.cut
     with pytest.raises(trio.ClosedResourceError):
         await sender.send([{"t": "error", "code": "protocol", "msg": "after the cut"}])
+
+
+@pytest.mark.parametrize("server_knows", [True, False])
+async def test_a_welcome_leaves_out_the_format_the_server_checked(monkeypatch,
+                                                                  server_knows) -> None:
+    """``same-format``: the server, having checked that the client's format is its own,
+    says so without its 210-byte format string; a server that predates the feature sends
+    the string, and the client takes either. A client of another format is still refused
+    with ``version``."""
+    from rdc.params import FORMAT
+    from rdc.wire import handshake
+
+    if not server_knows:
+        monkeypatch.setattr(handshake, "FEATURES", ("zstd", "health"))
+    replies = []
+    for hello_format in (FORMAT, FORMAT.replace("tree=v1", "tree=v0")):
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+
+            async def serve(stream=server_stream) -> None:
+                with contextlib.suppress(ProtocolError):
+                    await handshake.server_handshake(FrameStream(stream), lambda t: True)
+
+            nursery.start_soon(serve)
+            frames = FrameStream(client_stream)
+            await frames.send([m.encode(m.Hello(
+                proto=(2, 2), agent="test", token="t",
+                features=["zstd", "health", "same-format"], format=hello_format))])
+            (raw,) = await frames.receive()
+            replies.append(m.decode(raw)[1])
+    welcome, refusal = replies
+    assert isinstance(welcome, m.Welcome)
+    assert welcome.format == ("" if server_knows else FORMAT)
+    assert ("same-format" in welcome.features) == server_knows
+    assert isinstance(refusal, m.Error) and refusal.code == "version"
+    assert "tree v1 here, v0 there" in refusal.msg
+
+
+async def test_a_client_takes_a_welcome_without_format_only_if_vouched_for() -> None:
+    """A welcome with no format and without ``same-format`` is a server of another format
+    (or none): refused."""
+    from rdc.wire import handshake
+
+    for features, accepted in ((["same-format"], True), ([], False)):
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+
+            async def serve(stream=server_stream, features=features) -> None:
+                frames = FrameStream(stream)
+                await frames.receive()
+                await frames.send([m.encode(m.Welcome(proto=2, agent="x", features=features,
+                                                      format=""))])
+
+            nursery.start_soon(serve)
+            frames = FrameStream(client_stream)
+            if accepted:
+                await handshake.client_handshake(frames, "t")
+            else:
+                with pytest.raises(ProtocolError, match="other format parameters"):
+                    await handshake.client_handshake(frames, "t")

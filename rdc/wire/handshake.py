@@ -18,7 +18,7 @@ from rdc.wire.frames import ConnectionClosed, FrameStream
 PROTOCOL_MIN = 2
 PROTOCOL_MAX = 2
 # zstd: compressed frames; health: the report and status requests (rdc status).
-FEATURES = ("zstd", "health")
+FEATURES = ("zstd", "health", "same-format")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")
@@ -66,7 +66,8 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
         ) from None
     if not PROTOCOL_MIN <= welcome.proto <= PROTOCOL_MAX:
         raise ProtocolError(message=f"the server chose protocol {welcome.proto}")
-    if welcome.format != FORMAT:
+    vouched = not welcome.format and "same-format" in welcome.features
+    if welcome.format != FORMAT and not vouched:  # (a server that checked ours says so)
         raise ProtocolError(message="the server uses other format parameters: "
                             + mismatch(FORMAT, welcome.format))
     frames.compress = "zstd" in welcome.features and "zstd" in features
@@ -108,7 +109,10 @@ async def server_handshake(
             code="version", msg=f"this server speaks protocol {PROTOCOL_MIN}..{PROTOCOL_MAX}"))
         raise ProtocolError(message=f"client speaks protocol {low}..{high}")
     features = [f for f in hello.features if f in FEATURES and (compress or f != "zstd")]
-    await _send(frames, m.Welcome(proto=chosen, agent=agent(), features=features, format=FORMAT,
+    # The client's format was checked above: one that knows ``same-format`` is told so
+    # by the feature, without this side's 210-byte format string.
+    said = "" if "same-format" in features else FORMAT
+    await _send(frames, m.Welcome(proto=chosen, agent=agent(), features=features, format=said,
                                   host=host))
     frames.compress = "zstd" in features
     frames.features = frozenset(features)

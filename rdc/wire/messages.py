@@ -571,7 +571,7 @@ class Welcome(Message):
     proto: int = wire(uint(1 << 16))
     agent: str = wire(text(256), "")
     features: list[str] = wire(array(text(64), 64), factory=list)
-    format: str = wire(text(512), "")
+    format: str = wire(text(512), "", omit="")  # "": the same as the client's (same-format)
     host: str = wire(text(255), "", omit="")  # the server's host name (conflict copies)
 
 
