@@ -206,7 +206,11 @@ class Replica:
             signature = signature_of_file(f)
             f.seek(0)
             after = os.fstat(f.fileno())
-            self.record(path, st, signature, racy=_changed(st, after))
+            later = getattr(self._later, "records", None)
+            if later is not None:  # inside `recording_together`: stored at its end
+                later.append((path, st, signature, _changed(st, after)))
+            else:
+                self.record(path, st, signature, racy=_changed(st, after))
             return signature, st, f
         except BaseException:
             f.close()
@@ -303,20 +307,16 @@ class Replica:
     def record(
         self, path: str, st: os.stat_result, signature: FileSignature, racy: bool | None = None
     ) -> None:
-        """Store the signature of a file just written or read (inside `recording_together`
-        on this thread: at its end)."""
-        later = getattr(self._later, "records", None)
-        if later is not None:
-            later.append((path, st, signature, racy))
-            return
+        """Store the signature of a file just written or read."""
         self._store([(path, st, signature, racy)])
 
     @contextlib.contextmanager
     def recording_together(self) -> Iterator[None]:
-        """What `record` stores on this thread inside is stored at the end, in one
+        """What `sign` signs on this thread inside is stored at the end, in one
         transaction: a batch's files signed one by one cost one commit, not one each
-        (about 60 us a file of SQLite's time). Nothing inside may look up those files in
-        the index again: their rows are not there yet."""
+        (about 60 us a file of SQLite's time). Before anything inside records or looks up
+        one of those files otherwise (`recheck`), `store_recorded`: their rows are not
+        there yet."""
         self._later.records = []
         try:
             yield
