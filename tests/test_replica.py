@@ -129,3 +129,41 @@ def test_many_directories_written_into_are_made_durable_by_one_syncfs(
         replica.sync_dirs()
         assert (len(fsynced), len(synced_fs)) == (expect_fsyncs, expect_syncfs)
     replica.close()
+
+
+def test_a_row_another_replica_deletes_meanwhile_is_no_seed_and_no_crash(tmp_path) -> None:
+    """The daemon keeps a replaced directory's old replica for its current users while a
+    new one serves the same path: two connections to one index, each with its own lock.
+    A row the other deletes between two statements of a lookup is skipped as a seed and
+    signed afresh by `sign` (found by fuzzing: a TypeError in the index, an internal
+    error for the connection)."""
+    import pytest
+
+    from rdc.content.tree import TreeFormatError
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.bin").write_bytes(os.urandom(50_000))
+    index = tmp_path / "index.sqlite3"
+    old, new = Replica(str(root), index), Replica(str(root), index)
+    old.scan()
+    row = old.db.get("a.bin")
+    assert row is not None
+    real_get = old.db.get
+
+    def get_then_lose(path):
+        found = real_get(path)
+        with new.lock, new.db.transaction():
+            new.db.delete_tree("a.bin")  # the other replica, between two statements
+        return found
+
+    old.db.get = get_then_lose  # type: ignore[method-assign]
+    assert old.seed_trees("a.bin", None) == []
+    with pytest.raises(TreeFormatError, match="no longer in the index"):
+        new.db.tree(row.id)
+    # sign: its lookup loses the row again (get_then_lose), so it reads the file afresh
+    signature, _, f = old.sign("a.bin")
+    f.close()
+    assert signature.root == row.root
+    old.close()
+    new.close()

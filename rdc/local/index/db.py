@@ -20,7 +20,7 @@ from pathlib import Path
 import blake3
 
 from rdc.content.signature import FileSignature
-from rdc.content.tree import Tree, pack_tree, unpack_tree
+from rdc.content.tree import Tree, TreeFormatError, pack_tree, unpack_tree
 from rdc.local import faults
 from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists
@@ -293,9 +293,15 @@ class IndexDatabase:
         return out
 
     def tree(self, file_id: int) -> Tree:
-        """The stored tree, checked (raises TreeFormatError if it does not add up)."""
-        (blob,) = self.conn.execute("SELECT tree FROM file WHERE id = ?", (file_id,)).fetchone()
-        return unpack_tree(blob, self.params.groups)
+        """The stored tree, checked: TreeFormatError if it does not add up, or if the row
+        is gone. Another connection to this index may delete it between two statements:
+        the daemon keeps a replaced directory's old replica for its current users while a
+        new one serves the same path, and both write this file (a fuzzed rm and mkdir of
+        an opened directory made a seed's row vanish: a TypeError, an internal error)."""
+        row = self.conn.execute("SELECT tree FROM file WHERE id = ?", (file_id,)).fetchone()
+        if row is None:
+            raise TreeFormatError(f"file {file_id} is no longer in the index")
+        return unpack_tree(row[0], self.params.groups)
 
     def candidates(
         self,
