@@ -137,3 +137,26 @@ def test_candidates_rank_more_matching_traits_first(tmp_path) -> None:
     ranked = [(db.by_id(i).path, n) for i, n in db.candidates(query)]
     assert ranked == [("all", 12), ("eight", 8), ("four", 4)]
     assert os.path.exists(tmp_path / "index.sqlite3")
+
+
+def test_a_trait_out_of_range_is_refused_on_the_wire_and_ignored_from_disk(tmp_path) -> None:
+    """A sketch byte of 64 or more would index past the 768 inverted lists: the wire
+    refuses it (a fuzzed bit flip in an offer's sketch was an IndexError, an internal
+    error), and a damaged index row is looked up by its valid traits only."""
+    from rdc.errors import ProtocolError
+    from rdc.local.index.traits import TraitLists
+    from rdc.wire import messages as m
+
+    good = bytes(range(12))
+    flipped = bytes([good[0] | 0x80]) + good[1:]
+    offer = m.Offer(size=1, root=bytes(32), depth=1, sketch=good)
+    raw = m.encode(offer, 3)
+    assert m.decode(raw)[1] == offer
+    with pytest.raises(ProtocolError, match=r"offer\.sketch"):
+        m.decode({**raw, "sketch": flipped})
+    lists = TraitLists()
+    lists.add(1, good)
+    lists.add(2, flipped)  # as a damaged row would load
+    assert lists.candidates(flipped, 11, 10, None) == [(1, 11), (2, 11)]
+    lists.remove(2, flipped)
+    assert lists.candidates(good, 12, 10, None) == [(1, 12)]

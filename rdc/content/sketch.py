@@ -59,5 +59,7 @@ def trait_match_probability(jaccard: float) -> float:
 
 
 def buckets(sketch: Sketch) -> list[int]:
-    """The 12 inverted-index keys of a sketch: ``t * 64 + trait``."""
-    return [t * TRAIT_VALUES + value for t, value in enumerate(sketch)]
+    """The 12 inverted-index keys of a sketch: ``t * 64 + trait``. A trait out of range
+    (a damaged index row: the wire refuses them) has none."""
+    return [t * TRAIT_VALUES + value for t, value in enumerate(sketch[:TRAITS])
+            if value < TRAIT_VALUES]

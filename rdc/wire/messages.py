@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from rdc.content.refine import MAX_HASHES, REFINE_LIMIT
+from rdc.content.sketch import TRAIT_VALUES, TRAITS
 from rdc.errors import ProtocolError
 from rdc.local.paths import PathError, check_relpath, to_wire
 from rdc.params import REFINE_HASH
@@ -139,7 +140,16 @@ def prefix(v: Any, where: str) -> bytes:
 ID = uint((1 << 32) - 1, low=1)  # conversation ids; 0 is not one
 HASH = binary(HASH_BYTES, exact=HASH_BYTES)
 MODE = uint(0o7777)
-SKETCH = optional(binary(12, exact=12))
+def _sketch(v: Any, where: str) -> bytes:
+    """12 traits of 6 bits, a byte each: a larger byte would index past the inverted
+    lists (a fuzzed bit flip made one: an IndexError, an internal error)."""
+    v = binary(TRAITS, exact=TRAITS)(v, where)
+    if max(v) >= TRAIT_VALUES:
+        raise _fail(where, f"sketch traits are below {TRAIT_VALUES}")
+    return v
+
+
+SKETCH = optional(_sketch)
 
 
 def hash_bytes(v: Any, where: str) -> int:
