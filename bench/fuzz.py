@@ -19,6 +19,7 @@ inputs/s) and the distinct findings; each is saved with a reproducer under ``--r
     python bench/fuzz.py --inputs 1000000 --jobs 4          # about 3 hours on 2 cores
     python bench/fuzz.py --replay bench/results/.../input-123.bin
     python bench/fuzz.py --seed 1 --only 123 456
+    python bench/fuzz.py --inputs 500000 --seed 7 --start 500000   # the second half
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=1_000_000, help="inputs to play")
     parser.add_argument("--seed", type=int, default=1, help="the mutator's seed")
+    parser.add_argument("--start", type=int, default=0,
+                        help="index of the first input: one seed's inputs split between "
+                             "runs (one server each, one core each) make one run")
     parser.add_argument("--jobs", type=int, default=4, help="connections at a time")
     parser.add_argument("--batch", type=int, default=500,
                         help="inputs between two rounds of checks")
@@ -87,7 +91,7 @@ def main() -> int:
         fuzzer = Fuzzer(world, captured, settings)
         for signum in (signal.SIGINT, signal.SIGTERM):  # finish the batch, then report
             signal.signal(signum, lambda *_: fuzzer.stop.set())
-        indices = None
+        indices = None if not args.start else list(range(args.start, args.start + args.inputs))
         if args.replay:
             loaded = [load(path) for path in args.replay]
             fuzzer.inputs = {inp.index: inp for inp in loaded}
@@ -103,7 +107,8 @@ def main() -> int:
         if not args.keep:
             remove(tmp)
     print()
-    print(f"seed {args.seed}, {args.jobs} jobs, load average {os.getloadavg()[0]:.2f}, "
+    span = f" inputs {args.start:,}-{args.start + args.inputs - 1:,}," if args.start else ""
+    print(f"seed {args.seed},{span} {args.jobs} jobs, load average {os.getloadavg()[0]:.2f}, "
           f"{_native.IMPLEMENTATION} chunker")
     print(report.summary())
     print(f"\nresults: {results}")
