@@ -1,0 +1,105 @@
+"""The C directory listing says what the reference (os.scandir and lstat) says, whatever the
+names, kinds and times; a walk's tree and fingerprint are built from it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rdc._native import listing_ref
+
+from .conftest import PURE
+
+_listing = pytest.importorskip("rdc._native._listing") if PURE else None
+if _listing is None:
+    from rdc._native import _listing
+
+# Names as the disk holds them: any bytes but "/" and NUL, so also invalid UTF-8 (which a
+# str carries as surrogate escapes), minus "." and "..".
+names = st.binary(min_size=1, max_size=40).map(
+    lambda b: b.replace(b"/", b"_").replace(b"\0", b"_")
+).filter(lambda b: b not in (b".", b".."))
+kinds = st.sampled_from(["file", "dir", "link", "fifo"])
+# Times from before 1970 to past what 64 bits of nanoseconds hold (year 2262).
+times = st.integers(min_value=-(2**34), max_value=2**34) | st.sampled_from(
+    [0, 2**63 // 10**9 + 1, 10_413_792_000]  # just past 2262; 2300-01-01
+)
+
+
+def _listed(fd: int, lister) -> list:
+    return sorted(lister(fd))
+
+
+def _make(root: Path, entries: dict[bytes, tuple[str, int, int]]) -> int:
+    base = os.fsencode(root)
+    for raw, (kind, size, seconds) in entries.items():
+        path = os.path.join(base, raw)
+        if kind == "file":
+            with open(path, "wb") as f:
+                f.write(b"x" * size)
+        elif kind == "dir":
+            os.mkdir(path)
+        elif kind == "link":
+            os.symlink(b"target-" + raw[:10], path)
+        else:
+            os.mkfifo(path)
+        os.utime(path, ns=(seconds * 10**9 + 7, seconds * 10**9 + 7), follow_symlinks=False)
+    return os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(names, st.tuples(kinds, st.integers(0, 5000), times), max_size=12))
+def test_c_listing_equals_the_reference(tmp_path_factory, entries) -> None:
+    root = tmp_path_factory.mktemp("listing")
+    try:
+        fd = _make(root, entries)
+    except OSError as exc:  # a time this file system cannot hold
+        if exc.errno in (errno.EINVAL, errno.EOVERFLOW):
+            return
+        raise
+    try:
+        got = _listed(fd, _listing.list_dir)
+        assert got == _listed(fd, listing_ref.list_dir)
+        assert sorted(os.fsencode(name) for name, *_ in got) == sorted(entries)
+        for name, mode, size, mtime, ino in got:
+            st_ = os.lstat(os.path.join(root, name))
+            assert (mode, mtime, ino) == (st_.st_mode, st_.st_mtime_ns, st_.st_ino)
+            if stat.S_ISREG(mode):
+                assert size == st_.st_size
+    finally:
+        os.close(fd)
+
+
+def test_listing_leaves_the_descriptor_for_the_next_reader(tmp_path: Path) -> None:
+    for n in range(300):  # more than one getdents buffer
+        (tmp_path / f"f{n:03d}").write_bytes(b"")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = _listing.list_dir(fd)
+        assert len(first) == 300
+        assert _listing.list_dir(fd) == first
+        assert len(listing_ref.list_dir(fd)) == 300  # os.scandir after it sees everything
+        assert _listing.list_dir(fd) == first
+    finally:
+        os.close(fd)
+
+
+def test_listing_errors(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    fd = os.open(tmp_path / "file", os.O_RDONLY)
+    try:
+        with pytest.raises(NotADirectoryError):
+            _listing.list_dir(fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as caught:
+        _listing.list_dir(fd)  # closed now
+    assert caught.value.errno == errno.EBADF
+    with pytest.raises(TypeError):
+        _listing.list_dir("not a descriptor")
