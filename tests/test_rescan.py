@@ -144,6 +144,61 @@ def test_a_rescan_lists_only_the_touched_directories(tmp_path, monkeypatch) -> N
     replica.close()
 
 
+def test_modes_and_times_set_in_place_are_patched_in_without_a_listing(
+        tmp_path, monkeypatch) -> None:
+    """Setting the time and mode of every file and directory (a release whose sdist
+    touched them all) lists no directory again; the rescan still equals a full scan, and
+    the next quick walk finds the hashes it cached."""
+    root = tmp_path / "root"
+    for i in range(20):
+        (root / f"d{i}" / "sub").mkdir(parents=True)
+        for name in (f"d{i}/f", f"d{i}/sub/g"):
+            (root / name).write_bytes(name.encode() * 30)
+            os.utime(root / name, ns=(OLD, OLD))  # not racy: the index vouches for them
+        os.symlink("f", root / f"d{i}" / "link")
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    before = replica.scan()
+    listed: list[str] = []
+    original = SafeRoot.open_dir
+
+    def counting(self: SafeRoot, rel: str) -> int:
+        listed.append(rel)
+        return original(self, rel)
+
+    monkeypatch.setattr(SafeRoot, "open_dir", counting)
+    for path, entry in reversed(list(iter_entries(before))):
+        mode = None if entry.kind == "l" else (0o700 if entry.kind == "d" else 0o600)
+        replica.set_meta(path, mode, OLD + len(path))
+    tree = replica.rescan()
+    assert listed == []
+    fresh, walked_print = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
+    assert described(tree) == described(fresh)
+    assert fingerprint(tree, b"") == walked_print
+    assert tree.content == before.content and tree.meta != before.meta
+    assert replica.quick()[0] == (tree.content, tree.meta, tree.smeta)
+    replica.close()
+
+
+def test_a_retimed_entry_the_tree_does_not_hold_lists_its_directory(tmp_path) -> None:
+    """A file another program made after the last scan, then given a time through the
+    replica (a batch's "have"), is found by listing its directory again; so is a file
+    retimed twice (two writers' notes may come in either order)."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "old").write_bytes(b"old")
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    (root / "d" / "new").write_bytes(b"made meanwhile")
+    replica.set_meta("d/new", 0o600, OLD)
+    tree = replica.rescan()
+    assert sorted(tree.children["d"].children) == ["new", "old"]
+    assert tree.children["d"].children["new"].mtime_ns == OLD
+    replica.set_meta("d/old", 0o600, OLD + 1)
+    replica.set_meta("d/old", 0o600, OLD + 2)
+    assert replica.fs.take_changes() == {"d"} and replica.fs.retimed.keys() == {"d/old"}
+    replica.close()
+
+
 def test_an_unlistable_directory_means_a_full_scan(tmp_path, monkeypatch) -> None:
     root = tmp_path / "root"
     (root / "d").mkdir(parents=True)

@@ -369,6 +369,10 @@ class SafeRoot:
         # inode number back (a rescan took a recreated directory for the old one, children
         # and all).
         self.replaced: set[str] = set()
+        # With ``changed``: entries whose own mode or time `set_meta` changed in place, with
+        # their lstat after: a rescan patches them in (their directory's listing is as it
+        # was) instead of listing the directory again.
+        self.retimed: dict[str, os.stat_result] = {}
         if fd is None:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._fd = fd
@@ -429,6 +433,24 @@ class SafeRoot:
         taken = set(self.changed)
         self.changed.difference_update(taken)
         return taken
+
+    def take_retimed(self) -> dict[str, os.stat_result]:
+        """The entries noted in ``retimed`` so far, no longer noted (as `take_changes`)."""
+        taken = dict(self.retimed)
+        for rel in taken:
+            self.retimed.pop(rel, None)
+        return taken
+
+    def _note_retimed(self, rel: str, after: os.stat_result) -> None:
+        """``rel``'s own mode or time changed in place (``after``, its lstat then). Noted
+        twice before a rescan takes it (two writers, whose notes may come in either
+        order), its directory is listed again instead."""
+        if self.changed is None:
+            return
+        if rel in self.retimed:
+            self.changed.add(parent(rel))
+        else:
+            self.retimed[rel] = after
 
     def take_replaced(self) -> set[str]:
         """The paths noted in ``replaced`` so far, no longer noted (as `take_changes`)."""
@@ -698,7 +720,6 @@ class SafeRoot:
             os.fsync(dfd)
             os.fsync(sfd)
 
-    @_changes(0)
     def set_meta(
         self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None
     ) -> tuple[os.stat_result | None, os.stat_result | None]:
@@ -710,20 +731,40 @@ class SafeRoot:
         replaced by a copy of itself that has the new mode and time, so a change made
         through a share never reaches a file outside it, nor a snapshot hard-linked to
         it. The inode is pinned (O_PATH) before it is looked at, so what is checked is
-        what is changed. A special file there is a PathError."""
+        what is changed. A special file there is a PathError.
+
+        An entry changed in place is noted in ``retimed``; the root, a replaced entry, or
+        one that failed half way, in ``changed`` (its directory is listed again)."""
         rel = check_relpath(rel, allow_root=True)
+        try:
+            before, after, in_place = self._set_meta(rel, mode, mtime_ns)
+        except BaseException:
+            if self.changed is not None:
+                self.changed.add(parent(rel))
+            raise
+        if after is not None and before is not after and self.changed is not None:
+            if in_place and rel:
+                self._note_retimed(rel, after)
+            else:
+                self.changed.add(parent(rel))
+        return before, after
+
+    def _set_meta(
+        self, rel: str, mode: int | None, mtime_ns: int | None
+    ) -> tuple[os.stat_result | None, os.stat_result | None, bool]:
+        """`set_meta`, and whether the entry (if changed) was changed in place."""
         if not rel:
             before = os.fstat(self._fd)
             if mode is not None and stat.S_IMODE(before.st_mode) != stat.S_IMODE(mode):
                 os.fchmod(self._fd, stat.S_IMODE(mode))
             if mtime_ns is not None and before.st_mtime_ns != mtime_ns:
                 os.utime(self._fd, ns=(mtime_ns, mtime_ns))
-            return before, os.fstat(self._fd)
+            return before, os.fstat(self._fd), False
         with self._parent(rel) as (dfd, leaf):
             try:
                 fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             except FileNotFoundError:
-                return None, None
+                return None, None, False
             try:
                 st = os.fstat(fd)
                 kind = stat.S_IFMT(st.st_mode)
@@ -738,9 +779,9 @@ class SafeRoot:
                 if mtime_ns is not None and st.st_mtime_ns == mtime_ns:
                     mtime_ns = None
                 if bits is None and mtime_ns is None:
-                    return st, st
+                    return st, st, True
                 if kind != stat.S_IFDIR and st.st_nlink > 1:
-                    return st, self._replace_linked(rel, dfd, leaf, st, bits, mtime_ns)
+                    return st, self._replace_linked(rel, dfd, leaf, st, bits, mtime_ns), False
                 if bits is not None:
                     _chmod_pinned(fd, st, dfd, leaf, bits)
                 if mtime_ns is not None:
@@ -749,7 +790,7 @@ class SafeRoot:
                         os.utime(leaf, ns=ns, dir_fd=dfd, follow_symlinks=False)
                     else:
                         _utime_pinned(fd, st, dfd, leaf, ns)
-                return st, os.fstat(fd)
+                return st, os.fstat(fd), True
             finally:
                 os.close(fd)
 

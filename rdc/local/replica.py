@@ -112,6 +112,7 @@ class Replica:
         excludes = excludes or self.excludes
         self.fs.take_changes()  # the walk sees them all
         self.fs.take_replaced()
+        self.fs.take_retimed()
         walked = walked or self.walk(excludes)
         if (self.tree is not None and not walked.errors and not checksum
                 and walked.fingerprint == self._fingerprint):
@@ -138,20 +139,22 @@ class Replica:
 
     def rescan(self, excludes: Excludes | None = None) -> Entry:
         """The tree after this replica's own writes since the last `scan` or `rescan`,
-        listing again only the directories they touched (`rdc.local.rescan`); a full scan
+        listing again only the directories they touched and patching in the modes and
+        times it set (`rdc.local.rescan`); a full scan
         when there is no sealed tree to start from, the last one had errors or other
         excludes, or a directory cannot be listed now."""
         excludes = excludes or self.excludes
         salt = _salt(excludes)
         touched = self.fs.take_changes()
         replaced = self.fs.take_replaced()
+        retimed = self.fs.take_retimed()
         old = self.tree
         if old is None or self.errors or salt != self._salt:
             return self.scan(excludes)
-        if not touched:
+        if not touched and not retimed:
             return old
         try:
-            found = patch(self.fs, old, touched, excludes, replaced)
+            found = patch(self.fs, old, touched, excludes, replaced, retimed)
         except (Unsure, OSError, PathError):
             return self.scan(excludes)
         with self.lock:

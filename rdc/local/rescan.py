@@ -6,8 +6,12 @@ the metadata pass, once for the final hashes). Every write rdc makes goes throug
 `SafeRoot`, which notes the directories whose listing it changed (``SafeRoot.changed``).
 A rescan starts from the last sealed tree and lists again just those directories, and the
 parent of each (whose entry for it has a new mtime); a directory it meets that the old tree
-did not have, or that is another inode now, is listed in full. Everything else, with its
-hashes and its `stamp`, is the old tree's, shared, never changed in place.
+did not have, or that is another inode now, is listed in full. An entry whose own mode or
+time rdc changed in place (``SafeRoot.retimed``, with its lstat after) is patched in
+instead: its directory's listing did not change, and listing again every directory of a
+sync that set every file's time (a release's sdist) cost a third of the server's rescans.
+Everything else, with its hashes and its `stamp`, is the old tree's, shared, never changed
+in place.
 
 What this does not see is an edit that did not go through this replica (another program on
 this machine, or another replica over the same files): the server falls back to a full scan
@@ -25,7 +29,9 @@ from dataclasses import dataclass, field
 from rdc.local.filestat import Seen, mtime_ns
 from rdc.local.fs import SafeRoot
 from rdc.local.paths import join, parent
-from rdc.local.snapshot import Entry, Exclude, Scan
+from rdc.local.snapshot import Entry, Exclude, Scan, lookup
+
+_KINDS = {stat.S_IFREG: "f", stat.S_IFDIR: "d", stat.S_IFLNK: "l"}
 
 
 class Unsure(Exception):
@@ -62,20 +68,40 @@ def to_list(old: Entry, touched: set[str]) -> set[str]:
     return out
 
 
+def usable_retimes(old: Entry, retimed: dict[str, os.stat_result], touched: set[str]
+                   ) -> dict[str, os.stat_result]:
+    """The retimed entries that can be patched in: those the old tree holds as the same
+    kind and inode (and size). For any other, its directory is added to ``touched``."""
+    usable = {}
+    for path, after in retimed.items():
+        entry = lookup(old, path)
+        if (entry is None or entry.kind != _KINDS.get(stat.S_IFMT(after.st_mode))
+                or entry.ino != after.st_ino
+                or (entry.kind == "f" and entry.size != after.st_size)):
+            touched.add(parent(path))
+        else:
+            usable[path] = after
+    return usable
+
+
 def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
-          replaced: frozenset[str] | set[str] = frozenset()) -> Patch:
+          replaced: frozenset[str] | set[str] = frozenset(),
+          retimed: dict[str, os.stat_result] | None = None) -> Patch:
     """The tree under ``fs`` as a walk would see it, given that it was ``old`` (sealed) but
-    for changes in the listings of ``touched`` directories; a directory at a ``replaced``
-    path is a new one, whatever its inode number."""
+    for changes in the listings of ``touched`` directories and the modes and times of the
+    ``retimed`` entries (their lstat after); a directory at a ``replaced`` path is a new
+    one, whatever its inode number."""
+    touched = set(touched)
+    retimes = usable_retimes(old, retimed or {}, touched)
     relist = to_list(old, touched)
     on_path = {""}
-    for path in relist:
-        while path:
+    for path in [*relist, *(parent(p) for p in retimes)]:
+        while path and path not in on_path:
             on_path.add(path)
             path = parent(path)
     top = os.fstat(fs.fileno())
     fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino)
-    rescan = _Rescan(fs, Scan(exclude), relist, on_path, replaced)
+    rescan = _Rescan(fs, Scan(exclude), relist, on_path, replaced, retimes)
     result = Patch(rescan.visit(old, "", fresh, False))
     if rescan.scan.errors:
         raise Unsure(rescan.scan.errors[0])
@@ -85,9 +111,10 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
 
 class _Rescan:
     def __init__(self, fs: SafeRoot, scan: Scan, relist: set[str], on_path: set[str],
-                 replaced: frozenset[str] | set[str]) -> None:
+                 replaced: frozenset[str] | set[str],
+                 retimes: dict[str, os.stat_result]) -> None:
         self.fs, self.scan, self.relist, self.on_path = fs, scan, relist, on_path
-        self.replaced = replaced
+        self.replaced, self.retimes = replaced, retimes
         self.entries: list[tuple[str, Entry]] = []
         self.gone: list[str] = []
 
@@ -99,11 +126,17 @@ class _Rescan:
             return self._listed(old, rel, fresh, whole or old is None)
         node = Entry("d", fresh.mode, fresh.mtime_ns, ino=fresh.ino,
                      children=dict(old.children))
+        retimes = self.retimes
         for name, child in old.children.items():
             path = join(rel, name)
             if child.kind == "d" and path in self.on_path:
-                again = Entry("d", child.mode, child.mtime_ns, ino=child.ino)
+                mode, mtime = child.mode, child.mtime_ns
+                if path in retimes:
+                    mode, mtime = stat.S_IMODE(retimes[path].st_mode), mtime_ns(retimes[path])
+                again = Entry("d", mode, mtime, ino=child.ino)
                 node.children[name] = self.visit(child, path, again, False)
+            elif path in retimes:
+                node.children[name] = _retimed(child, retimes[path])
         return node
 
     def _listed(self, old: Entry | None, rel: str, fresh: Entry, whole: bool) -> Entry:
@@ -146,3 +179,12 @@ class _Rescan:
                     seen=was.seen,
                 )
         return fresh
+
+
+def _retimed(entry: Entry, after: os.stat_result) -> Entry:
+    """``entry`` with the mode and time of ``after``: its content, and for a directory its
+    own hashes and stamp (which cover its entries, not itself), are unchanged."""
+    return Entry(entry.kind, 0 if entry.kind == "l" else stat.S_IMODE(after.st_mode),
+                 mtime_ns(after), entry.size, root=entry.root, target=entry.target,
+                 children=entry.children, content=entry.content, meta=entry.meta,
+                 smeta=entry.smeta, count=entry.count, ino=entry.ino, seen=entry.seen)
