@@ -5,6 +5,7 @@ they send little for what the other side already has."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import replace
@@ -259,6 +260,60 @@ def test_a_rename_costs_no_literal_bytes_either_way(e2e: E2E) -> None:
     assert pulled.stats["literal_bytes"] == 0
     assert pulled.stats["files_copied_locally"] == 1
     assert pulled.stats["bytes_received"] < QUIET
+
+
+def _moves(result) -> set[str]:
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return {e["path"] for e in events if e["type"] == "file" and e["how"] == "move"}
+
+
+def test_renamed_files_are_moved_by_the_receiver_with_delete(e2e: E2E) -> None:
+    """Files renamed or moved at the source are moved at the receiver (the same inodes, no
+    content sent or read again) by a push or pull with --delete; an edited one is sent.
+    Without --delete the old names stay, so the new ones are copies."""
+    src = e2e.tmp / "src"
+    for d in ("a", "b"):
+        (src / d).mkdir(parents=True)
+        for i in range(10):
+            write(src / d / f"f{i}.txt", f"file {d}{i}\n".encode() * (50 + i))
+    random_file(src / "a" / "big.bin", BIG, seed=4)
+    share = e2e.tmp / "share"
+    share.mkdir()
+    server = e2e.serve({"s": share})
+    e2e.push(src, server.url("s")).ok()
+    dst = e2e.tmp / "dst"
+    e2e.pull(server.url("s"), dst).ok()
+    inodes = {p: (share / p).stat().st_ino for p in ("a/f1.txt", "a/f2.txt", "a/big.bin")}
+
+    (src / "c").mkdir()
+    os.rename(src / "a" / "f1.txt", src / "a" / "renamed.txt")  # in its directory
+    os.rename(src / "a" / "f2.txt", src / "c" / "f2.txt")  # to a new one
+    os.rename(src / "a" / "big.bin", src / "b" / "big.bin")
+    os.rename(src / "b" / "f3.txt", src / "b" / "g3.txt")
+    with open(src / "b" / "g3.txt", "ab") as f:
+        f.write(b"edited after the rename\n")
+    pushed = e2e.push(src, server.url("s"), "--delete", "--json").ok()
+    assert_same_tree(src, share)
+    assert _moves(pushed) == {"a/renamed.txt", "c/f2.txt", "b/big.bin"}
+    assert (share / "a" / "renamed.txt").stat().st_ino == inodes["a/f1.txt"]
+    assert (share / "c" / "f2.txt").stat().st_ino == inodes["a/f2.txt"]
+    assert (share / "b" / "big.bin").stat().st_ino == inodes["a/big.bin"]
+    summary = json.loads(pushed.stdout.splitlines()[-1])
+    assert summary["files_transferred"] == 4 and summary["files_copied_locally"] == 3
+    assert summary["deleted"] == 1  # b/f3.txt: its new self was edited, so sent
+    assert summary["literal_bytes"] < 2_000
+
+    before = {p: (dst / p).stat().st_ino for p in ("a/f1.txt", "a/big.bin")}
+    pulled = e2e.pull(server.url("s"), dst, "--delete", "--json").ok()
+    assert_same_tree(share, dst)
+    assert _moves(pulled) == {"a/renamed.txt", "c/f2.txt", "b/big.bin"}
+    assert (dst / "a" / "renamed.txt").stat().st_ino == before["a/f1.txt"]
+    assert (dst / "b" / "big.bin").stat().st_ino == before["a/big.bin"]
+
+    os.rename(src / "a" / "f4.txt", src / "a" / "kept.txt")
+    copied = e2e.push(src, server.url("s"), "--json").ok()
+    assert _moves(copied) == set()
+    assert (share / "a" / "f4.txt").exists() and (share / "a" / "kept.txt").exists()
 
 
 def test_mtime_and_mode_changes_alone_travel_without_content(e2e: E2E) -> None:

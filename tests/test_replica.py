@@ -167,3 +167,34 @@ def test_a_row_another_replica_deletes_meanwhile_is_no_seed_and_no_crash(tmp_pat
     assert signature.root == row.root
     old.close()
     new.close()
+
+
+def test_a_moved_file_keeps_its_index_row_and_is_not_read_again(tmp_path, monkeypatch) -> None:
+    """`Replica.move` carries a current row to the new path (the rescan reads nothing);
+    a row that no longer describes the file goes, so the next scan reads it."""
+    replica = make(tmp_path)
+    replica.scan()
+    before = replica.indexed(["a.txt"])["a.txt"]
+    replica.move("a.txt", "d/moved.txt")
+    rows = replica.indexed(["a.txt", "d/moved.txt"])
+    assert "a.txt" not in rows and rows["d/moved.txt"].root == before.root
+    assert rows["d/moved.txt"].id == before.id
+    import rdc.local.index.update as update
+
+    read: list[int] = []
+    real = update.signature_of_file
+    monkeypatch.setattr(update, "signature_of_file",
+                        lambda f, *a, **k: read.append(f.fileno()) or real(f, *a, **k))
+    tree = replica.rescan()
+    assert "a.txt" not in tree.children and "moved.txt" in tree.children["d"].children
+    assert tree.children["d"].children["moved.txt"].root == before.root
+    assert read == []
+
+    root = tmp_path / "root"
+    (root / "d" / "b.txt").write_bytes(b"changed behind the index\n")
+    os.utime(root / "d" / "b.txt", ns=(OLD, OLD))
+    replica.move("d/b.txt", "b.txt")
+    assert "b.txt" not in replica.indexed(["b.txt"])
+    assert replica.scan().children["b.txt"].size == len(b"changed behind the index\n")
+    assert len(read) == 1  # that one file, read again
+    replica.close()

@@ -695,12 +695,15 @@ class SafeRoot:
             return True
 
     @_changes(0, 1, replaces=True)
-    def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None) -> None:
+    def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None, *,
+               sync: bool = True) -> None:
         """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
         may be at ``new``: it is never replaced. ``expect`` is checked against ``rel``. A
         file or link moves by link-then-unlink, which refuses an existing destination
         atomically; a directory by rename after a check (a directory appearing at ``new``
-        in between would be replaced only if empty)."""
+        in between would be replaced only if empty). Without ``sync`` the caller fsyncs
+        both directories later (a crash before may leave the entry at either path or at
+        both, never neither)."""
         rel, new = check_relpath(rel), check_relpath(new)
         if new == rel or new.startswith(rel + "/"):
             raise PathError(path=new, reason=f"cannot move {rel!r} into itself")
@@ -717,8 +720,9 @@ class SafeRoot:
             else:
                 os.link(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
                 os.unlink(sleaf, dir_fd=sfd)
-            os.fsync(dfd)
-            os.fsync(sfd)
+            if sync:
+                os.fsync(dfd)
+                os.fsync(sfd)
 
     def set_meta(
         self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None

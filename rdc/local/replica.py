@@ -384,6 +384,23 @@ class Replica:
         with self.lock:
             self._unsynced.add(path.rpartition("/")[0])
 
+    def move(self, path: str, destination: str, expect: Expect | None = None) -> None:
+        """`SafeRoot.rename`, leaving the fsync of both directories to `sync_dirs` as
+        `commit` does. A file whose index row was current keeps it at its new path (its
+        content did not change: nothing is read again); anything else's rows go."""
+        row = self.indexed([path]).get(path)
+        self.fs.rename(path, destination, expect, sync=False)
+        with self.lock:
+            self._unsynced.update((path.rpartition("/")[0], destination.rpartition("/")[0]))
+        st = self.fs.lstat(destination)
+        with self.lock, self.db.transaction():
+            self.db.delete_tree(destination)
+            if row is not None and st is not None and stat.S_ISREG(st.st_mode) and (
+                    row.describes(st)):
+                self.db.move(row.id, destination, st, False)
+            else:
+                self.db.delete_tree(path)
+
     def mkdir(self, path: str, mode: int, *, exist_ok: bool = True) -> bool:
         """`SafeRoot.mkdir`, leaving the fsync of the parent to `sync_dirs` as `commit`
         does: a crash before it may lose the new directory with what was put in it, which

@@ -31,6 +31,7 @@ class Changes:
     removals: list[tuple[str, m.Expected]] = field(default_factory=list)  # only with --delete
     meta: list[tuple[str, str]] = field(default_factory=list)  # dry runs: (path, what)
     sizes: dict[str, int] = field(default_factory=dict)  # files: size where known
+    digests: dict[str, bytes] = field(default_factory=dict)  # files new at their path: root prefix
 
     def __bool__(self) -> bool:
         return any((self.replace, self.mkdirs, self.files, self.links, self.removals))
@@ -84,9 +85,30 @@ def _compare_entry(rel: str, source: m.Listed | None, target: m.Listed | None,
         changes.files.append((rel, None if target is None else target.digest))
         if source.size is not None:
             changes.sizes[rel] = source.size
+        if target is None:
+            changes.digests[rel] = source.digest
     else:
         changes.links.append((rel, source.digest, expected(target)))
     return None
+
+
+def moves(changes: Changes) -> list[tuple[str, str, m.Expected]]:
+    """(path, new path, what is at path) for each file new at its path whose content the
+    target holds at a path it is to remove (a renamed or moved file): moved there
+    instead, the content neither sent nor read again. A prefix that matched by accident
+    moves the wrong file, which the final comparison of root hashes finds and sends."""
+    held: dict[bytes, list[tuple[str, m.Expected]]] = {}
+    for path, expect in changes.removals:
+        if expect.kind == "f" and expect.digest:
+            held.setdefault(expect.digest, []).append((path, expect))
+    out = []
+    for path, there in changes.files:
+        digest = changes.digests.get(path)
+        candidates = held.get(digest) if there is None and digest else None
+        if candidates:
+            old, expect = candidates.pop()
+            out.append((old, path, expect))
+    return out
 
 
 def everything(tree: Entry) -> Changes:

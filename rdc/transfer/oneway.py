@@ -28,7 +28,7 @@ from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
 from rdc.local.verify import CHANGED
 from rdc.transfer import guards, metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch
-from rdc.transfer.compare import Changes, compare, everything
+from rdc.transfer.compare import Changes, compare, everything, moves
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
@@ -301,30 +301,68 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
                    options: Options, stats: Stats, push: bool, unreadable_there: int,
                    deletion: Deletion | None = None) -> None:
     """The target's entries made like the source's: replacements and directories first,
-    then files (many in flight) and links, then deletions."""
+    then (where deletions may be made) files the target holds at a path it is to remove
+    moved to their new path, then files (many in flight) and links, then deletions."""
     stats.carried.append(changes)
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
     ok = stats.ops_done(prelude, await target.apply(prelude))
     stats.dirs_created += sum(ok[len(changes.replace):])
+    deleting = await _may_delete(target, replica, changes, options, stats, push,
+                                 unreadable_there, deletion)
     progress = Progress(options, len(changes.files), sum(changes.sizes.values()), stats)
     action = "send" if push else "fetch"
+    if deleting:
+        for path, size in await _move_instead(target, changes, stats):
+            progress.file_done(path, size, True, action)
     await move_files(connection, replica, changes.files, changes.sizes, push, options, stats,
                      lambda path, size, ok: progress.file_done(path, size, ok, action))
     links = [m.Op("link", p, target=t, expect=e) for p, t, e in changes.links]
     stats.links += sum(stats.ops_done(links, await target.apply(links)))
-    if not options.delete:
+    if not deleting:
         return
+    removals = [m.Op("rm", p, expect=e) for p, e in changes.removals]
+    stats.deleted += sum(stats.ops_done(removals, await target.apply(removals)))
+
+
+async def _may_delete(target: Side, replica: Replica, changes: Changes, options: Options,
+                      stats: Stats, push: bool, unreadable_there: int,
+                      deletion: Deletion | None) -> bool:
+    """Whether this run deletes what the source lacks: with ``--delete``, when every file
+    of the source could be read and the deletion guards allow it (why not is in
+    ``stats``). Weighed before the files move, as a renamed file is moved, not sent."""
+    if not options.delete:
+        return False
     unreadable = [p for p, _ in replica.errors] if push else unreadable_there
     if unreadable:
         what = ("some files could not be read" if push else
                 f"the server could not read {unreadable_there} entries")
         stats.warnings.append(f"{what}: nothing was deleted" + ("" if push else " here"))
-        return
-    if deletion is not None and not await _guard(target, changes, deletion, options, stats):
-        return
-    removals = [m.Op("rm", p, expect=e) for p, e in changes.removals]
-    stats.deleted += sum(stats.ops_done(removals, await target.apply(removals)))
+        return False
+    return deletion is None or await _guard(target, changes, deletion, options, stats)
+
+
+async def _move_instead(target: Side, changes: Changes, stats: Stats) -> list[tuple[str, int]]:
+    """Move the files the target holds at a path it is to remove to where the source has
+    them (`rdc.transfer.compare.moves`), and return them with their sizes; one that
+    cannot be moved (changed meanwhile) is sent, and its old path removed, as without the
+    move."""
+    planned = moves(changes)
+    if not planned:
+        return []
+    ops = [m.Op("mv", old, destination=new, expect=e) for old, new, e in planned]
+    results = await target.apply(ops)
+    moved = {new: old for (old, new, _), result in zip(planned, results, strict=True)
+             if result is None}
+    gone = set(moved.values())
+    changes.files = [(path, there) for path, there in changes.files if path not in moved]
+    changes.removals = [(path, e) for path, e in changes.removals if path not in gone]
+    done = []
+    for new in moved:
+        size = changes.sizes.get(new, 0)
+        stats.file_done(new, m.Done(ok=True, how="move", matched=size))
+        done.append((new, size))
+    return done
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,9 +85,7 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     elif op.kind == "rmdir":
         fs.rmdir(path)
     elif op.kind == "mv":
-        fs.rename(path, op.destination, expect=check)
-        replica.forget(path)
-        replica.forget(op.destination)
+        replica.move(path, op.destination, check)
     else:  # meta
         if fs.lstat(path) is None:
             raise FileNotFoundError(2, "no such entry", path)

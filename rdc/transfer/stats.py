@@ -33,7 +33,7 @@ class Options:
     concurrency: int = CONCURRENT_FILES
     progress: Callable[[Event], None] | None = None
     # Told of each file transferred, as it lands: path, action ("send" or "fetch"), how
-    # ("whole", "delta" or "copy"), size, literal and matched bytes (rdc --json).
+    # ("whole", "delta", "copy" or "move"), size, literal and matched bytes (rdc --json).
     files: Callable[[dict[str, Any]], None] | None = None
     mode: str = "two-way"  # of a sync: two-way, send-only or receive-only (rdc.transfer.twoway)
     force: bool = False  # lift the deletion guards (rdc.transfer.guards)
@@ -87,10 +87,10 @@ class Stats:
         if not done.ok:
             self.failed.append((path, f"{done.code}: {done.msg}"))
             return
-        if done.how in ("copy", "whole", "delta") and path not in self.moved:
+        if done.how in ("copy", "move", "whole", "delta") and path not in self.moved:
             self.files_transferred += 1
             self.moved[path] = (done.how, done.literal, done.matched)
-            if done.how == "copy":
+            if done.how in ("copy", "move"):
                 self.copied_files += 1
         self.literal_bytes += done.literal
         self.matched_bytes += done.matched
@@ -121,7 +121,7 @@ class Stats:
         covered = set(files) | moved | broken | (planned if dry_run else set())
         self.files_total = len(covered)
         self.files_transferred = len(moved)
-        self.copied_files = sum(1 for how, _, _ in self.moved.values() if how == "copy")
+        self.copied_files = sum(1 for how, _, _ in self.moved.values() if how in ("copy", "move"))
         self.files_failed = len(broken)
         self.files_to_transfer = len((planned & covered) - broken) if dry_run else 0
         self.files_unchanged = (self.files_total - self.files_transferred - self.files_failed

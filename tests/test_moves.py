@@ -1,0 +1,44 @@
+"""Which files a push or pull with --delete moves at the receiver instead of sending:
+new at their path, with a root prefix the receiver holds at a path it is to remove."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc.transfer.compare import Changes, moves
+from rdc.wire import messages as m
+
+digests = st.sampled_from([b"A" * 8, b"B" * 8, b"C" * 8])
+paths = st.text(alphabet="abc/", min_size=1, max_size=6)
+
+
+@given(files=st.dictionaries(paths, st.tuples(st.none() | digests, digests), max_size=8),
+       removals=st.dictionaries(paths, st.tuples(st.sampled_from("fdl"), digests),
+                                max_size=8))
+def test_each_removed_file_moves_to_at_most_one_new_path_with_its_content(
+        files: dict, removals: dict) -> None:
+    changes = Changes(
+        files=[(path, there) for path, (there, _) in files.items()],
+        removals=[(path, m.Expected(kind, digest)) for path, (kind, digest) in
+                  removals.items()],
+        digests={path: digest for path, (there, digest) in files.items() if there is None},
+    )
+    planned = moves(changes)
+    olds = [old for old, _, _ in planned]
+    news = [new for _, new, _ in planned]
+    assert len(set(olds)) == len(olds) and len(set(news)) == len(news)
+    for old, new, expect in planned:
+        kind, digest = removals[old]
+        assert kind == "f" and expect == m.Expected("f", digest)
+        assert files[new] == (None, digest)  # new at its path, the same content
+    # As many moves as the contents allow: per digest, min(new files, removed files).
+    for digest in {b"A" * 8, b"B" * 8, b"C" * 8}:
+        new = sum(1 for there, d in files.values() if there is None and d == digest)
+        held = sum(1 for kind, d in removals.values() if kind == "f" and d == digest)
+        assert sum(1 for _, n, _ in planned if files[n][1] == digest) == min(new, held)
+
+
+def test_no_removals_no_moves() -> None:
+    changes = Changes(files=[("a", None)], digests={"a": b"A" * 8})
+    assert moves(changes) == []
