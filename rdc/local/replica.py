@@ -447,10 +447,10 @@ class Replica:
         if not retimed:
             return
         with self.lock, self.db.transaction():
-            for path, before, after in retimed:
-                row = self.db.get(path)
-                if row is not None and row.describes(before):
-                    self.db.restamp(row.id, after)
+            rows = self.db.get_many([path for path, _, _ in retimed])
+            self.db.restamp_many([(row.id, after) for path, before, after in retimed
+                                  if (row := rows.get(path)) is not None
+                                  and row.describes(before)])
 
     def forget(self, path: str) -> None:
         """Drop ``path`` and everything below it from the index."""

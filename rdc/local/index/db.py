@@ -409,6 +409,13 @@ class IndexDatabase:
             (mtime_ns(st), st.st_ino, st.st_mode, file_id),
         )
 
+    def restamp_many(self, rows: list[tuple[int, os.stat_result]]) -> None:
+        """`restamp` of each (id, lstat), in one statement."""
+        self.conn.executemany(
+            "UPDATE file SET mtime_ns = ?, inode = ?, mode = ? WHERE id = ?",
+            [(mtime_ns(st), st.st_ino, st.st_mode, file_id) for file_id, st in rows],
+        )
+
     def delete(self, file_id: int) -> None:
         self._forget_traits(list(self.conn.execute(
             "SELECT id, sketch FROM file WHERE id = ?", (file_id,))))
