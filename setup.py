@@ -40,6 +40,11 @@ setup(
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(
+            "rdc._native._refine",
+            sources=["rdc/_native/_refine.c"],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        ),
+        Extension(
             "rdc._native._listing",
             sources=["rdc/_native/_listing.c"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],

@@ -11,13 +11,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdc._native import refine_ref
 from rdc.content import refine
 from rdc.content.signature import signature_of_bytes
 from rdc.params import REFINE_BLOCK
 from rdc.transfer.descent import SeedFile, SeedMap, SourceFile, rebuild, simulate
 from rdc.transfer.stats import Options
 
+from .conftest import PURE
 from .protocol_support import Pair, tree_state, write
+
+try:
+    from rdc._native import _refine
+except ImportError:  # the pure-Python run may have no build
+    if not PURE:
+        raise
+    _refine = None
 
 
 @st.composite
@@ -136,7 +145,8 @@ async def test_a_chance_block_match_is_fetched_again_plain(
     """Every block hash the same: each refined range is rebuilt wrong, its leaf fails its
     check, and the target asks for the range again plain; the file arrives right."""
     pair, src = await _pushed_then_edited(tmp_path, 11)
-    monkeypatch.setattr(refine, "_key", lambda block: b"\0" * refine.REFINE_HASH)
+    monkeypatch.setattr(refine, "refine_encode", refine_ref.encode)  # a key it can patch
+    monkeypatch.setattr(refine_ref, "key", lambda block, size: b"\0" * size)
     stats = await pair.run("push", src, options=Options())
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
@@ -165,3 +175,46 @@ async def test_a_fetch_of_more_to_refine_than_a_target_asks_is_refused() -> None
     items = [item] * (source_side.REFINED_LIMIT // len(data) + 1)
     with pytest.raises(ProtocolError, match="to refine"):
         await source_side._send_items(None, file, items)  # type: ignore[arg-type]
+
+
+@st.composite
+def encoder_inputs(draw: st.DrawFn) -> tuple[bytes, bytes, int, int]:
+    """An edited pair, the block and hash sizes, and (sometimes) hashes of other bytes:
+    chance matches, runs merged and not, blocks found far from where they were."""
+    old, new = draw(edited())
+    block = draw(st.sampled_from([4, 8, REFINE_BLOCK]))
+    hash_bytes = draw(st.sampled_from([1, 2, 4]))
+    starts = refine_ref.block_starts(len(old), block)
+    if draw(st.booleans()):
+        hashes = b"".join(refine_ref.key(old[s : s + block], hash_bytes) for s in starts)
+    else:
+        hashes = draw(st.binary(min_size=len(starts) * hash_bytes,
+                                max_size=len(starts) * hash_bytes))
+    return new, hashes, len(old), block, hash_bytes
+
+
+@settings(max_examples=400, deadline=None)
+@given(encoder_inputs())
+def test_the_c_encoder_gives_the_references_ops(case) -> None:
+    new, hashes, old_length, block, hash_bytes = case
+    c_encode = _refine.encode if _refine is not None else None
+    expected = refine_ref.encode(new, hashes, old_length, block, hash_bytes, 1 << 14)
+    if c_encode is None:
+        pytest.skip("the pure-Python run has no C encoder")
+    assert c_encode(new, hashes, old_length, block, hash_bytes, 1 << 14) == expected
+    assert c_encode(memoryview(bytearray(new)), hashes, old_length, block, hash_bytes,
+                    1 << 14) == expected
+
+
+def test_the_encoders_refuse_the_same_inputs() -> None:
+    encoders = [refine_ref.encode] + ([_refine.encode] if _refine is not None else [])
+    for encode in encoders:
+        with pytest.raises(ValueError):
+            encode(b"x" * 100, b"ab", 64, 32, 2, 1 << 14)  # 2 blocks need 4 bytes
+        with pytest.raises(ValueError):
+            encode(b"x" * 100, b"", (1 << 14) + 1, 32, 2, 1 << 14)
+    if _refine is not None:
+        with pytest.raises(ValueError):
+            _refine.encode(b"x", b"", 0, 32, 5, 1 << 14)
+        with pytest.raises(TypeError):
+            _refine.encode("text", b"", 0, 32, 2, 1 << 14)

@@ -1,5 +1,6 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
-sketch and tree grouping of signatures, and the directory listing of walks.
+sketch and tree grouping of signatures, the refinement encoder, and the directory listing
+of walks.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -15,7 +16,7 @@ from rdc._native import signature_ref
 PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
 
 if PURE_PYTHON:
-    from rdc._native import blake3_ref, listing_ref
+    from rdc._native import blake3_ref, listing_ref, refine_ref
     from rdc._native.chunker_ref import ReferenceScanner
 
     Scanner = ReferenceScanner
@@ -25,12 +26,14 @@ if PURE_PYTHON:
     next_level_payloads = signature_ref.next_level_payloads
     trait_candidates = signature_ref.trait_candidates
     list_dir = listing_ref.list_dir
+    refine_encode = refine_ref.encode
     IMPLEMENTATION = "python"
 else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
         from rdc._native._listing import list_dir
+        from rdc._native._refine import encode as refine_encode
         from rdc._native._signature import (
             group_cuts,
             next_level_payloads,
@@ -65,6 +68,7 @@ __all__ = [
     "hash_chunks",
     "list_dir",
     "next_level_payloads",
+    "refine_encode",
     "sketch",
     "trait_candidates",
 ]

@@ -20,9 +20,8 @@ blocks K .. K+R-1 of the old bytes, in that order.
 
 from __future__ import annotations
 
-import zlib
-
-from rdc.content.entries import put_varint, read_varint
+from rdc._native import refine_encode, refine_ref
+from rdc.content.entries import read_varint
 from rdc.params import REFINE_BLOCK, REFINE_HASH
 
 # Old bytes longer than this are not refined against (the hashes would cost more than a
@@ -36,20 +35,14 @@ MAX_HASHES = REFINE_HASH * (REFINE_LIMIT // REFINE_BLOCK + 1)
 def block_starts(size: int) -> list[int]:
     """Where the blocks of ``size`` old bytes start: a grid of REFINE_BLOCK from 0, and one
     block ending at ``size`` when the grid leaves a remainder."""
-    starts = list(range(0, size - REFINE_BLOCK + 1, REFINE_BLOCK))
-    if size % REFINE_BLOCK and size >= REFINE_BLOCK:
-        starts.append(size - REFINE_BLOCK)
-    return starts
-
-
-def _key(block: bytes | memoryview) -> bytes:
-    return (zlib.crc32(block) & 0xFFFFFFFF).to_bytes(4, "little")[:REFINE_HASH]
+    return refine_ref.block_starts(size, REFINE_BLOCK)
 
 
 def block_hashes(old: bytes | memoryview) -> bytes:
     """The hashes of the blocks of ``old`` (`block_starts`), concatenated."""
     view = memoryview(old)
-    return b"".join(_key(view[s : s + REFINE_BLOCK]) for s in block_starts(len(view)))
+    return b"".join(refine_ref.key(view[s : s + REFINE_BLOCK], REFINE_HASH)
+                    for s in block_starts(len(view)))
 
 
 def worth_refining(new_length: int, old_length: int) -> bool:
@@ -62,54 +55,10 @@ def worth_refining(new_length: int, old_length: int) -> bool:
 
 def encode(new: bytes | memoryview, hashes: bytes, old_length: int) -> bytes:
     """``new`` as ops against the blocks of ``old_length`` old bytes whose hashes are
-    ``hashes`` (the source's side). A short hash matches by chance about once in 65,536
-    lookups, so a block is taken on one hash only where an edit would leave it: in line
-    with the last block copied (or the old bytes' start), or with the old bytes' end (an
-    edit before it moved it by the difference in length); anywhere else only with the
-    block after it matching too."""
-    starts = block_starts(old_length)
-    count = len(starts)
-    if old_length > REFINE_LIMIT or len(hashes) != count * REFINE_HASH:
-        raise ValueError(f"{len(hashes)} bytes of block hashes for {old_length} old bytes")
-    keys = [hashes[i * REFINE_HASH : (i + 1) * REFINE_HASH] for i in range(count)]
-    where: dict[bytes, int] = {}
-    for k, key in enumerate(keys):
-        where.setdefault(key, k)
-    block_at = {start: k for k, start in enumerate(starts)}
-    view = memoryview(new)
-    runs: list[list] = []  # [literal before, first block, blocks]
-    literal_from = pos = 0
-    left = 0  # new position minus old position of the last block copied
-    right = len(view) - old_length  # ... of blocks after the last edit
-    end = len(view) - REFINE_BLOCK
-    while pos <= end:
-        key = _key(view[pos : pos + REFINE_BLOCK])
-        k = block_at.get(pos - left)
-        if k is None or keys[k] != key:
-            k = block_at.get(pos - right)
-            if k is None or keys[k] != key:
-                k = where.get(key)
-                if k is None or k + 1 >= count or pos + 2 * REFINE_BLOCK > len(view) or (
-                        keys[k + 1] != _key(view[pos + REFINE_BLOCK : pos + 2 * REFINE_BLOCK])):
-                    pos += 1
-                    continue
-        if runs and pos == literal_from and k == runs[-1][1] + runs[-1][2]:
-            runs[-1][2] += 1
-        else:
-            runs.append([view[literal_from:pos], k, 1])
-        left = pos - starts[k]
-        pos += REFINE_BLOCK
-        literal_from = pos
-    out = bytearray()
-    for literal, first, blocks in runs:
-        put_varint(len(literal), out)
-        out += literal
-        put_varint(blocks, out)
-        put_varint(first, out)
-    put_varint(len(view) - literal_from, out)
-    out += view[literal_from:]
-    put_varint(0, out)
-    return bytes(out)
+    ``hashes`` (the source's side; `rdc._native.refine_ref.encode` has the rule for when a
+    short hash is trusted). ValueError if the hashes are not one per block of at most
+    REFINE_LIMIT old bytes."""
+    return refine_encode(new, hashes, old_length, REFINE_BLOCK, REFINE_HASH, REFINE_LIMIT)
 
 
 def decode(ops: bytes, old: bytes | memoryview, length: int) -> tuple[bytes, int]:
