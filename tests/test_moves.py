@@ -42,3 +42,38 @@ def test_each_removed_file_moves_to_at_most_one_new_path_with_its_content(
 def test_no_removals_no_moves() -> None:
     changes = Changes(files=[("a", None)], digests={"a": b"A" * 8})
     assert moves(changes) == []
+
+
+class _Target:
+    """A target side whose ``mv`` of the listed paths fails (changed meanwhile)."""
+
+    def __init__(self, failing: set[str]) -> None:
+        self.failing = failing
+        self.applied: list[m.Op] = []
+
+    async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
+        self.applied += ops
+        return [m.Failure("conflict", f"{op.path} changed") if op.path in self.failing
+                else None for op in ops]
+
+
+async def test_a_file_that_cannot_be_moved_is_sent_and_its_old_name_removed() -> None:
+    from rdc.transfer.oneway import _move_instead
+    from rdc.transfer.stats import Stats
+
+    digest_a, digest_b = b"A" * 8, b"B" * 8
+    changes = Changes(
+        files=[("new-a", None), ("new-b", None), ("edited", b"C" * 8)],
+        removals=[("old-a", m.Expected("f", digest_a)), ("old-b", m.Expected("f", digest_b)),
+                  ("gone", m.Expected("f", b"D" * 8))],
+        digests={"new-a": digest_a, "new-b": digest_b},
+        sizes={"new-a": 10, "new-b": 20, "edited": 30},
+    )
+    target, stats = _Target({"old-b"}), Stats()
+    done = await _move_instead(target, changes, stats)
+    assert [(op.kind, op.path, op.destination) for op in target.applied] == [
+        ("mv", "old-a", "new-a"), ("mv", "old-b", "new-b")]
+    assert done == [("new-a", 10)]
+    assert changes.files == [("new-b", None), ("edited", b"C" * 8)]  # sent as before
+    assert [p for p, _ in changes.removals] == ["old-b", "gone"]
+    assert stats.moved == {"new-a": ("move", 0, 10)} and not stats.failed
