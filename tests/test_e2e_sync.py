@@ -16,6 +16,7 @@ import pytest
 from .conftest import scaled
 from .e2e_support import (
     E2E,
+    Server,
     assert_same_tree,
     random_file,
     snapshot,
@@ -234,16 +235,22 @@ def test_pull_of_changes_sends_little_and_deletes_only_with_delete(e2e: E2E) -> 
     assert not temporaries(e2e.tmp)
 
 
-def test_a_rename_costs_no_literal_bytes_either_way(e2e: E2E) -> None:
-    src = e2e.tmp / "src"
-    (src / "a").mkdir(parents=True)
-    random_file(src / "a" / "file.bin", BIG, seed=3)
+def _pushed_and_pulled(e2e: E2E, src: Path) -> tuple[Path, Server, Path]:
+    """A share served with ``src`` pushed into it and pulled from it into dst."""
     share = e2e.tmp / "share"
     share.mkdir()
     server = e2e.serve({"s": share})
     e2e.push(src, server.url("s")).ok()
     dst = e2e.tmp / "dst"
     e2e.pull(server.url("s"), dst).ok()
+    return share, server, dst
+
+
+def test_a_rename_costs_no_literal_bytes_either_way(e2e: E2E) -> None:
+    src = e2e.tmp / "src"
+    (src / "a").mkdir(parents=True)
+    random_file(src / "a" / "file.bin", BIG, seed=3)
+    share, server, dst = _pushed_and_pulled(e2e, src)
 
     (src / "b").mkdir()
     os.rename(src / "a" / "file.bin", src / "b" / "renamed.bin")
@@ -277,12 +284,7 @@ def test_renamed_files_are_moved_by_the_receiver_with_delete(e2e: E2E) -> None:
         for i in range(10):
             write(src / d / f"f{i}.txt", f"file {d}{i}\n".encode() * (50 + i))
     random_file(src / "a" / "big.bin", BIG, seed=4)
-    share = e2e.tmp / "share"
-    share.mkdir()
-    server = e2e.serve({"s": share})
-    e2e.push(src, server.url("s")).ok()
-    dst = e2e.tmp / "dst"
-    e2e.pull(server.url("s"), dst).ok()
+    share, server, dst = _pushed_and_pulled(e2e, src)
     inodes = {p: (share / p).stat().st_ino for p in ("a/f1.txt", "a/f2.txt", "a/big.bin")}
 
     (src / "c").mkdir()

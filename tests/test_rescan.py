@@ -116,6 +116,19 @@ def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool) -
         shutil.rmtree(base)
 
 
+def _count_listings(monkeypatch) -> list[str]:
+    """The directories a replica opens from now on (a rescan opens each one it lists)."""
+    listed: list[str] = []
+    original = SafeRoot.open_dir
+
+    def counting(self: SafeRoot, rel: str) -> int:
+        listed.append(rel)
+        return original(self, rel)
+
+    monkeypatch.setattr(SafeRoot, "open_dir", counting)
+    return listed
+
+
 def test_a_rescan_lists_only_the_touched_directories(tmp_path, monkeypatch) -> None:
     """In a tree of 40 directories, a file written in one lists that one and its parent
     again, no other; the next quick walk finds the hashes the rescan cached."""
@@ -126,14 +139,7 @@ def test_a_rescan_lists_only_the_touched_directories(tmp_path, monkeypatch) -> N
         os.utime(root / f"d{i}" / "sub" / "f", ns=(OLD, OLD))
     replica = Replica(str(root), tmp_path / "index.sqlite3")
     replica.scan()
-    listed: list[str] = []
-    original = SafeRoot.open_dir
-
-    def counting(self: SafeRoot, rel: str) -> int:
-        listed.append(rel)
-        return original(self, rel)
-
-    monkeypatch.setattr(SafeRoot, "open_dir", counting)
+    listed = _count_listings(monkeypatch)
     temp = replica.fs.create_temp("d7/sub/new")
     temp.write(b"new content")
     replica.commit(temp, "d7/sub/new", 0o644, OLD, None)
@@ -158,14 +164,7 @@ def test_modes_and_times_set_in_place_are_patched_in_without_a_listing(
         os.symlink("f", root / f"d{i}" / "link")
     replica = Replica(str(root), tmp_path / "index.sqlite3")
     before = replica.scan()
-    listed: list[str] = []
-    original = SafeRoot.open_dir
-
-    def counting(self: SafeRoot, rel: str) -> int:
-        listed.append(rel)
-        return original(self, rel)
-
-    monkeypatch.setattr(SafeRoot, "open_dir", counting)
+    listed = _count_listings(monkeypatch)
     for path, entry in reversed(list(iter_entries(before))):
         mode = None if entry.kind == "l" else (0o700 if entry.kind == "d" else 0o600)
         replica.set_meta(path, mode, OLD + len(path))
