@@ -203,3 +203,20 @@ def test_each_breakage_of_the_stream_is_refused_by_rdc(breakage: Breakage) -> No
     stream += encoder.frame(bodies[2], squeeze=True, breakage=breakage)
     with pytest.raises((ProtocolError, ConnectionClosed)):
         assert trio.run(_received_by_rdc, stream) != bodies
+
+
+@pytest.mark.parametrize(("series", "leak"), [
+    ([61, 94, 242, 175, 126, 132, 152, 202, 187, 205, 184, 231], False),  # a real run's
+    ([100, 240, 120, 230, 110, 250, 130, 220, 140, 235] * 5, False),  # swings, level
+    ([100 + 20 * n for n in range(20)], True),  # 20 MiB more after every batch
+    ([150] * 10 + [450] * 10, True),  # a step that stays
+])
+def test_memory_that_keeps_growing_is_told_from_a_swinging_working_set(
+        series: list[int], leak: bool) -> None:
+    from types import SimpleNamespace
+
+    found: list[tuple] = []
+    fuzzer = SimpleNamespace(after=[], settings=Settings(), found=lambda *a: found.append(a))
+    for mib in series:
+        Fuzzer._trend(fuzzer, mib * MIB)  # type: ignore[arg-type]
+    assert bool(found) == leak
