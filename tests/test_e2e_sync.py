@@ -317,6 +317,11 @@ def test_renamed_files_are_moved_by_the_receiver_with_delete(e2e: E2E) -> None:
     assert _moves(copied) == set()
     assert (share / "a" / "f4.txt").exists() and (share / "a" / "kept.txt").exists()
 
+    os.rename(src / "a" / "f5.txt", src / "a" / "held.txt")  # a guard holds deletions back:
+    held = e2e.push(src, server.url("s"), "--delete", "--max-delete", "0", "--json")
+    assert held.returncode == 7 and _moves(held) == set()  # ... and the move with them
+    assert (share / "a" / "f5.txt").exists() and (share / "a" / "held.txt").exists()
+
 
 def test_mtime_and_mode_changes_alone_travel_without_content(e2e: E2E) -> None:
     src = e2e.tmp / "src"
