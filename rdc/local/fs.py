@@ -747,7 +747,7 @@ class SafeRoot:
                 self.changed.add(parent(rel))
             raise
         if after is not None and before is not after and self.changed is not None:
-            if in_place and rel:
+            if in_place:  # never the root, whose own time is read at each rescan
                 self._note_retimed(rel, after)
             else:
                 self.changed.add(parent(rel))

@@ -8,10 +8,9 @@ A rescan starts from the last sealed tree and lists again just those directories
 parent of each (whose entry for it has a new mtime); a directory it meets that the old tree
 did not have, or that is another inode now, is listed in full. An entry whose own mode or
 time rdc changed in place (``SafeRoot.retimed``, with its lstat after) is patched in
-instead: its directory's listing did not change, and listing again every directory of a
-sync that set every file's time (a release's sdist) cost a third of the server's rescans.
-Everything else, with its hashes and its `stamp`, is the old tree's, shared, never changed
-in place.
+instead: its directory's listing did not change, and a sync that set every file's time (a
+release's sdist) used to list every directory again. Everything else, with its hashes
+and its `stamp`, is the old tree's, shared, never changed in place.
 
 What this does not see is an edit that did not go through this replica (another program on
 this machine, or another replica over the same files): the server falls back to a full scan

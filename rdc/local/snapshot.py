@@ -126,7 +126,7 @@ def stamp(directory: Entry) -> bytes:
     can tell, nothing changed; a rescan recomputes only the directories it listed again."""
     if directory.seen:
         return directory.seen
-    parts: list[bytes] = []  # hashed at once: one update per entry cost a third of a walk
+    parts: list[bytes] = []  # hashed in one call, not one update call per entry
     pack = _STAMP.pack
     children = directory.children
     for name in sorted(children):
