@@ -52,6 +52,48 @@ def test_any_change_stat_can_see_drops_them(tmp_path) -> None:
     replica.close()
 
 
+def test_a_new_replica_of_an_unchanged_tree_builds_it_without_a_refresh(
+        tmp_path, monkeypatch) -> None:
+    """A daemon's next session (or a new client process) opens the replica anew: when the
+    walk is the one last sealed, the tree comes from the index's roots, not a refresh."""
+    first = make(tmp_path)
+    tree = first.scan()
+    first.close()
+    again = make(tmp_path)
+    cached, walked = again.quick()
+    assert cached == (tree.content, tree.meta, tree.smeta)
+
+    def no_refresh(*args, **kwargs):
+        raise AssertionError("refreshed an index the walk vouched for")
+
+    monkeypatch.setattr("rdc.local.replica.refresh", no_refresh)
+    rebuilt = again.scan(walked=walked)
+    assert (rebuilt.content, rebuilt.meta, rebuilt.smeta) == cached
+    assert rebuilt.children["d"].children["b.txt"].root == tree.children["d"].children[
+        "b.txt"].root
+    assert again.stats.files == 2 and again.stats.signed == 0
+    again.close()
+
+
+def test_sealed_hashes_that_do_not_add_up_are_dropped_and_the_tree_refreshed(
+        tmp_path) -> None:
+    """Defence in depth: if the cached hashes of a walk disagree with the tree its rows
+    seal to, they are forgotten and the index refreshed in full."""
+    first = make(tmp_path)
+    tree = first.scan()
+    cached, walked = first.quick()
+    with first.lock, first.db.transaction():
+        first.db.cache_hashes(walked.fingerprint, (b"\1" * 32, tree.meta, tree.smeta))
+    first.close()
+    again = make(tmp_path)
+    cached, walked = again.quick()
+    assert cached is not None and cached[0] == b"\1" * 32
+    rebuilt = again.scan(walked=walked)
+    assert rebuilt.content == tree.content
+    assert again.quick()[0] == (tree.content, tree.meta, tree.smeta)
+    again.close()
+
+
 def test_other_excludes_are_another_tree(tmp_path) -> None:
     replica = make(tmp_path)
     replica.scan()

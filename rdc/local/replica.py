@@ -28,6 +28,7 @@ from rdc.local.index import (
     IndexDatabase,
     IndexedFile,
     Progress,
+    RefreshStats,
     refresh,
     refresh_some,
 )
@@ -122,14 +123,28 @@ class Replica:
             return self.tree
         tree, errors = walked.tree, list(walked.errors)
         with self.lock:
-            self.stats = refresh(self.db, self.root, exclude=excludes, progress=progress,
-                                 files=walked.files, opener=self.fs.open_read,
-                                 checksum=checksum)
-            roots = self.db.roots()
+            sealed = None if checksum or walked.errors else self.db.cached_hashes(
+                walked.fingerprint)
+            roots = self.db.roots() if sealed is not None else {}
+            if sealed is not None and all(path in roots for path in walked.files):
+                # Exactly the walk last sealed, with no racy file (a new process, or a
+                # daemon's replica opened again): every row still describes its file.
+                self.stats = RefreshStats(files=len(walked.files),
+                                          unchanged=len(walked.files))
+            else:
+                sealed = None
+                self.stats = refresh(self.db, self.root, exclude=excludes,
+                                     progress=progress, files=walked.files,
+                                     opener=self.fs.open_read, checksum=checksum)
+                roots = self.db.roots()
         reasons = dict(self.stats.errors)
         for path in fill_roots(tree, roots):
             errors.append((path, reasons.get(path, "changed or vanished while scanned")))
         seal(tree)
+        if sealed is not None and (tree.content, tree.meta, tree.smeta) != sealed:
+            with self.lock:  # cannot be, but if it were: forget the hashes, check in full
+                self.db.cache_hashes(None, ())
+            return self.scan(excludes, progress, None, checksum)
         self.tree = tree
         self.errors = errors
         self.temporaries = walked.temporaries

@@ -311,22 +311,25 @@ class Scan:
 
 def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:
     """Put each file's root in place; files without one (unreadable) are dropped from the
-    tree, and their paths returned."""
-    missing = []
-    for path, entry in list(iter_entries(tree)):
-        if entry.kind != "f":
-            continue
-        root = roots.get(path)
-        if root is None:
-            missing.append(path)
-        else:
-            entry.root = root
-    for path in missing:
-        parent, _, name = path.rpartition("/")
-        holder = lookup(tree, parent)
-        if holder is not None:
-            holder.children.pop(name, None)
-    return missing
+    tree, and their paths returned. (No name order needed: one pass over the directories'
+    own dicts, not `iter_entries`, whose nested generators cost a third of a large tree's
+    scan.)"""
+    missing: list[tuple[Entry, str, str]] = []
+    stack = [("", tree)]
+    while stack:
+        prefix, directory = stack.pop()
+        for name, entry in directory.children.items():
+            if entry.kind == "f":
+                root = roots.get(prefix + name)
+                if root is None:
+                    missing.append((directory, name, prefix + name))
+                else:
+                    entry.root = root
+            elif entry.kind == "d":
+                stack.append((f"{prefix}{name}/", entry))
+    for directory, name, _ in missing:
+        del directory.children[name]
+    return sorted(path for _, _, path in missing)
 
 
 # ---------------------------------------------------------------- metadata vectors

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from rdc.content.signature import FileSignature, signature_of_file
 from rdc.local.filestat import FileStat, mtime_ns, stamp
-from rdc.local.index.db import IndexDatabase, IndexedFile, unusable
+from rdc.local.index.db import IndexDatabase, IndexedFile, Stamped, unusable
 from rdc.local.paths import PathError, is_temporary
 
 RACY_NS = 2_000_000_000
@@ -130,13 +130,14 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
              ) -> RefreshStats:
     stats = RefreshStats()
     started = time.time_ns()
-    db_path = os.path.abspath(db.location)
-    rows = {f.path: f for f in db.files()}
-    on_disk: dict[str, FileStat] = {}
-    for rel, st in (files.items() if files is not None else walk_files(root, exclude)):
-        if os.path.abspath(os.path.join(root, rel)).startswith(db_path):
-            continue
-        on_disk[rel] = st
+    # The index inside the tree (with its -wal and -shm files) is not indexed.
+    inside = os.path.relpath(os.path.abspath(db.location), os.path.abspath(root))
+    rows = db.stamps()
+    on_disk: dict[str, FileStat] = dict(files.items() if files is not None
+                                        else walk_files(root, exclude))
+    if not inside.startswith("../"):
+        for rel in [rel for rel in on_disk if rel.startswith(inside)]:
+            del on_disk[rel]
     stats.files = len(on_disk)
 
     def racy(st: FileStat) -> bool:
@@ -160,11 +161,12 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
         for row in vanished.values():
             db.delete(row.id)
             stats.deleted += 1
+    old_roots = db.roots() if checksum else {}
     _sign_all(db, opener, still_changed, on_disk, workers, racy, stats, progress)
     if checksum:
         for rel in still_changed:
             old, new = rows.get(rel), db.get(rel)
-            if old and new and old.describes(on_disk[rel]) and old.root != new.root:
+            if old and new and old.describes(on_disk[rel]) and old_roots.get(rel) != new.root:
                 stats.mismatched.append(rel)
     return stats
 
@@ -190,7 +192,7 @@ def refresh_some(
     return stats
 
 
-def _changed(db: IndexDatabase, rows: Mapping[str, IndexedFile],
+def _changed(db: IndexDatabase, rows: Mapping[str, IndexedFile | Stamped],
              files: Mapping[str, FileStat], stats: RefreshStats) -> list[str]:
     """The paths of ``files`` whose rows no longer describe them (to be read again); a
     row that does gets the file's current mode (inside the caller's transaction)."""
