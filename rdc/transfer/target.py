@@ -18,7 +18,7 @@ import trio
 from rdc.content.signature import FileSignature, chunk_hash
 from rdc.content.stream import StreamSigner
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
-from rdc.local.fs import ConflictError, Expect
+from rdc.local.fs import PARTIAL_BYTES, ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import (
@@ -121,39 +121,62 @@ async def _receive(
     conversation: Conversation, replica: Replica, path: str, offer: m.Offer,
     expect: m.Expected | None,
 ) -> Outcome:
-    decided, check, seed_files = await trio.to_thread.run_sync(
+    decided, check, seed_files, first = await trio.to_thread.run_sync(
         _decide, replica, path, offer, expect
     )
+    try:
+        return await _bring_in(conversation, replica, path, offer, decided, check,
+                               seed_files, first)
+    finally:
+        if first is not None:
+            first.abort()
+
+
+async def _bring_in(
+    conversation: Conversation, replica: Replica, path: str, offer: m.Offer,
+    decided: Outcome | None, check: Expect | None, seed_files: list[SeedFile],
+    first: _Assembly | None,
+) -> Outcome:
     # What an interrupted transfer of this path left (rdc.transfer.resume): seeds too.
-    partials = await trio.to_thread.run_sync(open_partials, replica, path, offer.size)
+    # Only a file of PARTIAL_BYTES or more can have one; the rest skip the worker threads
+    # (three hops a file, and the hand-offs between threads were a quarter of a server's
+    # CPU on a 100,000-file tree).
+    partials = (await trio.to_thread.run_sync(open_partials, replica, path, offer.size)
+                if offer.size >= PARTIAL_BYTES else Partials(replica, path))
     if decided is not None:
-        await trio.to_thread.run_sync(partials.drop)
+        if partials.files:
+            await trio.to_thread.run_sync(partials.drop)
         return decided
     try:
-        seed_files += await trio.to_thread.run_sync(partials.seeds)
+        if partials.files:
+            seed_files += await trio.to_thread.run_sync(partials.seeds)
+        assert first is not None
         outcome = await _rebuild(conversation, replica, path, offer, check, seed_files,
-                                 partials)
+                                 partials, first)
     except BaseException:
         partials.close()
         raise
-    await trio.to_thread.run_sync(partials.drop)
+    if partials.files:
+        await trio.to_thread.run_sync(partials.drop)
     return outcome
 
 
 async def _rebuild(
     conversation: Conversation, replica: Replica, path: str, offer: m.Offer,
-    check: Expect | None, seed_files: list[SeedFile], partials: Partials,
+    check: Expect | None, seed_files: list[SeedFile], partials: Partials, first: _Assembly,
 ) -> Outcome:
     """Descend with the seeds, assemble and commit; or the whole content. A temporary
-    cut off by an interruption stays as the path's partial (`keep_or_drop`)."""
+    cut off by an interruption stays as the path's partial (`keep_or_drop`). ``first``:
+    the temporary made with the decision (on its worker thread), for the first attempt."""
     seeds = SeedMap(seed_files)
     try:
         plan = await _descend(conversation, offer, seeds)
         if not plan.whole:
-            assembly = _Assembly(replica, path)
+            assembly, first = first, None
             try:
                 extra, copied = await _assemble(conversation, assembly, plan, seeds)
-                if await _commit(replica, assembly, path, offer, check, final=False):
+                if await _commit(replica, assembly, path, offer, check, final=False,
+                                 release=seed_files):
                     return Outcome("delta", plan.literal_bytes() + extra - copied,
                                    plan.matched_bytes() + copied)
             except SeedChanged:
@@ -164,11 +187,12 @@ async def _rebuild(
             finally:
                 assembly.abort()
     finally:
-        # The seeds' descriptors close now: an error's traceback keeps this frame, in a
-        # cycle that only a full collection frees (an idle server held them for good).
+        # The seeds' descriptors close now (after a commit they closed on its worker
+        # thread): an error's traceback keeps this frame, in a cycle that only a full
+        # collection frees (an idle server held them for good).
         seed_files.clear()
     # No seeds, or the rebuilt file did not check out: the whole content, once.
-    assembly = _Assembly(replica, path)
+    assembly = first or _Assembly(replica, path)
     try:
         await _receive_whole(conversation, assembly, offer.size)
         await _commit(replica, assembly, path, offer, check)
@@ -212,12 +236,14 @@ def settle(
 
 def _decide(
     replica: Replica, path: str, offer: m.Offer, expect: m.Expected | None
-) -> tuple[Outcome | None, Expect | None, list[SeedFile]]:
-    """`settle`, or the seeds to descend with (on one worker thread)."""
+) -> tuple[Outcome | None, Expect | None, list[SeedFile], _Assembly | None]:
+    """`settle`, or the seeds to descend with and the temporary to write (on one worker
+    thread: making the temporary is file system work too)."""
     outcome, check = settle(replica, path, offer, expect)
     if outcome is not None:
-        return outcome, check, []
-    return None, check, choose_seeds(replica, path, offer.sketch)
+        return outcome, check, [], None
+    seeds = choose_seeds(replica, path, offer.sketch)
+    return None, check, seeds, _Assembly(replica, path)
 
 
 def _copy_local(
@@ -451,12 +477,21 @@ async def _commit(
     offer: m.Offer,
     check: Expect | None,
     final: bool = True,
+    release: list[SeedFile] | None = None,
 ) -> bool:
     """Check the root and, if it matches, commit and index the file. A mismatch is an error
-    if ``final``, else False (the caller asks for the whole file)."""
-    return await trio.to_thread.run_sync(
-        _finish_file, replica, assembly, path, offer, check, final
-    )
+    if ``final``, else False (the caller asks for the whole file). After a commit the
+    ``release`` list (the seeds) is emptied on the worker thread: closing the last
+    descriptor of the old version, replaced by then, frees its blocks, file system work
+    that must not hold up the event loop (it did, half a millisecond a file)."""
+
+    def finish() -> bool:
+        done = _finish_file(replica, assembly, path, offer, check, final)
+        if done and release is not None:
+            release.clear()
+        return done
+
+    return await trio.to_thread.run_sync(finish)
 
 
 def _finish_file(
