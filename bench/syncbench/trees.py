@@ -46,6 +46,8 @@ def replace_by_links(src: Path, dst: Path, paths: list[str]) -> None:
     """Each path of ``dst`` becomes a hard link to the same path of ``src``, swapped in
     by rename (as an editor saves), so what else links the old inode is untouched."""
     for rel in paths:
+        if (dst / rel).exists() and os.path.samefile(src / rel, dst / rel):
+            continue  # a rename between two links of one file would leave the temporary
         tmp = dst / (rel + ".bench-tmp")
         os.link(src / rel, tmp)
         os.replace(tmp, dst / rel)

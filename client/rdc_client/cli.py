@@ -10,6 +10,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 
+from rdc.allocator import tune_allocator
 from rdc.errors import RdcError
 
 Command = Callable[[argparse.Namespace], int]
@@ -100,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command_parser(parser, args.command).error(
             f"unrecognized arguments: {' '.join(unknown)}")
     run: Command = args.run
+    tune_allocator()  # a large tree's transfer otherwise keeps freed blocks in the process
     try:
         return run(args)
     except RdcError as exc:

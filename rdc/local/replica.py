@@ -174,11 +174,11 @@ class Replica:
             return self.scan(excludes)
         with self.lock:
             stats = refresh_some(self.db, found.files, found.gone, self.fs.open_read)
-            rows = self.db.get_many([path for path, _ in found.entries])
-        if stats.errors or len(rows) != len(found.entries):
+            roots = self.db.roots_of([path for path, _ in found.entries])
+        if stats.errors or len(roots) != len(found.entries):
             return self.scan(excludes)
         for path, entry in found.entries:
-            entry.root = rows[path].root
+            entry.root = roots[path]
         tree = found.tree
         seal(tree)
         self.tree = tree

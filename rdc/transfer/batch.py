@@ -101,15 +101,16 @@ def batches(files: Files, sizes: dict[str, int]) -> tuple[list[Files], Files]:
     out: list[Files] = []
     alone: Files = []
     count = size = 0
-    for path, there in files:
+    for item in files:  # the caller's tuples, not copies (100,000 files: 6 MB)
+        path, there = item
         n = sizes.get(path)
         if n is None or n >= SMALL_FILE or (there is not None and n >= SUBS_FROM):
-            alone.append((path, there))
+            alone.append(item)
             continue
         if not out or count == BATCH_FILES or size + n > BATCH_BYTES:
             out.append([])
             count = size = 0
-        out[-1].append((path, there))
+        out[-1].append(item)
         count += 1
         size += n
     return out, alone

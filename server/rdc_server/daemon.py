@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from rdc.allocator import tune_allocator
 from rdc.errors import AccessDenied, ProtocolError, RemoteError, UsageError
 from rdc.local.marker import MARKER
 from rdc.transfer.serving import ServerSession
@@ -27,12 +28,7 @@ from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream, TLSWithoutTLS
 from rdc.wire.handshake import server_handshake
 from rdc_server.config import ServerConfig
 from rdc_server.follow import follow_all
-from rdc_server.limits import (
-    Limits,
-    give_back_memory,
-    raise_descriptor_limit,
-    tune_allocator,
-)
+from rdc_server.limits import Limits, give_back_memory, raise_descriptor_limit
 from rdc_server.repos import RepoRegistry
 from rdc_server.scrub import scrub_forever
 from rdc_server.shares import Registry

@@ -9,12 +9,12 @@ caps bound how many there are, so that the total is bounded too.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import logging
 import resource
 from collections import Counter
+
+from rdc.allocator import trim
 
 log = logging.getLogger("rdc.serve")
 
@@ -75,22 +75,6 @@ class Limits:
 
 # ---------------------------------------------------------------- memory
 
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_libc = None
-with contextlib.suppress(OSError, AttributeError, TypeError):
-    _libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    _libc.malloc_trim  # noqa: B018 - glibc only: the attribute lookup is the check
-
-
-def tune_allocator() -> None:
-    """Make glibc's malloc give large blocks (frames, data pieces) back when they are
-    freed: by default its mmap threshold grows to the largest block freed so far, after
-    which blocks of that size come from the heap and stay in the process."""
-    if _libc is not None:
-        _libc.mallopt(_M_MMAP_THRESHOLD, 256 << 10)
-        _libc.mallopt(_M_TRIM_THRESHOLD, 4 << 20)
-
 
 def give_back_memory(collect: bool) -> None:
     """Return the free memory at the top of the heap, and free pages inside it, to the
@@ -100,8 +84,7 @@ def give_back_memory(collect: bool) -> None:
     cycle through a finished coroutine's frame."""
     if collect:
         gc.collect()
-    if _libc is not None:
-        _libc.malloc_trim(0)
+    trim()
 
 
 def raise_descriptor_limit(max_connections: int) -> int:

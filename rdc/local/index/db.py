@@ -90,6 +90,8 @@ class Stamped(NamedTuple):
             st.st_size, mtime_ns(st), st.st_ino)
 
 
+_STAMPED = "path, id, size, mtime_ns, inode, mode, racy"  # a path, then a `Stamped`
+
 # ``os.fsdecode`` of bytes, without its dispatch on the argument's type (a large tree's
 # rows each decode a path).
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -271,11 +273,11 @@ class IndexDatabase:
         for row in self.conn.execute(f"SELECT {self._COLUMNS} FROM file ORDER BY path"):
             yield self._row(row)
 
-    def stamps(self) -> dict[str, Stamped]:
-        """Every row's `Stamped` columns by path (what a refresh compares)."""
-        rows = self.conn.execute("SELECT path, id, size, mtime_ns, inode, mode, racy FROM file ORDER BY path")
+    def iter_stamps(self) -> Iterator[tuple[str, Stamped]]:
+        """Every row's path and `Stamped` columns (what a refresh compares), by path."""
         make = Stamped._make
-        return {_fsdecode(row[0]): make(row[1:]) for row in rows}
+        for row in self.conn.execute(f"SELECT {_STAMPED} FROM file ORDER BY path"):
+            yield _fsdecode(row[0]), make(row[1:])
 
     def get(self, path: str) -> IndexedFile | None:
         row = self.conn.execute(
@@ -286,16 +288,23 @@ class IndexDatabase:
     def get_many(self, paths: list[str]) -> dict[str, IndexedFile]:
         """The rows of those of ``paths`` that have one, by path (a few queries for many
         paths)."""
-        out: dict[str, IndexedFile] = {}
+        return {row.path: row for row in map(self._row, self._by_paths(self._COLUMNS, paths))}
+
+    def stamps_of(self, paths: list[str]) -> dict[str, Stamped]:
+        """The `Stamped` columns of those of ``paths`` that have a row, by path."""
+        make = Stamped._make
+        return {_fsdecode(row[0]): make(row[1:]) for row in self._by_paths(_STAMPED, paths)}
+
+    def roots_of(self, paths: list[str]) -> dict[str, bytes]:
+        """The roots of those of ``paths`` that have a row."""
+        return {_fsdecode(path): root for path, root in self._by_paths("path, root", paths)}
+
+    def _by_paths(self, columns: str, paths: list[str]) -> Iterator[tuple]:
         for i in range(0, len(paths), 500):
             chunk = [os.fsencode(p) for p in paths[i : i + 500]]
             marks = ",".join("?" * len(chunk))
-            for row in self.conn.execute(
-                f"SELECT {self._COLUMNS} FROM file WHERE path IN ({marks})", chunk
-            ):
-                found = self._row(row)
-                out[found.path] = found
-        return out
+            yield from self.conn.execute(
+                f"SELECT {columns} FROM file WHERE path IN ({marks})", chunk)
 
     def by_id(self, file_id: int) -> IndexedFile | None:
         row = self.conn.execute(
