@@ -161,7 +161,8 @@ names = st.binary(min_size=1, max_size=12).filter(
 
 @st.composite
 def walked_trees(draw: st.DrawFn, depth: int = 0) -> Entry:
-    directory = Entry("d", draw(st.integers(0, 0o7777)), draw(st.integers(-(1 << 63), 1 << 62)))
+    directory = Entry("d", draw(st.integers(0, 0o7777)), draw(st.integers(-(1 << 63), 1 << 62)),
+                      children={})
     for raw in draw(st.sets(names, max_size=5)):
         kind = draw(st.sampled_from("fdl" if depth < 2 else "fl"))
         mode, mtime = draw(st.integers(0, 0o7777)), draw(st.integers(0, 1 << 62))
@@ -254,7 +255,7 @@ def test_file_trees_round_trip_through_node_blobs(size: int) -> None:
 
 
 def test_meta_blobs_hold_every_entry_in_walk_order() -> None:
-    tree = Entry("d", 0o755, 1)
+    tree = Entry("d", 0o755, 1, children={})
     tree.children["b"] = Entry("f", 0o600, 22)
     tree.children["a"] = Entry("d", 0o700, 33, children={"x": Entry("l", 0, 44, target="t")})
     plain_id, blob = encode_meta(tree)

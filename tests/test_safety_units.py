@@ -102,7 +102,7 @@ def test_refusal(source: guards.Source, deleted: guards.Size, total: int, option
 
 
 def tree(spec: dict) -> Entry:
-    root = Entry("d", 0o755, 0)
+    root = Entry("d", 0o755, 0, children={})
     for name, value in spec.items():
         if isinstance(value, dict):
             root.children[name] = tree(value)
@@ -121,7 +121,7 @@ async def test_size_of_counts_whole_subtrees() -> None:
 
 
 def test_an_empty_directory_has_the_empty_content_hash() -> None:
-    empty = Entry("d", 0o700, 123)
+    empty = Entry("d", 0o700, 123, children={})
     seal(empty)
     assert empty.content == EMPTY_CONTENT
     full = tree({"a": "f"})

@@ -99,7 +99,7 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
             on_path.add(path)
             path = parent(path)
     top = os.fstat(fs.fileno())
-    fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino)
+    fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino, children={})
     rescan = _Rescan(fs, Scan(exclude), relist, on_path, replaced, retimes)
     result = Patch(rescan.visit(old, "", fresh, False))
     if rescan.scan.errors:
@@ -132,7 +132,7 @@ class _Rescan:
                 mode, mtime = child.mode, child.mtime_ns
                 if path in retimes:
                     mode, mtime = stat.S_IMODE(retimes[path].st_mode), mtime_ns(retimes[path])
-                again = Entry("d", mode, mtime, ino=child.ino)
+                again = Entry("d", mode, mtime, ino=child.ino, children={})
                 node.children[name] = self.visit(child, path, again, False)
             elif path in retimes:
                 node.children[name] = _retimed(child, retimes[path])

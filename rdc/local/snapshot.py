@@ -17,8 +17,8 @@ import operator
 import os
 import stat
 import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from stat import S_IMODE, S_ISDIR, S_ISLNK, S_ISREG
 
 import blake3
@@ -35,6 +35,25 @@ KIND_CODE = {"f": b"f", "d": b"d", "l": b"l"}
 _name = operator.itemgetter(0)
 
 
+class _NoChildren(Mapping[str, "Entry"]):
+    """The children of a file or link: none, and none can be added (a hashable constant,
+    as a dataclass default must be)."""
+
+    def __getitem__(self, name: str) -> Entry:
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    __hash__ = object.__hash__
+
+
+NO_CHILDREN: dict[str, Entry] = _NoChildren()  # type: ignore[assignment]
+
+
 @dataclass(slots=True)
 class Entry:
     """One file, link or directory. ``root`` is a file's Merkle root; ``target`` a link's
@@ -46,7 +65,9 @@ class Entry:
     size: int = 0
     root: bytes = b""
     target: str = ""
-    children: dict[str, Entry] = field(default_factory=dict)
+    # A directory is made with its own dict (``children={}``); files and links share one
+    # that cannot be written to (a dict each was 6 MB of a 100,000-file tree).
+    children: dict[str, Entry] = NO_CHILDREN
     content: bytes = b""  # directories: content hash, once `seal` ran
     meta: bytes = b""  # directories: meta hash
     smeta: bytes = b""  # directories: sync meta hash (no directory times)
@@ -109,7 +130,7 @@ def seal(directory: Entry) -> None:
 
 
 def _empty_content() -> bytes:
-    empty = Entry("d", 0, 0)
+    empty = Entry("d", 0, 0, children={})
     seal(empty)
     return empty.content
 
@@ -218,7 +239,8 @@ def walk(root: str | int, exclude: Exclude | None = None, salt: bytes = b"") -> 
     stack: list[tuple[int, str, Entry, list]] = []  # one open directory per level
     try:
         top = os.fstat(top_fd)
-        tree = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino)
+        tree = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino,
+                     children={})
         stack.append((top_fd, "", tree, scan.list(top_fd, "", tree) or []))
         while stack:
             fd, rel_dir, node, pending = stack[-1]
@@ -289,7 +311,8 @@ class Scan:
                     self.errors.append((rel, f"more than {MAX_DEPTH} levels deep"))
                     continue
                 subdirs.append((name, os.fsencode(name),
-                                Entry("d", S_IMODE(mode), clamp_ns(mtime), ino=ino)))
+                                Entry("d", S_IMODE(mode), clamp_ns(mtime), ino=ino,
+                                      children={})))
                 continue
             if S_ISREG(mode):
                 if exclude and exclude(rel, False):

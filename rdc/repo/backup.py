@@ -124,7 +124,7 @@ def _gather(sources: list[_Source], excludes: Excludes, started: int
     files: list[_File] = []
     errors: list[tuple[str, str]] = []
     single = len(sources) == 1 and sources[0].is_dir
-    root = Entry("d", 0o700, started)
+    root = Entry("d", 0o700, started, children={})
     for i, source in enumerate(sources):
         prefix = "" if single else source.name
         if source.is_dir:
