@@ -46,7 +46,12 @@ setup(
         ),
         Extension(
             "rdc._native._listing",
-            sources=["rdc/_native/_listing.c"],
+            sources=[
+                "rdc/_native/_listing.c",
+                "rdc/_native/blake3_impl.c",
+                "rdc/_native/blake3_x86.c",
+            ],
+            depends=["rdc/_native/blake3_impl.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
     ]

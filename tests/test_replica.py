@@ -94,6 +94,46 @@ def test_sealed_hashes_that_do_not_add_up_are_dropped_and_the_tree_refreshed(
     again.close()
 
 
+def test_an_unchanged_tree_is_vouched_for_without_a_python_walk(tmp_path, monkeypatch) -> None:
+    """The quick path's stamp is walked in C: the tree is walked in Python only when its
+    entries are asked for (or when something changed)."""
+    replica = make(tmp_path)
+    tree = replica.scan()
+    replica.close()
+    again = make(tmp_path)
+    walks = []
+    real_walk = again.walk
+
+    def counted(*args, **kwargs):
+        walks.append(1)
+        return real_walk(*args, **kwargs)
+
+    monkeypatch.setattr(again, "walk", counted)
+    cached, walked = again.quick()
+    assert cached == (tree.content, tree.meta, tree.smeta)
+    assert not walks
+    assert walked.file_count == 2 and walked.top == (tree.mode, tree.mtime_ns)
+    assert sorted(walked.files) == ["a.txt", "d/b.txt"] and len(walks) == 1
+    os.utime(tmp_path / "root" / "a.txt", ns=(OLD + 5, OLD + 5))
+    assert again.quick()[0] is None and len(walks) == 2
+    again.close()
+
+
+def test_excludes_and_temporaries_take_the_python_walk(tmp_path) -> None:
+    replica = make(tmp_path, excludes=["*.log"])
+    replica.scan()
+    cached, walked = replica.quick()
+    assert cached is not None and walked._tree is not None  # walked in Python
+    replica.close()
+    plain = make(tmp_path / "other")
+    plain.scan()
+    temp = tmp_path / "other" / "root" / ".rdc-tmp-0123456789abcdef-a.txt"
+    temp.write_bytes(b"partial")
+    cached, walked = plain.quick()
+    assert walked.temporaries == [temp.name] and walked._tree is not None
+    plain.close()
+
+
 def test_other_excludes_are_another_tree(tmp_path) -> None:
     replica = make(tmp_path)
     replica.scan()

@@ -26,13 +26,14 @@ if PURE_PYTHON:
     next_level_payloads = signature_ref.next_level_payloads
     trait_candidates = signature_ref.trait_candidates
     list_dir = listing_ref.list_dir
+    stamp_tree = listing_ref.stamp_tree
     refine_encode = refine_ref.encode
     IMPLEMENTATION = "python"
 else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
-        from rdc._native._listing import list_dir
+        from rdc._native._listing import list_dir, stamp_tree
         from rdc._native._refine import encode as refine_encode
         from rdc._native._signature import (
             group_cuts,
@@ -70,5 +71,6 @@ __all__ = [
     "next_level_payloads",
     "refine_encode",
     "sketch",
+    "stamp_tree",
     "trait_candidates",
 ]

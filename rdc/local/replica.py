@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from rdc._native import stamp_tree
 from rdc.content.signature import FileSignature, signature_of_file
 from rdc.content.tree import Tree, TreeFormatError
 from rdc.local.commits import GroupCommit
@@ -32,9 +33,19 @@ from rdc.local.index import (
     refresh,
     refresh_some,
 )
-from rdc.local.paths import PathError
+from rdc.local.marker import MARKER
+from rdc.local.paths import TEMP_PREFIX, PathError
 from rdc.local.rescan import Unsure, patch
-from rdc.local.snapshot import Entry, Walk, fill_roots, fingerprint, seal, walk
+from rdc.local.snapshot import (
+    MAX_DEPTH,
+    Entry,
+    Walk,
+    fill_roots,
+    fingerprint,
+    fingerprint_of,
+    seal,
+    walk,
+)
 
 RACY_NS = 2_000_000_000
 # More directories to sync than this: one syncfs of the file system instead (a first copy
@@ -91,6 +102,10 @@ class Replica:
         """One walk, and the root hashes it implies if the tree is exactly as stat saw it
         when it was last sealed: a sync with nothing changed needs no more than this. The
         walk can be handed to `scan` when more is needed."""
+        excludes = excludes or self.excludes
+        stamped = self._stamped(excludes)
+        if stamped is not None:
+            return stamped
         walked = self.walk(excludes)
         self.temporaries = walked.temporaries
         cached = None
@@ -98,6 +113,28 @@ class Replica:
             with self.lock:
                 cached = self.db.cached_hashes(walked.fingerprint)
         return cached, walked
+
+    def _stamped(self, excludes: Excludes) -> tuple[RootHashes, Walk] | None:
+        """`quick` without building the tree: when its stamp, walked in C, shows it exactly
+        as last sealed, the sealed hashes and a deferred walk (4 times faster on 100,000
+        files; a sync with nothing to do needs no more). None where the Python walk must
+        decide: patterns to apply, or anything `stamp_tree` is unsure of."""
+        if excludes.patterns:
+            return None
+        fd = self.fs.fileno()
+        top = os.fstat(fd)
+        seen = stamp_tree(fd, MAX_DEPTH, TEMP_PREFIX.encode(), MARKER.encode())
+        if seen is None:
+            return None
+        stamped, files = seen
+        mode, mtime = stat.S_IMODE(top.st_mode), mtime_ns(top)
+        found = fingerprint_of(mode, mtime, top.st_ino, stamped, _salt(excludes))
+        with self.lock:
+            cached = self.db.cached_hashes(found)
+        if cached is None:
+            return None
+        self.temporaries = []
+        return cached, Walk.deferred(found, (mode, mtime), files, lambda: self.walk(excludes))
 
     def scan(
         self,

@@ -17,6 +17,7 @@ import operator
 import os
 import stat
 import struct
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from stat import S_IMODE, S_ISDIR, S_ISLNK, S_ISREG
@@ -167,8 +168,14 @@ def stamp(directory: Entry) -> bytes:
 def fingerprint(tree: Entry, salt: bytes) -> bytes:
     """What the index keys its cached root hashes on: the tree's `stamp` under ``salt``
     (the exclude patterns), and the root directory's own mode and time."""
-    top = _STAMP.pack(b"d", tree.mode, tree.mtime_ns, 0, tree.ino, 0)
-    return blake3.blake3(salt + b"\0" + top + stamp(tree)).digest()
+    return fingerprint_of(tree.mode, tree.mtime_ns, tree.ino, stamp(tree), salt)
+
+
+def fingerprint_of(mode: int, mtime_ns: int, ino: int, stamped: bytes, salt: bytes) -> bytes:
+    """`fingerprint` of a tree whose top has this mode, time and inode and whose `stamp`
+    is ``stamped``."""
+    top = _STAMP.pack(b"d", mode, mtime_ns, 0, ino, 0)
+    return blake3.blake3(salt + b"\0" + top + stamped).digest()
 
 
 def lookup(root: Entry, path: str) -> Entry | None:
@@ -205,19 +212,72 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_DEPTH = 256
 
 
-@dataclass
 class Walk:
     """What one walk of a tree saw. ``fingerprint`` (`fingerprint`) covers every entry's
     path, kind, mode, mtime, size, inode and link target (and ``salt``, the exclude
     patterns): if it equals that of an earlier walk whose tree was sealed, the sealed
     hashes still hold, as far as stat can tell (the index's racy rule covers what it
-    cannot)."""
+    cannot).
 
-    tree: Entry
-    files: dict[str, Seen]
-    errors: list[tuple[str, str]]
-    fingerprint: bytes
-    temporaries: list[str]  # rdc temporaries seen (left out of everything else)
+    A *deferred* walk (`Walk.deferred`) knows only the fingerprint, the top directory's
+    mode and time and the number of files, from a stamp computed without building the
+    tree (`rdc._native.stamp_tree`): a sync that finds nothing changed needs no more. Its
+    ``tree`` and ``files`` are walked when first asked for, and its fingerprint is then
+    that walk's (the tree may have changed in between)."""
+
+    def __init__(self, tree: Entry, files: dict[str, Seen], errors: list[tuple[str, str]],
+                 fingerprint: bytes, temporaries: list[str]) -> None:
+        self._tree: Entry | None = tree
+        self._files: dict[str, Seen] | None = files
+        self.errors = errors
+        self.fingerprint = fingerprint
+        self.temporaries = temporaries  # rdc temporaries seen (left out of everything else)
+        self.top = (tree.mode, tree.mtime_ns)  # the top directory's own mode and time
+        self.file_count = len(files)
+        self._load: Callable[[], Walk] | None = None
+
+    @classmethod
+    def deferred(cls, fingerprint: bytes, top: tuple[int, int], file_count: int,
+                 load: Callable[[], Walk]) -> Walk:
+        walked = cls.__new__(cls)
+        walked._tree = walked._files = None
+        walked.errors, walked.temporaries = [], []
+        walked.fingerprint, walked.top, walked.file_count = fingerprint, top, file_count
+        walked._load = load
+        walked._loading = threading.Lock()  # one walk, whichever thread asks first
+        return walked
+
+    @property
+    def pending(self) -> bool:
+        """A deferred walk not walked yet."""
+        return self._tree is None
+
+    @property
+    def tree(self) -> Entry:
+        if self._tree is None:
+            self._walk()
+        assert self._tree is not None
+        return self._tree
+
+    @property
+    def files(self) -> dict[str, Seen]:
+        if self._tree is None:
+            self._walk()
+        assert self._files is not None
+        return self._files
+
+    def _walk(self) -> None:
+        assert self._load is not None
+        with self._loading:
+            if self._tree is None:
+                self._take(self._load())
+
+    def _take(self, done: Walk) -> None:
+        self._files = done.files
+        self.errors, self.fingerprint, self.temporaries = done.errors, done.fingerprint, \
+            done.temporaries
+        self.top, self.file_count = done.top, done.file_count
+        self._tree = done.tree  # last: other threads take a tree as "walked, all of it"
 
 
 def walk(root: str | int, exclude: Exclude | None = None, salt: bytes = b"") -> Walk:

@@ -32,7 +32,7 @@ from rdc.transfer.compare import Changes, compare, everything, moves
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
-from rdc.transfer.tally import files_of, settle_one_way
+from rdc.transfer.tally import files_of, settle_in_step, settle_one_way
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation, unwrap_group
 
@@ -131,7 +131,7 @@ async def run(
     )
     if tree is None:  # neither side changed since both were last in step
         stats = Stats(in_step=True, seq=answer.seq)
-        return settle_one_way(stats, replica, push, options.dry_run, walked.files)
+        return settle_in_step(stats, walked.file_count)
     stats = await one_way(connection, replica, tree, answer, push, options, walked)
     return settle_one_way(stats, replica, push, options.dry_run, files_of(tree) if push else None)
 
@@ -157,7 +157,7 @@ async def open_and_scan(
         return answer, tree, walked
     answer = await receive_opened(opening)
     theirs = Hashes.of_message(answer)
-    mine = Hashes(*cached, m.Top(walked.tree.mode, walked.tree.mtime_ns))
+    mine = Hashes(*cached, m.Top(*walked.top))
     if (mine.content, mine.meta) == (theirs.content, theirs.meta) and not _top_differs(
         mine, theirs, push
     ):

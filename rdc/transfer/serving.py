@@ -207,13 +207,18 @@ class ServerSession:
         self.top_fixed = not message.path
         conversation.send(m.Opened(
             content=content, meta=meta, smeta=smeta, unreadable=self.unreadable,
-            writable=opened.writable, seq=seq, top=m.Top(walked.tree.mode, walked.tree.mtime_ns),
-            fixed=self.top_fixed, files=len(walked.files), marker_lost=_marker_lost(opened),
+            writable=opened.writable, seq=seq, top=m.Top(*walked.top),
+            fixed=self.top_fixed, files=walked.file_count, marker_lost=_marker_lost(opened),
         ))
         if walked.temporaries and opened.writable:
             # Temporaries of killed transfers (this daemon's or another's) go now.
             async with opened.lock:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
+        if walked.pending:
+            # The stamp said nothing changed here, without a tree. A client with changes
+            # compares trees next: walk now, while it scans its own side (a sync with
+            # nothing to do has its answer already, and ends without waiting for this).
+            await trio.to_thread.run_sync(lambda: walked.tree)
 
     async def _scan(self, incremental: bool = False) -> Entry:
         """A new tree: by a rescan of what was written since the last (``incremental``:

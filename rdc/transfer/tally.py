@@ -57,6 +57,14 @@ def settle_one_way(stats: Stats, replica: Replica, push: bool, dry_run: bool,
     return stats
 
 
+def settle_in_step(stats: Stats, files: int) -> Stats:
+    """Settle the counters of a push or pull that found both sides in step: all of the
+    source's ``files`` unchanged (as `settle_one_way` counts them, without their names:
+    a walk that found nothing changed may not have listed them)."""
+    stats.files_total = stats.files_unchanged = files
+    return stats
+
+
 def settle_two_way(stats: Stats, replica: Replica, tree: Entry, moved: Iterable[str],
                    dry_run: bool) -> Stats:
     """Settle a sync round's counters: the files covered are those here at its end (in
