@@ -117,7 +117,6 @@ tree_names = (
     | names
     | st.sampled_from([b".rdc-folder", b".rdc-tmp-0123456789abcdef-x", b"a", b"A", b"a.b"])
 )
-tree_kinds = st.sampled_from(["file", "dir", "link", "fifo"])
 
 
 def _make_tree(root: Path, entries: dict, depth: int = 0) -> None:
@@ -140,7 +139,7 @@ def _make_tree(root: Path, entries: dict, depth: int = 0) -> None:
 
 tree_entries = st.recursive(
     st.just({}),
-    lambda inner: st.dictionaries(tree_names, st.tuples(tree_kinds, st.integers(0, 300), inner),
+    lambda inner: st.dictionaries(tree_names, st.tuples(kinds, st.integers(0, 300), inner),
                                   max_size=6),
     max_leaves=14,
 )

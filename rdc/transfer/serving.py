@@ -8,6 +8,7 @@ tested over in-memory streams.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -218,7 +219,9 @@ class ServerSession:
             # The stamp said nothing changed here, without a tree. A client with changes
             # compares trees next: walk now, while it scans its own side (a sync with
             # nothing to do has its answer already, and ends without waiting for this).
-            await trio.to_thread.run_sync(lambda: walked.tree)
+            # A walk that fails here fails again, and is reported, where a tree is needed.
+            with contextlib.suppress(OSError, PathError):
+                await trio.to_thread.run_sync(lambda: walked.tree)
 
     async def _scan(self, incremental: bool = False) -> Entry:
         """A new tree: by a rescan of what was written since the last (``incremental``:
