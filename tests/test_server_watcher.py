@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from watchdog.observers import inotify
 
 from rdc_server import watcher as watcher_module
@@ -89,3 +90,30 @@ def test_other_threads_keep_the_default_hook(monkeypatch: pytest.MonkeyPatch) ->
     thread.start()
     thread.join()
     assert len(seen) == 1 and isinstance(seen[0], ValueError)
+
+
+def test_events_while_the_run_ends_do_not_end_it_as_an_internal_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of edits, or a watchdog thread that died, can reach trio while its run is
+    ending, when its system nursery takes no new tasks: they are dropped. (A test's run
+    ended as trio.TrioInternalError when one did: the error was raised in trio's own
+    callback queue.)"""
+    refused: list[object] = []
+
+    def closed(task: object) -> None:
+        refused.append(task)
+        raise RuntimeError("Nursery is closed to new arrivals")
+
+    async def main() -> None:
+        watcher = ShareWatcher("s", str(tmp_path), lambda: None)
+        try:
+            monkeypatch.setattr(trio.lowlevel, "spawn_system_task", closed)
+            watcher._start()  # an edit's burst
+            watcher.lost()  # a dead thread's restart, through trio's callback queue
+            await trio.testing.wait_all_tasks_blocked()
+        finally:
+            monkeypatch.undo()
+            watcher.stop()
+
+    trio.run(main)
+    assert len(refused) == 2
