@@ -1,10 +1,14 @@
 """What a process costs: wall time, CPU seconds (user + system) and peak resident memory.
 
-A child we start is measured exactly by ``os.wait4`` (its rusage includes the descendants
-it waited for). rsync's peak memory is the sum over its processes (sender, receiver,
-generator), each process's VmHWM polled while it runs: wait4 reports only the largest of
-a tree. The long-running ``rdc serve`` is read from /proc around each run, with its peak
-reset first (``clear_refs``), so each run gets its own figures.
+A child we start is measured by ``os.wait4`` (its rusage includes the descendants it
+waited for), but for its peak memory: Linux's ``ru_maxrss`` carries over ``exec`` the
+peak of the forked copy of this process, so a child forked from a bench holding a large
+tree reported the bench's size (a push with nothing to do "peaked" at 216 MB; it uses
+34). Its own VmHWM, which ``exec`` starts afresh, is polled instead. rsync's peak memory
+is the sum over its processes (sender, receiver, generator), each process's VmHWM polled
+while it runs: wait4 reports only the largest of a tree. The long-running ``rdc serve``
+is read from /proc around each run, with its peak reset first (``clear_refs``), so each
+run gets its own figures.
 """
 
 from __future__ import annotations
@@ -61,6 +65,11 @@ def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
+def _comm(program: str) -> str:
+    """The name /proc gives a process running ``program`` (at most 15 bytes)."""
+    return os.path.basename(program)[:15]
+
+
 def children(pid: int) -> list[int]:
     out: list[int] = []
     try:
@@ -108,21 +117,22 @@ def run(cmd: list[str], env: dict[str, str] | None = None,
         tree_name: str | None = None) -> Finished:
     """Run ``cmd`` to its end and measure it. With ``tree_name``, the peak RSS is the sum
     over its processes of that name (polled; pages that a fork shares count in each
-    process, so the sum can overstate); else the child's own ru_maxrss."""
+    process, so the sum can overstate); else the peak of the child itself, polled."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        peaks = TreePeaks(proc.pid, tree_name) if tree_name else None
+        peaks = TreePeaks(proc.pid, tree_name or _comm(cmd[0]))
         try:
             _, status, rusage = os.wait4(proc.pid, 0)
         finally:
-            parts = peaks.stop() if peaks else ()
+            parts = peaks.stop()
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
         out.seek(0)
         err.seek(0)
         usage = Usage(seconds, rusage.ru_utime + rusage.ru_stime,
-                      sum(parts) if peaks else rusage.ru_maxrss * 1024, parts)
+                      sum(parts) if tree_name else max(parts, default=rusage.ru_maxrss * 1024),
+                      parts)
         return Finished(proc.returncode, out.read().decode(errors="replace"),
                         err.read().decode(errors="replace"), usage)
 
