@@ -31,8 +31,11 @@ def list_dir(fd: int) -> list[Item]:
     return out
 
 
-_STAMP = struct.Struct("<cHqQQI")  # as rdc.local.snapshot packs an entry for its stamp
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# One entry of a directory's stamp input (kind, mode, mtime, size, inode, name length),
+# and how a walk opens a directory below another: shared with rdc.local.snapshot, whose
+# stamp and walk these are.
+STAMP_ENTRY = struct.Struct("<cHqQQI")
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_STAMPED = 1 << 20  # bytes hashed for one directory's stamp, at most
 _NS_MIN, _NS_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -52,6 +55,7 @@ def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
     def stamp_dir(dfd: int, depth: int) -> bytes | None:
         nonlocal files
         parts: list[bytes] = []
+        pack = STAMP_ENTRY.pack
         for name, mode, size, mtime, ino in sorted(list_dir(dfd), key=lambda i: os.fsencode(i[0])):
             raw = os.fsencode(name)
             if raw.startswith(temp_prefix) or mode < 0:
@@ -65,18 +69,18 @@ def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
             mtime = min(max(mtime, _NS_MIN), _NS_MAX)
             if stat.S_ISREG(mode):
                 files += 1
-                parts += [_STAMP.pack(b"f", stat.S_IMODE(mode), mtime, size, ino, len(raw)), raw]
+                parts += [pack(b"f", stat.S_IMODE(mode), mtime, size, ino, len(raw)), raw]
             elif stat.S_ISLNK(mode):
                 try:
                     target = os.readlink(raw, dir_fd=dfd)
                 except OSError:
                     return None
-                parts += [_STAMP.pack(b"l", 0, mtime, 0, ino, len(raw)), raw, target + b"\0"]
+                parts += [pack(b"l", 0, mtime, 0, ino, len(raw)), raw, target + b"\0"]
             elif stat.S_ISDIR(mode):
                 if depth >= max_depth:
                     return None
                 try:
-                    child = os.open(raw, _DIR_FLAGS, dir_fd=dfd)
+                    child = os.open(raw, DIR_FLAGS, dir_fd=dfd)
                 except OSError:
                     return None
                 try:
@@ -85,7 +89,7 @@ def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
                     os.close(child)
                 if sub is None:
                     return None
-                parts += [_STAMP.pack(b"d", stat.S_IMODE(mode), mtime, 0, ino, len(raw)), raw,
+                parts += [pack(b"d", stat.S_IMODE(mode), mtime, 0, ino, len(raw)), raw,
                           sub]
         data = b"".join(parts)
         if len(data) > MAX_STAMPED:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import operator
 import os
 import stat
-import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from stat import S_IMODE, S_ISDIR, S_ISLNK, S_ISREG
 import blake3
 
 from rdc._native import list_dir
+from rdc._native.listing_ref import DIR_FLAGS, STAMP_ENTRY
 from rdc.content.entries import put_varint
 from rdc.local.filestat import Seen, clamp_ns, mtime_ns
 from rdc.local.paths import TEMP_PREFIX, is_temporary
@@ -138,7 +138,7 @@ def _empty_content() -> bytes:
 
 EMPTY_CONTENT = _empty_content()  # the content hash of an empty directory
 
-_STAMP = struct.Struct("<cHqQQI")  # kind, mode, mtime, size, inode, name length
+_STAMP = STAMP_ENTRY  # kind, mode, mtime, size, inode, name length
 
 
 def stamp(directory: Entry) -> bytes:
@@ -205,7 +205,6 @@ def iter_entries(directory: Entry, prefix: str = "") -> Iterator[tuple[str, Entr
 Exclude = Callable[[str, bool], bool]
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Directory levels below a walk's root. Deeper ones are left out, with an error: a peer can
 # make a tree 2,048 levels deep within the path limit, and seal, stamp, rescans and the
 # passes over a tree recurse once or twice per level, within Python's limit of 1,000.
@@ -312,7 +311,7 @@ def walk(root: str | int, exclude: Exclude | None = None, salt: bytes = b"") -> 
             name, raw, child = pending.pop()
             rel = f"{rel_dir}/{name}" if rel_dir else name
             try:
-                child_fd = os.open(raw, _DIR_FLAGS, dir_fd=fd)
+                child_fd = os.open(raw, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:  # gone, unreadable, or swapped for a link meanwhile
                 scan.errors.append((rel, exc.strerror or str(exc)))
                 continue

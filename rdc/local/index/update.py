@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from rdc.content.signature import FileSignature, signature_of_file
 from rdc.local.filestat import FileStat, mtime_ns, stamp
-from rdc.local.index.db import IndexDatabase, IndexedFile, Stamped, unusable
+from rdc.local.index.db import IndexDatabase, Stamped, unusable
 from rdc.local.paths import PathError, is_temporary
 
 RACY_NS = 2_000_000_000
@@ -210,7 +210,7 @@ def refresh_some(
     return stats
 
 
-def _changed(db: IndexDatabase, rows: Mapping[str, IndexedFile | Stamped],
+def _changed(db: IndexDatabase, rows: Mapping[str, Stamped],
              files: Mapping[str, FileStat], stats: RefreshStats) -> list[str]:
     """The paths of ``files`` whose rows no longer describe them (to be read again); a
     row that does gets the file's current mode (inside the caller's transaction)."""
