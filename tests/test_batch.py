@@ -84,7 +84,7 @@ async def test_a_first_copy_of_small_files_goes_in_batches(tmp_path, counted) ->
     pair.close()
 
 
-async def test_renamed_small_files_are_copied_and_edited_ones_descend(
+async def test_renamed_small_files_are_copied_and_edited_ones_are_deltas(
     tmp_path, counted
 ) -> None:
     src = tmp_path / "src"
@@ -102,7 +102,8 @@ async def test_renamed_small_files_are_copied_and_edited_ones_descend(
     stats = await pair.run("push", src, options=Options(delete=True))
     assert stats.in_step and not stats.failed
     assert stats.copied_files == 20
-    assert counted["single"] == 1  # the edited file, with its older version as a seed
+    # The edited file, with its older version as a seed: described in its batch.
+    assert counted["single"] == 0 and stats.moved["d3/f45.txt"][0] == "delta"
     assert stats.literal_bytes < 1000
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
@@ -126,7 +127,8 @@ async def test_a_renamed_and_edited_file_descends_against_its_old_self(
     write(src / "fresh.txt", fresh)
     stats = await pair.run("push", src, options=Options(delete=True))
     assert stats.in_step and not stats.failed
-    assert counted["single"] == 1  # moved.txt; fresh.txt went in its batch
+    assert counted["single"] == 0  # moved.txt a delta, fresh.txt sent, both in the batch
+    assert stats.moved["moved.txt"][0] == "delta" and stats.moved["fresh.txt"][0] == "whole"
     assert stats.literal_bytes < len(fresh) + 300  # fresh.txt whole, and the edit
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
@@ -147,7 +149,8 @@ async def test_a_file_written_moments_ago_is_still_a_seed(tmp_path, counted) -> 
     edited.write_bytes(data)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed
-    assert counted["single"] == 1 and stats.literal_bytes < 1000
+    assert counted["single"] == 0 and stats.literal_bytes < 1000
+    assert stats.moved[str(edited.relative_to(src))][0] == "delta"
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
 
@@ -165,7 +168,8 @@ async def test_an_edited_copy_descends_against_the_original(tmp_path, counted) -
     (src / "d3" / "copy-of-f10.txt").write_bytes(bytes(data))
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed
-    assert counted["single"] == 1 and counted["batches"] == 1
+    assert counted["single"] == 0 and counted["batches"] == 1
+    assert stats.moved["d3/copy-of-f10.txt"][0] == "delta"
     assert stats.literal_bytes < 300 < len(data)
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
@@ -359,10 +363,10 @@ async def test_a_peers_batch_of_more_content_than_a_batch_holds_is_held_in_part(
 
     real_decide = batch.decide_batch
 
-    def lenient(replica, offers):  # a pulling client that would take it all in one go
+    def lenient(replica, offers, deltas):  # a pulling client that would take it all at once
         limit, batch.HELD_BYTES = batch.HELD_BYTES, 64 << 20
         try:
-            return real_decide(replica, offers)
+            return real_decide(replica, offers, deltas)
         finally:
             batch.HELD_BYTES = limit
 
@@ -387,7 +391,8 @@ def test_a_file_offered_without_its_content_is_sent_only_as_offered(tmp_path) ->
     replica.scan()
     names = [f"f{i:03}.bin" for i in range(5)] + ["tiny"]
     signed = batch.offer_batch(replica, [(n, None) for n in names], hold=130_000)
-    assert [data is not None for _, data in signed] == [True, True, False, False, False, True]
+    assert [data is not None for _, data, _ in signed] == [True, True, False, False, False,
+                                                           True]
     offer = signed[3][0]
     assert isinstance(offer, m.FileOffer)
     assert batch.read_offered(replica, offer) == (root / "f003.bin").read_bytes()
@@ -457,9 +462,9 @@ def test_a_batchs_files_signed_one_by_one_are_indexed_in_one_transaction(
 
     monkeypatch.setattr(type(replica.db), "transaction", counting)
     signed = batch.offer_batch(replica, [(n, None) for n in names])
-    assert all(isinstance(offer, m.FileOffer) for offer, _ in signed)
+    assert all(isinstance(offer, m.FileOffer) for offer, _, _ in signed)
     assert len(transactions) == 1
     rows = replica.indexed(names)
     assert sorted(rows) == sorted(names)
-    assert all(rows[offer.path].root == offer.root for offer, _ in signed)
+    assert all(rows[offer.path].root == offer.root for offer, _, _ in signed)
     replica.close()

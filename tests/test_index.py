@@ -402,6 +402,13 @@ def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
     with db.transaction():
         db.delete_tree("d1")
     agree()
+    # Kept in step, the lists are what a load makes of the table, in id order (which is
+    # what lets a removal find an id by bisection).
+    from rdc.local.index.traits import TraitLists
+
+    kept = db._trait_lists().lists
+    assert kept == TraitLists.load(db.conn).lists
+    assert all(list(ids) == sorted(ids) for ids in kept)
     other = IndexDatabase(tmp_path / "index.sqlite3")  # another connection writes
     with other.transaction():
         other.delete_tree("d0")
@@ -455,3 +462,16 @@ def test_children_sort_in_name_byte_order(names: list[str]) -> None:
     directory = Entry("d", 0o755, 0, children={n: Entry("f", 0o644, 0) for n in names})
     got = [name for name, _ in directory.sorted_children()]
     assert got == sorted(names, key=os.fsencode)
+
+
+def test_the_seed_threshold_keeps_chance_candidates_rare_as_an_index_grows() -> None:
+    """4 common traits while an index is small; more once its files would give a query
+    more than CHANCE_CANDIDATES unrelated candidates at 4, and never more than needed."""
+    from rdc.local.index.traits import CHANCE_CANDIDATES, chance, seed_threshold
+
+    assert chance(0) == pytest.approx(1.0) and chance(12) == pytest.approx(64.0**-12)
+    for files in (0, 100, 7_000, 9_000, 10_000, 100_000, 300_000, 400_000, 10**6, 10**8):
+        t = seed_threshold(files, 4)
+        assert files * chance(t) <= CHANCE_CANDIDATES
+        assert t == 4 or files * chance(t - 1) > CHANCE_CANDIDATES
+    assert [seed_threshold(n, 4) for n in (7_000, 100_000, 10**6)] == [4, 5, 6]

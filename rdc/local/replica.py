@@ -25,7 +25,6 @@ from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile, sync_filesys
 from rdc.local.ignore import Excludes
 from rdc.local.index import (
     CANDIDATE_LIMIT,
-    CANDIDATE_THRESHOLD,
     IndexDatabase,
     IndexedFile,
     Progress,
@@ -324,7 +323,7 @@ class Replica:
             if sketch is not None:
                 exclude = same.id if same is not None else None
                 for file_id, _ in self.db.candidates(
-                    sketch, CANDIDATE_THRESHOLD, CANDIDATE_LIMIT, exclude=exclude
+                    sketch, self.db.seed_threshold(), CANDIDATE_LIMIT, exclude=exclude
                 ):
                     row = self.db.by_id(file_id)
                     if row is not None:

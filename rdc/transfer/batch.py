@@ -33,6 +33,7 @@ import trio
 
 from rdc.content.check import matches
 from rdc.content.signature import FileSignature, signature_of_bytes
+from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, disk_full
 from rdc.local.filestat import mtime_ns
 from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
@@ -40,7 +41,9 @@ from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.verify import CHANGED, recheck
-from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, whole_is_best
+from rdc.transfer import lockstep
+from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceFile, whole_is_best
+from rdc.transfer.lockstep import Descents, Rebuilt
 from rdc.transfer.ops import expectation, holds
 from rdc.transfer.stats import Stats
 from rdc.wire import messages as m
@@ -87,6 +90,15 @@ def _at_most_a_batch(files: list, what: str) -> None:
 
 Verdict = str | m.Failure
 Files = list[tuple[str, bytes | None]]  # (path, root prefix the target holds there)
+# A source's offer of a file (or why not), its content if held, its tree.
+Offered = tuple[m.FileOffer | m.Failure, bytes | None, Tree | None]
+# The feature both sides must have for the verdict ``delta`` (rdc.transfer.lockstep).
+DELTAS = "batch-deltas"
+
+
+def takes_deltas(connection: Connection) -> bool:
+    """Whether the peer takes ``delta`` in batches (an older one sends edited files alone)."""
+    return DELTAS in connection.frames.features
 
 
 def expected(digest: bytes | None) -> m.Expected:
@@ -94,17 +106,19 @@ def expected(digest: bytes | None) -> m.Expected:
     return m.NOTHING if digest is None else m.Expected("f", digest)
 
 
-def batches(files: Files, sizes: dict[str, int]) -> tuple[list[Files], Files]:
+def batches(files: Files, sizes: dict[str, int], deltas: bool = False
+            ) -> tuple[list[Files], Files]:
     """``files`` cut into batches of small files, and the rest (larger, of unknown size,
-    or with an older version at the target to descend against), each in their original
-    order."""
+    or, unless the peer takes ``deltas`` in batches, with an older version at the target
+    to descend against), each in their original order."""
     out: list[Files] = []
     alone: Files = []
     count = size = 0
     for item in files:  # the caller's tuples, not copies (100,000 files: 6 MB)
         path, there = item
         n = sizes.get(path)
-        if n is None or n >= SMALL_FILE or (there is not None and n >= SUBS_FROM):
+        if n is None or n >= SMALL_FILE or (there is not None and n >= SUBS_FROM
+                                              and not deltas):
             alone.append(item)
             continue
         if not out or count == BATCH_FILES or size + n > BATCH_BYTES:
@@ -141,8 +155,9 @@ _EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
 def offer_batch(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None = None, hold: int | None = None,
-) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
-    """The source's offer of each file, with its content if it is small (blocking). A
+) -> list[Offered]:
+    """The source's offer of each file, with its content if it is small, and its tree
+    (blocking). A
     file that cannot be read (gone, through a symlink now) is a Failure in its place. A
     file whose content is not what its index says is read again and offered as it is
     (``changed`` is told of it if its time did not move: bit rot). With ``hold``, small
@@ -155,8 +170,8 @@ def offer_batch(
 def _offer_each(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None, hold: int | None,
-) -> list[tuple[m.FileOffer | m.Failure, bytes | None]]:
-    out: list[tuple[m.FileOffer | m.Failure, bytes | None]] = []
+) -> list[Offered]:
+    out: list[Offered] = []
     held = 0
     for path, expect in files:
         try:
@@ -165,7 +180,7 @@ def _offer_each(
             if small and hold is not None and signature.size >= WHOLE_BELOW and (
                     held + signature.size > hold):
                 f.close()
-                out.append((_offer(path, signature, st, expect, None), None))
+                out.append((_offer(path, signature, st, expect, None), None, signature.tree))
                 continue
             with f:
                 data = f.read(SMALL_FILE) if small else None
@@ -177,13 +192,13 @@ def _offer_each(
                 with f:
                     data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
         except _EXPECTED_ERRORS as exc:
-            out.append((_failure(exc, path), None))
+            out.append((_failure(exc, path), None, None))
             continue
         if data is not None and len(data) != signature.size:
-            out.append((m.Failure("vanished", f"{path} changed while it was read"), None))
+            out.append((m.Failure("vanished", f"{path} changed while it was read"), None, None))
             continue
         held += len(data or b"")
-        out.append((_offer(path, signature, st, expect, data), data))
+        out.append((_offer(path, signature, st, expect, data), data, signature.tree))
     return out
 
 
@@ -218,14 +233,17 @@ class Decision:
     verdict: Verdict
     check: Expect | None = None
     content: bytes | None = None
+    seeds: list[tuple[str, Tree]] | None = None  # ``delta``: the seeds' paths and trees
 
 
 def decide_batch(
-    replica: Replica, offers: list[tuple[m.FileOffer, m.Expected | None]]
+    replica: Replica, offers: list[tuple[m.FileOffer, m.Expected | None]],
+    deltas: bool = False,
 ) -> list[Decision]:
     """The target's verdict on each offered file (blocking; see docs/protocol.md). Nothing
-    is written here: copies and inline files are written with the sent ones, by
-    `write_batch`, so that one sync makes the whole batch durable."""
+    is written here: copies, inline files and ``delta`` files (only if the source takes
+    ``deltas``) are written with the sent ones, by `write_batch`, so that one sync makes
+    the whole batch durable."""
     out: list[Decision] = []
     rows = replica.indexed([offer.path for offer, _ in offers])
     holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
@@ -233,11 +251,11 @@ def decide_batch(
     for offer, expect in offers:
         try:
             decision = _decide(replica, offer, expect, rows.get(offer.path),
-                               holders.get(offer.root, []))
+                               holders.get(offer.root, []), deltas)
         except _EXPECTED_ERRORS as exc:
             out.append(Decision(_failure(exc, offer.path)))
             continue
-        if decision.verdict in ("copy", "send"):
+        if decision.verdict in ("copy", "send", "delta"):
             held += offer.size
             if held > HELD_BYTES:  # more content than a batch holds: this one alone
                 held -= offer.size
@@ -247,7 +265,7 @@ def decide_batch(
 
 
 def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
-            row: IndexedFile | None, holders: list[str]) -> Decision:
+            row: IndexedFile | None, holders: list[str], deltas: bool = False) -> Decision:
     """One file's verdict; ``row``: its path's index row, ``holders``: the paths indexed
     with its root (both looked up for the whole batch at once)."""
     path = offer.path
@@ -282,11 +300,23 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     if offer.size >= SMALL_FILE or (
         older_here and not whole_is_best(offer.size, offer.depth, older_here)
     ):
-        return Decision("descend", check)
+        return _described(replica, offer, check, deltas)
     if (not older_here and offer.sketch is not None and offer.size >= SUBS_FROM
             and replica.resembled(offer.sketch, NEAR_TRAITS)):
-        return Decision("descend", check)  # renamed or copied, then edited: its old self
+        return _described(replica, offer, check, deltas)  # renamed or copied, then edited
     return Decision("send", check)
+
+
+def _described(replica: Replica, offer: m.FileOffer, check: Expect | None,
+               deltas: bool) -> Decision:
+    """A file worth describing against seeds: in this batch (``delta``) if it is small and
+    the source takes deltas, with the seeds chosen now; else by the per-file exchange."""
+    if not deltas or offer.size >= SMALL_FILE:
+        return Decision("descend", check)
+    seeds = replica.seed_trees(offer.path, offer.sketch)
+    if not seeds:  # (its older version's tree no longer parses, say)
+        return Decision("send", check)
+    return Decision("delta", check, seeds=seeds)
 
 
 def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) -> bytes | None:
@@ -303,7 +333,10 @@ def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) ->
     return content
 
 
-WRITTEN = ("copy", "done", "send")  # the verdicts whose files write_batch writes
+WRITTEN = ("copy", "done", "send", "delta")  # the verdicts whose files write_batch writes
+# The result of a ``delta`` file that did not check out when rebuilt: not a failure, the
+# source sends it by the per-file exchange (which asks again plain, then whole).
+AGAIN = "again"
 
 
 def write_batch(
@@ -395,12 +428,16 @@ def _failed(stats: Stats, path: str, failure: m.Failure) -> None:
 
 
 def _written(stats: Stats, offer: m.FileOffer, verdict: Verdict,
-             result: m.Failure | None) -> None:
-    """Count a file the target wrote (a copy, an inline file, or one sent)."""
+             result: m.Failure | None, literal: int = 0) -> None:
+    """Count a file the target wrote (a copy, an inline file, one sent, or a ``delta``
+    with ``literal`` bytes of data)."""
     if result is not None:
         _failed(stats, offer.path, result)
     elif verdict == "copy":
         stats.file_done(offer.path, m.Done(ok=True, how="copy", matched=offer.size))
+    elif verdict == "delta":
+        stats.file_done(offer.path, m.Done(ok=True, how="delta", literal=literal,
+                                           matched=offer.size - literal))
     else:
         stats.file_done(offer.path, m.Done(ok=True, how="whole", literal=offer.size))
 
@@ -416,23 +453,26 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
     signed = await trio.to_thread.run_sync(
         offer_batch, replica, [(path, expected(there)) for path, there in files], changed
     )
-    offered: list[tuple[m.FileOffer, bytes | None, bytes | None]] = []  # offer, data, there
-    for (path, there), (offer, data) in zip(files, signed, strict=True):
+    offered: list[tuple[m.FileOffer, bytes | None, Tree | None, bytes | None]] = []
+    for (path, there), (offer, data, tree) in zip(files, signed, strict=True):
         if isinstance(offer, m.Failure):
             _failed(stats, path, offer)
             done(path, 0, False)
         else:
-            offered.append((offer, data, there))
+            offered.append((offer, data, tree, there))
     if not offered:
         return []
-    conversation = connection.start(m.Offers(files=[offer for offer, _, _ in offered]))
+    conversation = connection.start(m.Offers(files=[offer for offer, _, _, _ in offered]))
     alone: Files = []
     try:
         verdicts = (await conversation.receive(m.Verdicts)).verdicts
         if len(verdicts) != len(offered):
             raise ProtocolError(message="verdicts that do not match the offers")
-        sends, written = [], []
-        for (offer, data, there), verdict in zip(offered, verdicts, strict=True):
+        sends: list[bytes] = []
+        written: list[tuple[int, m.FileOffer, Verdict, bytes | None]] = []
+        sources: dict[int, SourceFile] = {}
+        for n, ((offer, data, tree, there), verdict) in enumerate(
+                zip(offered, verdicts, strict=True)):
             if verdict == "descend":
                 alone.append((offer.path, there))
             elif isinstance(verdict, m.Failure):
@@ -441,22 +481,34 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
             elif verdict == "have":
                 done(offer.path, offer.size, True)
             else:
-                written.append((offer, verdict))
+                written.append((n, offer, verdict, there))
+                if verdict in ("send", "delta") and data is None:
+                    raise ProtocolError(message=f"{verdict} asked for {offer.path}, too large")
                 if verdict == "send":
-                    if data is None:
-                        raise ProtocolError(message=f"send asked for {offer.path}, too large")
-                    sends.append(data)
+                    sends.append(data)  # type: ignore[arg-type]
+                elif verdict == "delta":
+                    assert data is not None and tree is not None
+                    sources[n] = lockstep.source_of(tree, data)
         if sends:
             await _send_contents(conversation, sends)
         if written:
-            results = (await conversation.receive(m.Results)).results
-            if len(results) != len(written):
+            sent: dict[int, int] = {}
+            if sources:
+                last, sent = await lockstep.serve(conversation, sources, m.Results)
+            else:
+                last = await conversation.receive(m.Results)
+            assert isinstance(last, m.Results)
+            if len(last.results) != len(written):
                 raise ProtocolError(message="results that do not match the files written")
-            for (offer, verdict), result in zip(written, results, strict=True):
-                _written(stats, offer, verdict, result)
+            for (n, offer, verdict, there), result in zip(written, last.results, strict=True):
+                if verdict == "delta" and result is not None and result.code == AGAIN:
+                    alone.append((offer.path, there))
+                    continue
+                literal = min(sent.get(n, 0), offer.size)
+                _written(stats, offer, verdict, result, literal)
                 done(offer.path, offer.size, result is None)
     except Refusal as exc:  # the server refused the whole batch (read-only, say)
-        for offer, _, _ in offered:
+        for offer, _, _, _ in offered:
             stats.failed.append((offer.path, str(exc)))
             done(offer.path, 0, False)
         return []
@@ -477,29 +529,67 @@ async def receive_offers(conversation: Conversation, replica: Replica,
             raise ProtocolError(message="an offer to the server names its path")
         offers.append(offer)
     decided = await trio.to_thread.run_sync(
-        decide_batch, replica, [(offer, offer.expect) for offer in offers]
-    )
+        decide_batch, replica, [(offer, offer.expect) for offer in offers],
+        takes_deltas(conversation.connection))
     conversation.send(m.Verdicts(verdicts=[d.verdict for d in decided]))
-    written = await _write_decided(conversation, replica, offers, decided)
+    written, _ = await _write_decided(conversation, replica, offers, decided)
     if written:
         conversation.send_last(m.Results(results=written))
 
 
 async def _write_decided(conversation: Conversation, replica: Replica,
-                         offers: list[m.FileOffer], decided: list[Decision]
-                         ) -> list[m.Failure | None]:
+                         offers: Sequence[m.FileOffer | m.Failure], decided: list[Decision],
+                         finish: bool = False,
+                         ) -> tuple[list[m.Failure | None], dict[int, Rebuilt]]:
     """The target's second half of a batch: receive the contents of the ``send`` files,
-    then write them with the copies and inline files in one `write_batch`. One result per
-    file written, in offer order."""
-    chosen = [(offer, d) for offer, d in zip(offers, decided, strict=True)
+    rebuild the ``delta`` ones (`rdc.transfer.lockstep`; with ``finish``, telling the
+    source ``done`` after their data), then write them with the copies and inline files
+    in one `write_batch`. One result per file written, in offer order (AGAIN for a
+    ``delta`` file that did not check out), and each ``delta`` file's outcome by its
+    number among the offers."""
+    chosen = [(n, offer, d) for n, (offer, d) in enumerate(zip(offers, decided, strict=True))
               if d.verdict in WRITTEN]
-    sends = [offer.size for offer, d in chosen if d.verdict == "send"]
+    if not chosen:
+        return [], {}
+    sends = [offer.size for _, offer, d in chosen if d.verdict == "send"]
     received = iter(await _receive_contents(conversation, sends) if sends else [])
-    files = [(offer, d.check, d.content if d.content is not None else next(received))
-             for offer, d in chosen]
-    if not files:
-        return []
-    return await trio.to_thread.run_sync(write_batch, replica, files, limiter=writers())
+    contents = {n: d.content if d.content is not None else next(received)
+                for n, _, d in chosen if d.verdict != "delta"}
+    deltas = [(n, offer, d.seeds or []) for n, offer, d in chosen if d.verdict == "delta"]
+    rebuilt: dict[int, Rebuilt] = {}
+    descents = await trio.to_thread.run_sync(Descents, replica, deltas) if deltas else None
+    try:
+        if descents is not None:
+            rebuilt = await lockstep.descend(conversation, descents)
+            if finish:
+                conversation.send(m.Done(ok=True))
+    except BaseException:
+        if descents is not None:
+            descents.close()
+        raise
+    results: list[m.Failure | None] = [None] * len(chosen)
+    files: list[tuple[m.FileOffer, Expect | None, bytes]] = []
+    at: list[int] = []
+    for k, (n, offer, d) in enumerate(chosen):
+        content = rebuilt[n].content if d.verdict == "delta" else contents[n]
+        if content is None:
+            results[k] = m.Failure(AGAIN, f"{offer.path}: rebuilt, it did not check out")
+            continue
+        assert isinstance(offer, m.FileOffer)
+        files.append((offer, d.check, content))
+        at.append(k)
+
+    def write() -> list[m.Failure | None]:
+        try:
+            return write_batch(replica, files) if files else []
+        finally:
+            if descents is not None:
+                descents.close()  # (after the installs: a replaced seed frees its blocks)
+
+    written = await trio.to_thread.run_sync(write, limiter=writers())
+    for k, result in zip(at, written, strict=True):
+        results[k] = result
+    return results, rebuilt
 
 
 async def pull_batch(connection: Connection, replica: Replica, files: Files, stats: Stats,
@@ -518,7 +608,8 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
             raise ProtocolError(message="offers that do not match the files asked for")
         valid = [(offer, expected(here)) for offer, (_, here) in zip(offers, files, strict=True)
                  if isinstance(offer, m.FileOffer)]
-        decided_valid = iter(await trio.to_thread.run_sync(decide_batch, replica, valid))
+        decided_valid = iter(await trio.to_thread.run_sync(
+            decide_batch, replica, valid, takes_deltas(connection)))
         decided = [Decision(offer) if isinstance(offer, m.Failure) else next(decided_valid)
                    for offer in offers]
         conversation.send(m.Verdicts(verdicts=[d.verdict for d in decided]))
@@ -530,12 +621,19 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
                 done(path, 0, False)
             elif d.verdict == "have":
                 done(path, offer.size, True)  # type: ignore[union-attr]
-        kept = [(o, d) for o, d in zip(offers, decided, strict=True) if isinstance(o, m.FileOffer)]
-        results = await _write_decided(conversation, replica, [o for o, _ in kept],
-                                       [d for _, d in kept])
-        for (offer, d), result in zip([(o, d) for o, d in kept if d.verdict in WRITTEN],
-                                      results, strict=True):
-            _written(stats, offer, d.verdict, result)
+        results, rebuilt = await _write_decided(conversation, replica, offers, decided,
+                                                finish=True)
+        chosen = [(n, offer, d.verdict, here)
+                  for n, (offer, d, (_, here)) in enumerate(zip(offers, decided, files,
+                                                               strict=True))
+                  if d.verdict in WRITTEN]
+        for (n, offer, verdict, here), result in zip(chosen, results, strict=True):
+            assert isinstance(offer, m.FileOffer)
+            if verdict == "delta" and result is not None and result.code == AGAIN:
+                alone.append((offer.path, here))
+                continue
+            literal = rebuilt[n].literal if n in rebuilt else 0
+            _written(stats, offer, verdict, result, literal)
             done(offer.path, offer.size, result is None)
     except Refusal as exc:
         for path, _ in files:
@@ -555,15 +653,28 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
     signed = await trio.to_thread.run_sync(
         offer_batch, replica, [(request.path, None) for request in message.files], changed,
         HELD_BYTES)
-    conversation.send(m.Offers(files=[offer for offer, _ in signed]))
+    conversation.send(m.Offers(files=[offer for offer, _, _ in signed]))
     verdicts = (await conversation.receive(m.Verdicts)).verdicts
     if len(verdicts) != len(signed):
         raise ProtocolError(message="verdicts that do not match the offers")
     contents: list[bytes | m.FileOffer] = []  # an offer: read when its turn comes
-    for (offer, data), verdict in zip(signed, verdicts, strict=True):
-        if verdict == "send":
+    deltas: list[tuple[int, m.FileOffer, bytes | None, Tree]] = []
+    for n, ((offer, data, tree), verdict) in enumerate(zip(signed, verdicts, strict=True)):
+        if verdict in ("send", "delta"):
             if not isinstance(offer, m.FileOffer) or offer.size >= SMALL_FILE:
-                raise ProtocolError(message="send asked for a file this side did not offer")
-            contents.append(offer if data is None else data)
+                raise ProtocolError(message=f"{verdict} asked for a file this side did not "
+                                    "offer")
+            if verdict == "send":
+                contents.append(offer if data is None else data)
+            else:
+                assert tree is not None
+                deltas.append((n, offer, data, tree))
     if contents:
         await _send_contents(conversation, contents, replica)
+    if deltas:
+        sources = {}
+        for n, offer, data, tree in deltas:
+            if data is None:
+                data = await trio.to_thread.run_sync(read_offered, replica, offer)
+            sources[n] = lockstep.source_of(tree, data)
+        await lockstep.serve(conversation, sources, m.Done)

@@ -27,7 +27,7 @@ from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
 from rdc.local.verify import CHANGED
 from rdc.transfer import guards, metadata
-from rdc.transfer.batch import Files, batches, pull_batch, push_batch
+from rdc.transfer.batch import Files, batches, pull_batch, push_batch, takes_deltas
 from rdc.transfer.compare import Changes, compare, everything, moves
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
@@ -259,7 +259,7 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
     """Move ``files`` (path, root prefix the target holds there) to the target: small ones
     in batches, the rest (and those a batch sends back) one by one; many of each in
     flight. ``done(path, size, arrived)`` is called once per file."""
-    groups, alone = batches(files, sizes)
+    groups, alone = batches(files, sizes, takes_deltas(connection))
     limiter = trio.CapacityLimiter(options.concurrency)
     batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)
 

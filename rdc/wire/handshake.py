@@ -17,8 +17,9 @@ from rdc.wire.frames import ConnectionClosed, FrameStream
 
 PROTOCOL_MIN = 2
 PROTOCOL_MAX = 2
-# zstd: compressed frames; health: the report and status requests (rdc status).
-FEATURES = ("zstd", "health", "same-format")
+# zstd: compressed frames; health: the report and status requests (rdc status);
+# batch-deltas: edited small files described in their batch (rdc.transfer.lockstep).
+FEATURES = ("zstd", "health", "same-format", "batch-deltas")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")

@@ -905,7 +905,7 @@ class FileRequest:
         return [to_wire(self.path), _expect_out(self.expect)]
 
 
-VERDICTS = ("have", "copy", "done", "send", "descend")
+VERDICTS = ("have", "copy", "done", "send", "descend", "delta")
 
 
 def verdict(v: Any, where: str) -> str | Failure:
@@ -934,6 +934,72 @@ class Verdicts(Message):
 
     verdicts: list[str | Failure] = wire(array(verdict),
                                          out=lambda vs: [_write(v) for v in vs])
+
+
+_WANT_KINDS: dict[str, Check] = {"expand": array(node), "subs": array(uint()),
+                                "fine": array(mid)}
+
+
+@dataclass(frozen=True, slots=True)
+class FileWant:
+    """One ``delta`` file's want in a batch's round: ``file``, its number among the
+    batch's offers; ``kind`` (``expand``, ``subs``, ``fine``) and its nodes, leaves or mids,
+    as the per-file want of that kind carries them."""
+
+    file: int
+    kind: str
+    asked: list
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> FileWant:
+        file, kind, asked = items(v, where, 3)
+        kind = one_of(*_WANT_KINDS)(kind, f"{where}[1]")
+        return cls(uint(MAX_ITEMS)(file, f"{where}[0]"), kind,
+                   _WANT_KINDS[kind](asked, f"{where}[2]"))
+
+    def to_wire(self) -> list:
+        return [self.file, self.kind, self.asked]  # (tuples travel as arrays)
+
+    def want(self) -> WantExpand | WantSubs | WantFine:
+        """The same want as the per-file exchange has it."""
+        if self.kind == "expand":
+            return WantExpand(nodes=self.asked)
+        if self.kind == "subs":
+            return WantSubs(leaves=self.asked)
+        return WantFine(mids=self.asked)
+
+
+@dataclass(frozen=True, slots=True)
+class FileFetch:
+    """One ``delta`` file's literal data in a batch: its number and ``fetch`` items."""
+
+    file: int
+    items: list[tuple]
+
+    @classmethod
+    def from_wire(cls, v: Any, where: str) -> FileFetch:
+        file, fetched = items(v, where, 2)
+        return cls(uint(MAX_ITEMS)(file, f"{where}[0]"),
+                   array(fetch_item)(fetched, f"{where}[1]"))
+
+    def to_wire(self) -> list:
+        return [self.file, self.items]
+
+
+@message("wants")
+class Wants(Message):
+    """The target's wants of one round of a batch's descents (target -> source), answered
+    by one ``lists`` holding the entry lists of every want in order."""
+
+    wants: list[FileWant] = wire(array(record(FileWant)))
+
+
+@message("fetches")
+class Fetches(Message):
+    """The literal data of a batch's ``delta`` files (target -> source), answered by
+    ``data`` messages holding one piece per item, in order (the last with ``end``)."""
+
+    files: list[FileFetch] = wire(array(record(FileFetch)))
 
 
 @message("results")

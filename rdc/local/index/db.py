@@ -24,7 +24,7 @@ from rdc.content.signature import FileSignature
 from rdc.content.tree import Tree, TreeFormatError, pack_tree, unpack_tree
 from rdc.local import faults
 from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
-from rdc.local.index.traits import TraitLists
+from rdc.local.index.traits import TraitLists, seed_threshold
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
 SCHEMA_VERSION = 2
@@ -357,6 +357,11 @@ class IndexDatabase:
         """Files sharing at least ``threshold`` traits with ``sketch``, best first:
         ``(file id, matching traits)``."""
         return self._trait_lists().candidates(sketch, threshold, limit, exclude)
+
+    def seed_threshold(self) -> int:
+        """The common traits a seed candidate needs: CANDIDATE_THRESHOLD, more in a large
+        index (`traits.seed_threshold`)."""
+        return seed_threshold(self._trait_lists().files, CANDIDATE_THRESHOLD)
 
     def _trait_lists(self) -> TraitLists:
         """The trait lists in memory: loaded on first use, and again after another

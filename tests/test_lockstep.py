@@ -1,0 +1,188 @@
+"""Edited small files described in their batch (rdc.transfer.lockstep): every round of the
+batch's descents is one message each way, the files are rebuilt and written with the
+batch, and whatever does not check out goes by the per-file exchange."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc.errors import ProtocolError
+from rdc.transfer import batch, lockstep, serving
+from rdc.transfer.descent import SourceFile
+from rdc.transfer.target import WANT_ITEMS
+from rdc.wire import messages as m
+
+from .protocol_support import Pair, tree_state, write
+
+OLD = 1_600_000_000_123_456_789
+
+
+def edited_tree(root: Path, files: int, seed: int = 3) -> None:
+    rng = random.Random(seed)
+    for i in range(files):
+        text = b"".join(b"line %d of file %d: %x\n" % (n, i, rng.getrandbits(64))
+                        for n in range(rng.randrange(60, 1500)))
+        write(root / f"d{i % 5}" / f"f{i}.txt", text, OLD + i)
+
+
+def edit(root: Path, names: list[str], seed: int = 4) -> None:
+    """A few bytes of each file replaced in place, somewhere in its middle."""
+    rng = random.Random(seed)
+    for name in names:
+        data = bytearray((root / name).read_bytes())
+        at = rng.randrange(len(data) // 4, len(data) // 2)
+        data[at : at + 6] = b"EDITED"
+        write(root / name, bytes(data), OLD + 10**9 + rng.randrange(10**6))
+
+
+def names(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.txt"))
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Per-file exchanges the server served, and rounds of batch descents (either side)."""
+    counts = {"single": 0, "rounds": 0, "batches": 0}
+    real_file, real_advance = serving.receive_file, lockstep.Descents.advance
+    real_init = lockstep.Descents.__init__
+
+    async def single(*args):
+        counts["single"] += 1
+        return await real_file(*args)
+
+    def advance(self, replies):
+        counts["rounds"] += 1
+        return real_advance(self, replies)
+
+    def init(self, *args):
+        counts["batches"] += 1
+        real_init(self, *args)
+
+    monkeypatch.setattr(serving, "receive_file", single)
+    monkeypatch.setattr(lockstep.Descents, "advance", advance)
+    monkeypatch.setattr(lockstep.Descents, "__init__", init)
+    return counts
+
+
+async def test_edited_files_are_deltas_in_their_batch_both_ways(tmp_path, counted) -> None:
+    """100 edited files of one batch: no per-file exchange, a bounded number of rounds
+    for all of them (not per file), only the edits' bytes as literal data, pushed and
+    pulled."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    edited_tree(src, 120)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    await pair.run("pull", dst)
+    chosen = names(src)[:100]
+    edit(src, chosen)
+    counted.update(single=0, rounds=0, batches=0)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["single"] == 0
+    assert sorted(p for p, (how, _, _) in stats.moved.items() if how == "delta") == chosen
+    # Per batch (a few, by content), not per file: an expand per tree level (two at most
+    # here), subs, fine, and the last that ends them.
+    assert counted["batches"] <= 5 and counted["rounds"] <= 5 * counted["batches"]
+    assert stats.literal_bytes < 100 * 400  # each edit costs a fine piece or so, not a file
+
+    counted.update(single=0, rounds=0, batches=0)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed
+    assert tree_state(dst) == tree_state(src)
+    assert sorted(p for p, (how, _, _) in stats.moved.items() if how == "delta") == chosen
+    assert counted["batches"] <= 5 and counted["rounds"] <= 5 * counted["batches"]
+    assert stats.literal_bytes < 100 * 400
+    pair.close()
+
+
+@pytest.mark.parametrize("direction", ["push", "pull"])
+async def test_a_delta_that_does_not_check_out_goes_alone(
+    tmp_path, counted, monkeypatch: pytest.MonkeyPatch, direction: str
+) -> None:
+    """A file whose rebuilt content is wrong (a sub-chunk prefix matched other bytes, a
+    seed changed) is not written: it goes by the per-file exchange, and arrives."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    edited_tree(src, 12)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    await pair.run("pull", dst)
+    bad = "d2/f7.txt"
+    edit(src if direction == "push" else pair.share, [bad, "d3/f8.txt"])
+    real = lockstep.rebuild
+    edited_root = signature_root((src if direction == "push" else pair.share) / bad)
+
+    def wrong(plan, seeds, literal):
+        if plan.root == edited_root:
+            raise ValueError("the rebuilt file does not have the offered root")
+        return real(plan, seeds, literal)
+
+    monkeypatch.setattr(lockstep, "rebuild", wrong)
+    stats = await pair.run(direction, src if direction == "push" else dst)
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src if direction == "push" else dst)
+    assert stats.moved["d3/f8.txt"][0] == "delta"
+    assert stats.moved[bad][0] == "delta"  # the per-file exchange's descent
+    if direction == "push":
+        assert counted["single"] == 1
+    pair.close()
+
+
+def signature_root(path: Path) -> bytes:
+    from rdc.content.signature import signature_of_bytes
+
+    return signature_of_bytes(path.read_bytes()).root
+
+
+async def test_a_peer_without_batch_deltas_gets_edited_files_alone(
+    tmp_path, counted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the feature (an older peer) nothing says ``delta``: the edited files go by
+    the per-file exchange, as before."""
+    src = tmp_path / "src"
+    edited_tree(src, 20)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    edit(src, names(src)[:5])
+    monkeypatch.setattr(batch, "DELTAS", "not-a-feature")
+    counted.update(single=0, rounds=0, batches=0)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["single"] == 5 and counted["rounds"] == 0
+    pair.close()
+
+
+@given(st.lists(st.tuples(st.integers(0, 255), st.sampled_from(["subs", "expand"]),
+                          st.integers(1, 3000)), max_size=20))
+def test_wants_are_cut_into_messages_that_keep_every_item_in_order(wants) -> None:
+    file_wants = [m.FileWant(f, kind, [(2, i) if kind == "expand" else i for i in range(n)])
+                  for f, kind, n in wants]
+    parts = list(lockstep._cut(file_wants))
+    assert all(0 < sum(len(w.asked) for w in part) <= WANT_ITEMS for part in parts)
+    flat = [(w.file, w.kind, a) for part in parts for w in part for a in w.asked]
+    assert flat == [(w.file, w.kind, a) for w in file_wants for a in w.asked]
+
+
+def test_a_source_refuses_wants_of_files_that_are_not_its_deltas() -> None:
+    """A target's want of a file the batch did not make a delta, or that does not fit the
+    file, is a protocol error; a fetch of too much to refine too."""
+    data = bytes(random.Random(1).randbytes(30_000))
+    from rdc.content.signature import signature_of_bytes
+
+    sources = {3: lockstep.source_of(signature_of_bytes(data).tree, data)}
+    assert lockstep._lists(sources, [m.FileWant(3, "subs", [0])])
+    with pytest.raises(ProtocolError, match="not a delta"):
+        lockstep._lists(sources, [m.FileWant(4, "subs", [0])])
+    with pytest.raises(ValueError):
+        lockstep._lists(sources, [m.FileWant(3, "subs", [99])])
+    with pytest.raises(ProtocolError, match="not a delta"):
+        lockstep._items(sources, [m.FileFetch(0, [(0, 0, 10)])])
+    with pytest.raises(ProtocolError, match="to refine"):
+        lockstep._items(sources, [m.FileFetch(3, [(0, 0, 5 << 20, b"ab", 100)])])
+    assert isinstance(sources[3], SourceFile)
