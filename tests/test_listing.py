@@ -165,9 +165,18 @@ def test_stamp_tree_is_the_stamp_a_walk_seals(tmp_path_factory, entries) -> None
         ordinary = all(_utf8(n) and not n.startswith(b".rdc-tmp-") for n in every)
         assert (got is not None) == ordinary
         if got is not None:
-            assert got == (stamp(walked.tree), len(walked.files))
+            assert got[:2] == (stamp(walked.tree), len(walked.files))
+            assert got[2] == _dir_stamps(walked.tree)  # (stamp set each directory's seen)
     finally:
         os.close(fd)
+
+
+def _dir_stamps(tree, rel: str = "") -> dict[str, bytes]:
+    out = {rel: tree.seen}
+    for name, entry in tree.children.items():
+        if entry.kind == "d":
+            out.update(_dir_stamps(entry, f"{rel}/{name}" if rel else name))
+    return out
 
 
 def _all_names(root: Path) -> list[str]:

@@ -115,7 +115,10 @@ def test_an_unchanged_tree_is_vouched_for_without_a_python_walk(tmp_path, monkey
     assert walked.file_count == 2 and walked.top == (tree.mode, tree.mtime_ns)
     assert sorted(walked.files) == ["a.txt", "d/b.txt"] and len(walks) == 1
     os.utime(tmp_path / "root" / "a.txt", ns=(OLD + 5, OLD + 5))
-    assert again.quick()[0] is None and len(walks) == 2
+    cached, walked = again.quick()  # changed: no hashes, and still no walk in Python
+    assert cached is None and walked.pending and walked.dirs is not None
+    tree = again.scan(walked=walked)  # from the tree kept in the index
+    assert len(walks) == 1 and tree.children["a.txt"].mtime_ns == OLD + 5
     again.close()
 
 

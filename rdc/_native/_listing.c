@@ -193,12 +193,19 @@ Python. Specification: listing_ref.stamp_tree. */
 enum { STAMP_OK = 0, STAMP_UNSURE = 1, STAMP_NOMEM = 2 };
 
 typedef struct {
+    unsigned char *data;
+    size_t len, room;
+} buf_t;
+
+typedef struct {
     int max_depth;
     const char *temp_prefix;
     size_t temp_len;
     const char *skip;       /* a name left out wherever it is (the folder marker) */
     size_t skip_len;
     uint64_t files;
+    buf_t path;             /* the directory being stamped, relative ("" the top) */
+    buf_t dirs;             /* per directory: path length (4 bytes), path, its stamp */
 } stamp_ctx;
 
 static int utf8_valid(const unsigned char *s, size_t n) {
@@ -239,11 +246,6 @@ static int64_t clamped_ns(time_t sec, long nsec) {
     if (sec <= -limit) return INT64_MIN;
     return (int64_t)sec * 1000000000LL + nsec;
 }
-
-typedef struct {
-    unsigned char *data;
-    size_t len, room;
-} buf_t;
 
 static int buf_put(buf_t *b, const void *p, size_t n) {
     if (b->len + n > b->room) {
@@ -321,7 +323,14 @@ static int stamp_dir(int fd, int depth, stamp_ctx *ctx, uint8_t out[32]) {
             free(cname);
             if (child < 0) { rc = STAMP_UNSURE; break; }
             uint8_t sub[32];
+            size_t at = ctx->path.len;
+            if ((at && buf_put(&ctx->path, "/", 1) < 0) || buf_put(&ctx->path, name, len) < 0) {
+                close(child);
+                rc = STAMP_NOMEM;
+                break;
+            }
             rc = stamp_dir(child, depth + 1, ctx, sub);
+            ctx->path.len = at;
             close(child);
             if (rc == STAMP_OK && (put_entry(&b, 'd', it->mode & 07777, mtime, 0, it->ino, name,
                                               len) < 0 || buf_put(&b, sub, 32) < 0))
@@ -340,6 +349,13 @@ static int stamp_dir(int fd, int depth, stamp_ctx *ctx, uint8_t out[32]) {
             else if (h) rc = STAMP_UNSURE;
         }
     }
+    if (rc == STAMP_OK) {
+        unsigned char head[4];
+        put_le(head, ctx->path.len, 4);
+        if (buf_put(&ctx->dirs, head, 4) < 0
+            || (ctx->path.len && buf_put(&ctx->dirs, ctx->path.data, ctx->path.len) < 0)
+            || buf_put(&ctx->dirs, out, 32) < 0) rc = STAMP_NOMEM;
+    }
 done:
     free(b.data);
     listing_free(&l);
@@ -356,16 +372,46 @@ static PyObject *py_stamp_tree(PyObject *module, PyObject *args) {
                           &skip_len)) return NULL;
     int fd = PyObject_AsFileDescriptor(fdobj);
     if (fd < 0) return NULL;
-    stamp_ctx ctx = {max_depth, prefix, (size_t)prefix_len, skip, (size_t)skip_len, 0};
+    stamp_ctx ctx = {max_depth, prefix, (size_t)prefix_len, skip, (size_t)skip_len, 0,
+                     {0}, {0}};
     uint8_t out[32];
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = stamp_dir(fd, 0, &ctx, out);
     Py_END_ALLOW_THREADS
-    if (rc == STAMP_NOMEM) return PyErr_NoMemory();
-    if (rc != STAMP_OK) Py_RETURN_NONE;
-    return Py_BuildValue("(y#K)", (const char *)out, (Py_ssize_t)32,
-                         (unsigned long long)ctx.files);
+    free(ctx.path.data);
+    PyObject *dirs = NULL, *result = NULL;
+    if (rc == STAMP_NOMEM) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (rc != STAMP_OK) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    dirs = PyDict_New();
+    if (!dirs) goto done;
+    for (size_t at = 0; at < ctx.dirs.len;) {
+        const unsigned char *rec = ctx.dirs.data + at;
+        size_t n = (size_t)rec[0] | (size_t)rec[1] << 8 | (size_t)rec[2] << 16
+                   | (size_t)rec[3] << 24;
+        PyObject *key = PyUnicode_DecodeFSDefaultAndSize((const char *)rec + 4,
+                                                         (Py_ssize_t)n);
+        PyObject *value = key ? PyBytes_FromStringAndSize((const char *)rec + 4 + n, 32)
+                              : NULL;
+        int bad = !value || PyDict_SetItem(dirs, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (bad) goto done;
+        at += 4 + n + 32;
+    }
+    result = Py_BuildValue("(y#KO)", (const char *)out, (Py_ssize_t)32,
+                           (unsigned long long)ctx.files, dirs);
+done:
+    Py_XDECREF(dirs);
+    free(ctx.dirs.data);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -374,9 +420,10 @@ static PyMethodDef methods[] = {
      "(not '.' or '..') in the order the kernel lists them, each with its lstat; an entry "
      "whose lstat failed has mode -errno and zeros."},
     {"stamp_tree", py_stamp_tree, METH_VARARGS,
-     "stamp_tree(fd, max_depth, temp_prefix, skip) -> (stamp, files) | None: the stamp of "
-     "the tree under directory fd as a plain walk would seal it, and its regular files; "
-     "None where that walk would see errors, temporaries or names it decodes otherwise."},
+     "stamp_tree(fd, max_depth, temp_prefix, skip) -> (stamp, files, dirs) | None: the stamp "
+     "of the tree under directory fd as a plain walk would seal it, its regular files, and "
+     "the stamp of each directory by relative path (\"\" the top); None where that walk "
+     "would see errors, temporaries or names it decodes otherwise."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,9 +41,11 @@ _NS_MIN, _NS_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
-               ) -> tuple[bytes, int] | None:
-    """The `rdc.local.snapshot.stamp` of the tree under directory ``fd`` (the caller's)
-    and its number of regular files, computed without building the tree; entries named
+               ) -> tuple[bytes, int, dict[str, bytes]] | None:
+    """The `rdc.local.snapshot.stamp` of the tree under directory ``fd`` (the caller's),
+    its number of regular files, and the stamp of each of its directories by relative
+    path ("" the top: what a scan compares with the tree it sealed last, to list again
+    only the directories that changed), computed without building the tree; entries named
     ``skip`` are left out, as are kinds that are not synced. None ("unsure": the caller
     walks the tree itself) if any entry cannot be read (lstat, listing, opening a
     directory, a link's target), a name starts with ``temp_prefix`` or is not UTF-8 (a
@@ -51,8 +53,9 @@ def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
     below ``fd``, or a directory's stamp input exceeds MAX_STAMPED bytes. Names sort by
     their bytes, which for UTF-8 is the order of the walk's strings."""
     files = 0
+    dirs: dict[str, bytes] = {}
 
-    def stamp_dir(dfd: int, depth: int) -> bytes | None:
+    def stamp_dir(dfd: int, depth: int, rel: str) -> bytes | None:
         nonlocal files
         parts: list[bytes] = []
         pack = STAMP_ENTRY.pack
@@ -84,7 +87,7 @@ def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
                 except OSError:
                     return None
                 try:
-                    sub = stamp_dir(child, depth + 1)
+                    sub = stamp_dir(child, depth + 1, f"{rel}/{name}" if rel else name)
                 finally:
                     os.close(child)
                 if sub is None:
@@ -94,10 +97,11 @@ def stamp_tree(fd: int, max_depth: int, temp_prefix: bytes, skip: bytes
         data = b"".join(parts)
         if len(data) > MAX_STAMPED:
             return None
-        return blake3.blake3(data).digest()
+        dirs[rel] = blake3.blake3(data).digest()
+        return dirs[rel]
 
     try:
-        out = stamp_dir(fd, 0)
+        out = stamp_dir(fd, 0, "")
     except OSError:
         return None
-    return None if out is None else (out, files)
+    return None if out is None else (out, files, dirs)

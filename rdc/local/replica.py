@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import stat
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import BinaryIO
 from rdc._native import stamp_tree
 from rdc.content.signature import FileSignature, signature_of_file
 from rdc.content.tree import Tree, TreeFormatError
+from rdc.local import sealed
 from rdc.local.commits import GroupCommit
 from rdc.local.filestat import mtime_ns, stamp
 from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile, sync_filesystem
@@ -86,10 +88,33 @@ class Replica:
         self.fs.replaced = set()
         self._commits = GroupCommit(self)
         self._later = threading.local()  # records kept for the end of `recording_together`
+        self._kept: bytes | None = None  # the fingerprint of the tree kept in the index
 
     def close(self) -> None:
-        self.db.close()
-        self.fs.close()
+        try:
+            self._keep_sealed()
+        finally:
+            self.db.close()
+            self.fs.close()
+
+    def _keep_sealed(self) -> None:
+        """Keep the tree sealed last in the index, for the next process's scan to start
+        from (rdc.local.sealed): once, at the end, not at every rescan of a session. Only a
+        tree whose hashes the index still holds for its fingerprint (no racy file, no
+        later seal by another process). The index is a cache: a failure here loses
+        nothing but the head start."""
+        sealed_for, tree = self._fingerprint, self.tree
+        if sealed_for is None or tree is None or self._kept == sealed_for:
+            return
+        with contextlib.suppress(sqlite3.Error, OSError):
+            with self.lock:
+                if self.db.cached_hashes(sealed_for) != (tree.content, tree.meta, tree.smeta):
+                    return
+            fingerprint(tree, self._salt or b"")  # (every directory's stamp, for the next
+            packed = sealed.pack(tree)            # scan to compare)
+            with self.lock, self.db.transaction():
+                self.db.keep_tree(sealed_for, self._salt or b"", packed)
+            self._kept = sealed_for
 
     # ------------------------------------------------------------ the tree
 
@@ -113,11 +138,14 @@ class Replica:
                 cached = self.db.cached_hashes(walked.fingerprint)
         return cached, walked
 
-    def _stamped(self, excludes: Excludes) -> tuple[RootHashes, Walk] | None:
-        """`quick` without building the tree: when its stamp, walked in C, shows it exactly
-        as last sealed, the sealed hashes and a deferred walk (4 times faster on 100,000
-        files; a sync with nothing to do needs no more). None where the Python walk must
-        decide: patterns to apply, or anything `stamp_tree` is unsure of."""
+    def _stamped(self, excludes: Excludes) -> tuple[RootHashes | None, Walk] | None:
+        """`quick` without building the tree, from its stamp walked in C: when the stamp
+        shows it exactly as last sealed, the sealed hashes and a deferred walk (4 times
+        faster on 100,000 files; a sync with nothing to do needs no more); when the index
+        keeps a sealed tree to start from, no hashes and a deferred walk with each
+        directory's stamp (`scan` lists again only the directories that changed). None
+        where the Python walk must decide: patterns to apply, anything `stamp_tree` is
+        unsure of, or no sealed tree to start from."""
         if excludes.patterns:
             return None
         fd = self.fs.fileno()
@@ -125,15 +153,17 @@ class Replica:
         seen = stamp_tree(fd, MAX_DEPTH, TEMP_PREFIX.encode(), MARKER.encode())
         if seen is None:
             return None
-        stamped, files = seen
+        stamped, files, dirs = seen
         mode, mtime = stat.S_IMODE(top.st_mode), mtime_ns(top)
-        found = fingerprint_of(mode, mtime, top.st_ino, stamped, _salt(excludes))
+        salt = _salt(excludes)
+        found = fingerprint_of(mode, mtime, top.st_ino, stamped, salt)
         with self.lock:
             cached = self.db.cached_hashes(found)
-        if cached is None:
-            return None
+            if cached is None and self.db.kept_fingerprint(salt) is None:
+                return None
         self.temporaries = []
-        return cached, Walk.deferred(found, (mode, mtime), files, lambda: self.walk(excludes))
+        return cached, Walk.deferred(found, (mode, mtime), files, lambda: self.walk(excludes),
+                                     dirs)
 
     def scan(
         self,
@@ -157,6 +187,10 @@ class Replica:
             # index needs no refresh, the tree no new hashes.
             self.temporaries = walked.temporaries
             return self.tree
+        if not checksum and not walked.errors:
+            kept = self._from_kept(walked, excludes)
+            if kept is not None:
+                return kept
         tree, errors = walked.tree, list(walked.errors)
         with self.lock:
             sealed = None if checksum or walked.errors else self.db.cached_hashes(
@@ -188,6 +222,79 @@ class Replica:
         self._fingerprint = self._sealed(walked.fingerprint if not errors else None, tree)
         return tree
 
+    def _from_kept(self, walked: Walk, excludes: Excludes) -> Entry | None:
+        """The tree, from the one sealed last and kept in the index (rdc.local.sealed): as
+        it is when the walk's fingerprint is the one it was sealed for; else, given the
+        stamps of the walk's directories, with those whose stamps differ listed again
+        (`rdc.local.rescan.patch`) and their files' rows brought up to date. None when
+        there is none to start from, when much changed, or when anything does not add up
+        (the caller scans in full)."""
+        salt = _salt(excludes)
+        with self.lock:
+            kept = self.db.kept_tree(salt)
+            hashes = self.db.cached_hashes(kept[0]) if kept is not None else None
+        if kept is None or (kept[0] != walked.fingerprint and walked.dirs is None):
+            return None
+        try:
+            old = sealed.unpack(kept[1])
+        except sealed.Damaged:
+            with self.lock:
+                self.db.forget_tree()
+            return None
+        if kept[0] == walked.fingerprint:
+            if hashes != (old.content, old.meta, old.smeta):
+                return None
+            tree, self._kept = old, kept[0]
+            self.stats = RefreshStats(files=walked.file_count, unchanged=walked.file_count)
+        else:
+            assert walked.dirs is not None
+            patched = self._patched(old, walked.dirs, walked.file_count, excludes)
+            if patched is None or fingerprint(patched, salt) != walked.fingerprint:
+                return None  # (changed while it was listed: a full scan)
+            tree = patched
+        self.tree, self.errors, self.temporaries, self._salt = tree, [], [], salt
+        self._fingerprint = (walked.fingerprint if tree is old
+                             else self._sealed(walked.fingerprint, tree))
+        return tree
+
+    def _patched(self, old: Entry, dirs: dict[str, bytes], file_count: int,
+                 excludes: Excludes) -> Entry | None:
+        """``old`` with the directories whose stamps are not those in ``dirs`` listed
+        again, their files' rows brought up to date and the tree sealed; None if more than
+        half the directories changed (a full scan costs less) or anything is unsure."""
+        touched = set()
+        matched = 0
+        stack = [("", old)]
+        while stack:
+            path, entry = stack.pop()
+            now = dirs.get(path)
+            if now is None:
+                continue  # gone: its parent's listing changed too
+            matched += 1
+            if now != entry.seen:
+                touched.add(path)
+            stack += [(f"{path}/{name}" if path else name, child)
+                      for name, child in entry.children.items() if child.kind == "d"]
+        if 2 * (len(touched) + len(dirs) - matched) > len(dirs):
+            return None
+        try:
+            found = patch(self.fs, old, touched, excludes, reuse=True)
+        except (Unsure, OSError, PathError):
+            return None
+        with self.lock:
+            refreshed = refresh_some(self.db, found.files, found.gone, self.fs.open_read,
+                                     moves=True)
+            roots = self.db.roots_of([path for path, _ in found.entries])
+        if refreshed.errors or len(roots) != len(found.entries):
+            return None
+        for path, entry in found.entries:
+            entry.root = roots[path]
+        seal(found.tree)
+        self.stats = RefreshStats(
+            files=file_count, signed=refreshed.signed, signed_bytes=refreshed.signed_bytes,
+            renamed=refreshed.renamed, unchanged=file_count - refreshed.signed)
+        return found.tree
+
     def rescan(self, excludes: Excludes | None = None) -> Entry:
         """The tree after this replica's own writes since the last `scan` or `rescan`,
         listing again only the directories they touched and patching in the modes and
@@ -205,7 +312,8 @@ class Replica:
         if not touched and not retimed:
             return old
         try:
-            found = patch(self.fs, old, touched, excludes, replaced, retimed)
+            found = patch(self.fs, old, touched, excludes, replaced, retimed,
+                          reuse=self._fingerprint is not None)
         except (Unsure, OSError, PathError):
             return self.scan(excludes)
         with self.lock:

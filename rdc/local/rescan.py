@@ -85,11 +85,15 @@ def usable_retimes(old: Entry, retimed: dict[str, os.stat_result], touched: set[
 
 def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
           replaced: frozenset[str] | set[str] = frozenset(),
-          retimed: dict[str, os.stat_result] | None = None) -> Patch:
+          retimed: dict[str, os.stat_result] | None = None, reuse: bool = False) -> Patch:
     """The tree under ``fs`` as a walk would see it, given that it was ``old`` (sealed) but
     for changes in the listings of ``touched`` directories and the modes and times of the
     ``retimed`` entries (their lstat after); a directory at a ``replaced`` path is a new
-    one, whatever its inode number."""
+    one, whatever its inode number. With ``reuse`` (``old`` had no racy file, so stat
+    vouches for its roots), a file listed again with the mode, time, size and inode it had
+    in ``old`` keeps its root there and is left out of the files to look up: most of a
+    listed directory's files did not change (on 1,000 edits among 100,000 files, 43,000
+    rows were looked up for 1,000 changed files)."""
     touched = set(touched)
     retimes = usable_retimes(old, retimed or {}, touched)
     relist = to_list(old, touched)
@@ -100,7 +104,7 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
             path = parent(path)
     top = os.fstat(fs.fileno())
     fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino, children={})
-    rescan = _Rescan(fs, Scan(exclude), relist, on_path, replaced, retimes)
+    rescan = _Rescan(fs, Scan(exclude), relist, on_path, replaced, retimes, reuse)
     result = Patch(rescan.visit(old, "", fresh, False))
     if rescan.scan.errors:
         raise Unsure(rescan.scan.errors[0])
@@ -111,9 +115,9 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
 class _Rescan:
     def __init__(self, fs: SafeRoot, scan: Scan, relist: set[str], on_path: set[str],
                  replaced: frozenset[str] | set[str],
-                 retimes: dict[str, os.stat_result]) -> None:
+                 retimes: dict[str, os.stat_result], reuse: bool = False) -> None:
         self.fs, self.scan, self.relist, self.on_path = fs, scan, relist, on_path
-        self.replaced, self.retimes = replaced, retimes
+        self.replaced, self.retimes, self.reuse = replaced, retimes, reuse
         self.entries: list[tuple[str, Entry]] = []
         self.gone: list[str] = []
 
@@ -152,7 +156,15 @@ class _Rescan:
         before = old.children if old is not None else {}
         for name, entry in fresh.children.items():
             if entry.kind == "f":
-                self.entries.append((join(rel, name), entry))
+                path = join(rel, name)
+                was = before.get(name)
+                if (self.reuse and was is not None and was.kind == "f" and was.root
+                        and (was.mode, was.mtime_ns, was.size, was.ino)
+                        == (entry.mode, entry.mtime_ns, entry.size, entry.ino)):
+                    entry.root = was.root
+                    del self.scan.files[path]
+                    continue
+                self.entries.append((path, entry))
         listed_dirs = {name for name, _, _ in subdirs}
         for name, was in before.items():
             now = fresh.children.get(name)

@@ -27,6 +27,7 @@ from rdc._native import list_dir
 from rdc._native.listing_ref import DIR_FLAGS, STAMP_ENTRY
 from rdc.content.entries import put_varint
 from rdc.local.filestat import Seen, clamp_ns, mtime_ns
+from rdc.local.marker import MARKER
 from rdc.local.paths import TEMP_PREFIX, is_temporary
 from rdc.params import CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT
 
@@ -222,7 +223,9 @@ class Walk:
     mode and time and the number of files, from a stamp computed without building the
     tree (`rdc._native.stamp_tree`): a sync that finds nothing changed needs no more. Its
     ``tree`` and ``files`` are walked when first asked for, and its fingerprint is then
-    that walk's (the tree may have changed in between)."""
+    that walk's (the tree may have changed in between). ``dirs``: the stamp of each
+    directory, by path, that the stamp saw (a scan starting from the tree sealed last lists
+    again only those that differ); None for a walk made here."""
 
     def __init__(self, tree: Entry, files: dict[str, Seen], errors: list[tuple[str, str]],
                  fingerprint: bytes, temporaries: list[str]) -> None:
@@ -233,13 +236,15 @@ class Walk:
         self.temporaries = temporaries  # rdc temporaries seen (left out of everything else)
         self.top = (tree.mode, tree.mtime_ns)  # the top directory's own mode and time
         self.file_count = len(files)
+        self.dirs: dict[str, bytes] | None = None
         self._load: Callable[[], Walk] | None = None
 
     @classmethod
     def deferred(cls, fingerprint: bytes, top: tuple[int, int], file_count: int,
-                 load: Callable[[], Walk]) -> Walk:
+                 load: Callable[[], Walk], dirs: dict[str, bytes] | None = None) -> Walk:
         walked = cls.__new__(cls)
         walked._tree = walked._files = None
+        walked.dirs = dirs
         walked.errors, walked.temporaries = [], []
         walked.fingerprint, walked.top, walked.file_count = fingerprint, top, file_count
         walked._load = load
@@ -276,6 +281,7 @@ class Walk:
         self.errors, self.fingerprint, self.temporaries = done.errors, done.fingerprint, \
             done.temporaries
         self.top, self.file_count = done.top, done.file_count
+        self.dirs = None  # (the stamps of what the first look saw, not of this walk)
         self._tree = done.tree  # last: other threads take a tree as "walked, all of it"
 
 
@@ -337,7 +343,11 @@ class Scan:
     """What a walk (or a rescan) collects, and the listing of one directory."""
 
     def __init__(self, exclude: Exclude | None) -> None:
-        self.exclude = exclude
+        # Excludes without patterns (the usual case) leave out the folder marker alone
+        # (temporaries are set aside first anyway): a name test here, not a call per entry.
+        trivial = getattr(exclude, "patterns", None) == []
+        self.exclude = None if trivial else exclude
+        self.skip = MARKER if trivial else None
         self.files: dict[str, Seen] = {}
         self.errors: list[tuple[str, str]] = []
         self.temporaries: list[str] = []
@@ -352,13 +362,15 @@ class Scan:
             self.errors.append((rel_dir, exc.strerror or str(exc)))
             return None
         subdirs: list[tuple[str, bytes, Entry]] = []
-        exclude = self.exclude
+        exclude, skip = self.exclude, self.skip
         children = node.children
         prefix = rel_dir + "/" if rel_dir else ""
         for name, mode, size, mtime, ino in items:
             rel = prefix + name
             if name.startswith(TEMP_PREFIX) and is_temporary(name):
                 self.temporaries.append(rel)
+                continue
+            if name == skip:
                 continue
             if mode < 0:
                 self.errors.append((rel, os.strerror(-mode)))

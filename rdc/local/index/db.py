@@ -27,7 +27,7 @@ from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists, seed_threshold
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Candidate defaults: 4 matching traits of 12 keep chance matches rare among 10,000 files
 # while finding near-duplicates (J >= 0.5); docs/formats.md section 4.
 CANDIDATE_THRESHOLD = 4
@@ -295,6 +295,17 @@ class IndexDatabase:
         make = Stamped._make
         return {_fsdecode(row[0]): make(row[1:]) for row in self._by_paths(_STAMPED, paths)}
 
+    def stamps_under(self, paths: list[str]) -> list[Stamped]:
+        """The `Stamped` columns of the rows at or below each of ``paths``."""
+        make = Stamped._make
+        out = []
+        for path in paths:
+            encoded = os.fsencode(path)
+            out += [make(row[1:]) for row in self.conn.execute(
+                f"SELECT {_STAMPED} FROM file WHERE path = ? OR (path >= ? AND path < ?)",
+                (encoded, encoded + b"/", encoded + b"0"))]
+        return out
+
     def roots_of(self, paths: list[str]) -> dict[str, bytes]:
         """The roots of those of ``paths`` that have a row."""
         return {_fsdecode(path): root for path, root in self._by_paths("path, root", paths)}
@@ -397,13 +408,34 @@ class IndexDatabase:
 
     def cache_hashes(self, fingerprint: bytes | None, hashes: tuple[bytes, ...]) -> None:
         """Remember the root hashes of a sealed walk; none (``fingerprint`` None, or a racy
-        file whose content stat cannot vouch for) forgets them."""
+        file whose content stat cannot vouch for) forgets them, and the kept tree."""
         racy = self.conn.execute("SELECT 1 FROM file WHERE racy = 1 LIMIT 1").fetchone()
         if fingerprint is None or racy:
             self.conn.execute("DELETE FROM meta WHERE key = 'tree'")
+            self.conn.execute("DELETE FROM sealed")
             return
         value = " ".join([fingerprint.hex(), *(h.hex() for h in hashes)])
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('tree', ?)", (value,))
+
+    def keep_tree(self, fingerprint: bytes, salt: bytes, packed: bytes) -> None:
+        """Keep the packed tree sealed for the walk with ``fingerprint`` (rdc.local.sealed)."""
+        self.conn.execute("INSERT OR REPLACE INTO sealed VALUES (1, ?, ?, ?)",
+                          (fingerprint, salt, packed))
+
+    def kept_tree(self, salt: bytes) -> tuple[bytes, bytes] | None:
+        """The fingerprint and packed tree kept for a walk with these exclude patterns."""
+        row = self.conn.execute(
+            "SELECT fingerprint, tree FROM sealed WHERE salt = ?", (salt,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def kept_fingerprint(self, salt: bytes) -> bytes | None:
+        """The fingerprint of the tree kept for these exclude patterns, if one is."""
+        row = self.conn.execute(
+            "SELECT fingerprint FROM sealed WHERE salt = ?", (salt,)).fetchone()
+        return row[0] if row else None
+
+    def forget_tree(self) -> None:
+        self.conn.execute("DELETE FROM sealed")
 
     def count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM file").fetchone()[0]

@@ -190,11 +190,14 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
 
 
 def refresh_some(
-    db: IndexDatabase, files: Mapping[str, FileStat], gone: list[str], opener: Opener
+    db: IndexDatabase, files: Mapping[str, FileStat], gone: list[str], opener: Opener,
+    moves: bool = False,
 ) -> RefreshStats:
     """Bring the rows of some paths up to date, for a caller that knows what else did not
     change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
-    was below them) are not. Renames are not looked for: a new path is read."""
+    was below them) are not. With ``moves``, a file new at its path whose inode, size and
+    time are those of a row that left (under ``gone``) keeps that row, as a full refresh
+    does (renamed, not read again); else a new path is read."""
     stats = RefreshStats(files=len(files))
     started = time.time_ns()
 
@@ -202,12 +205,29 @@ def refresh_some(
         return mtime_ns(st) >= started - RACY_NS
 
     rows = db.stamps_of(list(files))
+    left = {row.inode: row for row in db.stamps_under(gone) if not row.racy} if moves else {}
     with db.transaction():
+        changed = _changed(db, rows, files, stats)
+        if left:
+            changed = [rel for rel in changed if not _moved(db, rel, files[rel], left,
+                                                            racy, stats)]
         for path in gone:
             db.delete_tree(path)
-        changed = _changed(db, rows, files, stats)
     _sign_all(db, opener, changed, files, 1, racy, stats, None)
     return stats
+
+
+def _moved(db: IndexDatabase, rel: str, st: FileStat, left: dict[int, Stamped],
+           racy: Callable[[FileStat], bool], stats: RefreshStats) -> bool:
+    """Whether the file at ``rel`` is a row that ``left`` its path, renamed (moved here)."""
+    old = left.get(st.st_ino)
+    if old is None or (old.size, old.mtime_ns) != stamp(st)[:2]:
+        return False
+    del left[st.st_ino]
+    db.move(old.id, rel, st, racy(st))
+    stats.renamed += 1
+    stats.unchanged += 1
+    return True
 
 
 def _changed(db: IndexDatabase, rows: Mapping[str, Stamped],

@@ -1,0 +1,213 @@
+"""The sealed tree kept in the index (rdc.local.sealed): a new process's scan starts from
+it, lists again only the directories whose stamps changed, and ends with exactly the tree
+a full scan makes."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rdc.local import sealed, snapshot
+from rdc.local.replica import Replica
+
+OLD = 1_600_000_000 * 10**9
+
+
+def grow(root: Path, dirs: int = 12, files: int = 5, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    for d in range(dirs):
+        where = root / f"d{d % 4}" / f"e{d}"
+        where.mkdir(parents=True, exist_ok=True)
+        for f in range(files):
+            path = where / f"f{f}.txt"
+            path.write_bytes(rng.randbytes(rng.randrange(0, 3000)))
+            os.utime(path, ns=(OLD + f, OLD + f))
+    os.symlink("d0/e0/f0.txt", root / "link")
+
+
+def full_scan(root: Path, index: Path) -> snapshot.Entry:
+    """A scan with no kept tree (a fresh index): the reference."""
+    shutil.rmtree(index.parent, ignore_errors=True)
+    replica = Replica(str(root), index)
+    try:
+        return replica.scan()
+    finally:
+        replica.close()
+
+
+def kept_scan(root: Path, index: Path, walks: list | None = None
+              ) -> tuple[snapshot.Entry, Replica]:
+    """A new process's scan; the Python walks it made are counted in ``walks``."""
+    replica = Replica(str(root), index)
+    real = replica.walk
+
+    def walk(*args, **kwargs):
+        if walks is not None:
+            walks.append(1)
+        return real(*args, **kwargs)
+
+    replica.walk = walk  # type: ignore[method-assign]
+    cached, walked = replica.quick()
+    return replica.scan(walked=walked), replica
+
+
+def same(a: snapshot.Entry, b: snapshot.Entry) -> bool:
+    return (a.content, a.meta, a.smeta, a.count) == (b.content, b.meta, b.smeta, b.count)
+
+
+def test_a_packed_tree_unpacks_to_itself_and_damage_is_refused(tmp_path) -> None:
+    grow(tmp_path / "root")
+    tree = full_scan(tmp_path / "root", tmp_path / "x" / "index.sqlite3")
+    snapshot.stamp(tree)
+    packed = sealed.pack(tree)
+    back = sealed.unpack(packed)
+    assert same(back, tree) and back.seen == tree.seen
+    assert snapshot.iter_entries(back) is not None
+    assert [(p, e.kind, e.root, e.target, e.mode, e.mtime_ns, e.size, e.ino)
+            for p, e in snapshot.iter_entries(back)] == [
+        (p, e.kind, e.root, e.target, e.mode, e.mtime_ns, e.size, e.ino)
+        for p, e in snapshot.iter_entries(tree)]
+    for damaged in (packed[:-1], packed[:40], b"\x02" + packed[1:],
+                    packed[:60] + bytes([packed[60] ^ 1]) + packed[61:]):
+        with pytest.raises(sealed.Damaged):
+            sealed.unpack(damaged)
+
+
+def test_a_new_process_lists_again_only_the_directories_that_changed(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, index = tmp_path / "root", tmp_path / "state" / "index.sqlite3"
+    grow(root)
+    first = Replica(str(root), index)
+    first.scan()
+    first.close()
+    (root / "d1" / "e5" / "f2.txt").write_bytes(b"edited")
+    os.utime(root / "d1" / "e5" / "f2.txt", ns=(OLD + 99, OLD + 99))
+    listed: list[str] = []
+    real_list = snapshot.Scan.list
+
+    def counting(self, fd, rel, node):
+        listed.append(rel)
+        return real_list(self, fd, rel, node)
+
+    monkeypatch.setattr(snapshot.Scan, "list", counting)
+    walks: list[int] = []
+    tree, again = kept_scan(root, index, walks)
+    assert not walks and sorted(listed) == ["", "d1", "d1/e5"]  # it, and its ancestors
+    assert again.stats.signed == 1
+    again.close()
+    monkeypatch.setattr(snapshot.Scan, "list", real_list)
+    assert same(tree, full_scan(root, tmp_path / "ref" / "index.sqlite3"))
+
+
+def test_renamed_files_keep_their_rows(tmp_path) -> None:
+    root, index = tmp_path / "root", tmp_path / "state" / "index.sqlite3"
+    grow(root)
+    first = Replica(str(root), index)
+    first.scan()
+    first.close()
+    os.rename(root / "d2" / "e2", root / "d3" / "moved")
+    os.rename(root / "d0" / "e4" / "f1.txt", root / "d0" / "e4" / "renamed.txt")
+    walks: list[int] = []
+    tree, again = kept_scan(root, index, walks)
+    assert not walks and again.stats.signed == 0 and again.stats.renamed == 6
+    assert again.db.get("d3/moved/f3.txt") is not None and again.db.get("d2/e2/f3.txt") is None
+    again.close()
+    assert same(tree, full_scan(root, tmp_path / "ref" / "index.sqlite3"))
+
+
+def test_a_damaged_kept_tree_is_dropped_and_the_scan_is_full(tmp_path) -> None:
+    root, index = tmp_path / "root", tmp_path / "state" / "index.sqlite3"
+    grow(root)
+    first = Replica(str(root), index)
+    tree = first.scan()
+    first.close()
+    again = Replica(str(root), index)
+    with again.lock, again.db.transaction():
+        fingerprint, packed = again.db.kept_tree(b"")
+        again.db.keep_tree(fingerprint, b"", packed[:100] + b"x" + packed[101:])
+    cached, walked = again.quick()
+    assert same(again.scan(walked=walked), tree)
+    again.close()
+
+
+INCREMENTAL: list[bool] = []  # per example of the test below: no Python walk was made
+
+# Changes a user makes between two syncs, on a small tree.
+changes = st.lists(st.tuples(
+    st.sampled_from(["edit", "touch", "chmod", "add", "remove", "rename", "mkdir", "rmdir",
+                     "movedir", "link"]),
+    st.integers(0, 1000)), min_size=1, max_size=8)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes)
+def test_a_scan_from_the_kept_tree_is_the_full_scan(tmp_path_factory, ops) -> None:
+    """Whatever changed between two processes, the scan that starts from the kept tree
+    ends with the tree and index roots a full scan makes."""
+    base = tmp_path_factory.mktemp("kept")
+    root, index = base / "root", base / "state" / "index.sqlite3"
+    grow(root, dirs=24, files=2)
+    first = Replica(str(root), index)
+    first.scan()
+    first.close()
+    for op, n in ops:
+        _change(root, op, n)
+    walks: list[int] = []
+    tree, again = kept_scan(root, index, walks)
+    INCREMENTAL.append(not walks)
+    roots = {p: e.root for p, e in snapshot.iter_entries(tree) if e.kind == "f"}
+    rows = {p: again.db.get(p).root for p in roots}
+    again.close()
+    reference = full_scan(root, base / "ref" / "index.sqlite3")
+    assert same(tree, reference)
+    assert roots == rows == {p: e.root for p, e in snapshot.iter_entries(reference)
+                             if e.kind == "f"}
+
+
+def _change(root: Path, op: str, n: int) -> None:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    dirs = sorted(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())
+    rng = random.Random(n)
+    if op == "edit" and files:
+        path = rng.choice(files)
+        path.write_bytes(path.read_bytes() + b"more")
+        os.utime(path, ns=(OLD + n, OLD + n))
+    elif op == "touch" and files:
+        os.utime(rng.choice(files), ns=(OLD + 7 * n, OLD + 7 * n))
+    elif op == "chmod" and files:
+        os.chmod(rng.choice(files), 0o600 + n % 0o100)
+    elif op == "add" and dirs:
+        path = rng.choice(dirs) / f"new{n}.txt"
+        path.write_bytes(rng.randbytes(n))
+        os.utime(path, ns=(OLD, OLD))
+    elif op == "remove" and files:
+        rng.choice(files).unlink()
+    elif op == "rename" and files:
+        path = rng.choice(files)
+        path.rename(path.with_name(f"renamed{n}.txt"))
+    elif op == "mkdir" and dirs:
+        (rng.choice(dirs) / f"dir{n}").mkdir(exist_ok=True)
+    elif op == "rmdir" and len(dirs) > 1:
+        shutil.rmtree(rng.choice(dirs[1:]))
+    elif op == "movedir" and len(dirs) > 2:
+        source, into = rng.sample(dirs, 2)
+        if into != source and source not in into.parents and not os.path.lexists(into / source.name):
+            source.rename(into / source.name)
+    elif op == "link" and dirs:
+        link = rng.choice(dirs) / f"link{n}"
+        if not os.path.lexists(link):
+            os.symlink(f"target{n}", link)
+
+
+def test_most_changes_take_the_incremental_scan() -> None:
+    """(After the property test above, in this module's order.) Most of its examples
+    started from the kept tree, not a full walk: the test checks that path."""
+    assert len(INCREMENTAL) >= 20 and sum(INCREMENTAL) >= len(INCREMENTAL) // 2
