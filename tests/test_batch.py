@@ -342,9 +342,9 @@ async def test_a_peers_batch_of_more_content_than_a_batch_holds_is_held_in_part(
     held: list[int] = []
     real_write = batch.write_batch
 
-    def writing(replica, files):
+    def writing(replica, files, signatures=()):
         held.append(sum(len(data) for _, _, data in files))
-        return real_write(replica, files)
+        return real_write(replica, files, signatures)
 
     monkeypatch.setattr(batch, "write_batch", writing)
     pair = Pair(tmp_path)

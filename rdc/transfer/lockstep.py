@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 import trio
 
+from rdc.content.signature import FileSignature, signature_of_bytes
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError
 from rdc.local.paths import PathError
@@ -109,9 +110,11 @@ class _Descent:
 @dataclass(frozen=True, slots=True)
 class Rebuilt:
     """A ``delta`` file's outcome: its content (None: it did not check out, and goes by the
-    per-file exchange) and the bytes that came as literal data and from seeds."""
+    per-file exchange) and signature, and the bytes that came as literal data and from
+    seeds."""
 
     content: bytes | None
+    signature: FileSignature | None = None
     literal: int = 0
     matched: int = 0
 
@@ -179,11 +182,15 @@ class Descents:
                     plain, from_old = unrefine(item, piece, descent.seeds)
                     data.append(plain)
                     copied += from_old
-                content = rebuild(plan, descent.seeds, data)
+                content = rebuild(plan, descent.seeds, data, check_root=False)
             except (ValueError, OSError):
                 out[descent.file] = Rebuilt(None)
                 continue
-            out[descent.file] = Rebuilt(content, plan.literal_bytes() - copied,
+            signature = signature_of_bytes(content)  # (what the index records, too)
+            if signature.root != plan.root:
+                out[descent.file] = Rebuilt(None)
+                continue
+            out[descent.file] = Rebuilt(content, signature, plan.literal_bytes() - copied,
                                         plan.matched_bytes() + copied)
         return out
 

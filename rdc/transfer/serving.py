@@ -217,11 +217,12 @@ class ServerSession:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
         if walked.pending:
             # The stamp said nothing changed here, without a tree. A client with changes
-            # compares trees next: walk now, while it scans its own side (a sync with
-            # nothing to do has its answer already, and ends without waiting for this).
-            # A walk that fails here fails again, and is reported, where a tree is needed.
+            # compares trees next: make it now, while it scans its own side (a sync with
+            # nothing to do has its answer already, and ends without waiting for this):
+            # the tree kept in the index, else a walk. One that fails here fails again,
+            # and is reported, where a tree is needed.
             with contextlib.suppress(OSError, PathError):
-                await trio.to_thread.run_sync(lambda: walked.tree)
+                await self._scan()
 
     async def _scan(self, incremental: bool = False) -> Entry:
         """A new tree: by a rescan of what was written since the last (``incremental``:
