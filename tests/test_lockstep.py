@@ -180,10 +180,14 @@ def test_a_source_refuses_wants_of_files_that_are_not_its_deltas() -> None:
         lockstep._lists(sources, [m.FileWant(4, "subs", [0])])
     with pytest.raises(ValueError):
         lockstep._lists(sources, [m.FileWant(3, "subs", [99])])
+    assert lockstep._items(sources, [m.FileFetch(3, [(0, 0, 10)])], 30_000) == [
+        (3, data[:10])]
     with pytest.raises(ProtocolError, match="not a delta"):
-        lockstep._items(sources, [m.FileFetch(0, [(0, 0, 10)])])
+        lockstep._items(sources, [m.FileFetch(0, [(0, 0, 10)])], 30_000)
     with pytest.raises(ProtocolError, match="to refine"):
-        lockstep._items(sources, [m.FileFetch(3, [(0, 0, 5 << 20, b"ab", 100)])])
+        lockstep._items(sources, [m.FileFetch(3, [(0, 0, 5 << 20, b"ab", 100)])], 30_000)
+    with pytest.raises(ProtocolError, match="from files of"):  # the same bytes, many times
+        lockstep._items(sources, [m.FileFetch(3, [(0, 0, 4000)] * 4000)], 30_000)
     assert isinstance(sources[3], SourceFile)
 
 

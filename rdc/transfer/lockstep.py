@@ -161,9 +161,7 @@ class Descents:
         for descent in self.descents:
             plan = descent.plan
             assert plan is not None and not plan.have
-            if plan.whole:  # no seed at all (cannot be: delta files have one)
-                raise ProtocolError(message=f"{descent.offer.path}: a delta without seeds")
-            if plan.fetch:
+            if plan.fetch and not plan.whole:  # (whole: better sent; see `rebuild`)
                 out.append(m.FileFetch(descent.file, [item.wire() for item in plan.fetch]))
         return out
 
@@ -176,6 +174,9 @@ class Descents:
             plan = descent.plan
             assert plan is not None
             pieces = literal.get(descent.file, [])
+            if plan.whole:  # (a file the source describes as too small to describe)
+                out[descent.file] = Rebuilt(None)
+                continue
             try:
                 data, copied = [], 0
                 for item, piece in zip(plan.fetch, pieces, strict=True):
@@ -249,13 +250,16 @@ async def descend(conversation: Conversation, descents: Descents) -> dict[int, R
     literal: dict[int, list[bytes]] = {}
     if fetches:
         conversation.send(m.Fetches(files=fetches))
+        asked = sum(len(f.items) for f in fetches)
         pieces: list[bytes] = []
         while True:
             message = await conversation.receive(m.Data)
             pieces.extend(message.d)
+            if len(pieces) > asked:
+                raise ProtocolError(message="more data than was fetched")
             if message.end:
                 break
-        if len(pieces) != sum(len(f.items) for f in fetches):
+        if len(pieces) != asked:
             raise ProtocolError(message="data that does not match the fetched items")
         at = 0
         for f in fetches:
@@ -277,12 +281,17 @@ def _lists(sources: dict[int, SourceFile], wants: list[m.FileWant]) -> list[m.En
     return out
 
 
-def _items(sources: dict[int, SourceFile], files: list[m.FileFetch]
+def _items(sources: dict[int, SourceFile], files: list[m.FileFetch], limit: int
            ) -> list[tuple[int, bytes]]:
+    """The answers to a ``fetches``, all made at once: so at most ``limit`` bytes (what the
+    batch's files hold in all), else a protocol error, not a peer's 13 GB of answers."""
     refined = sum(item[2] for f in files for item in f.items if len(item) == 5)
     if refined > REFINED_LIMIT:  # each byte costs a hash and a lookup, not a copy
         raise ProtocolError(message=f"a fetch of {refined:,} bytes to refine (at most "
                             f"{REFINED_LIMIT:,})")
+    asked = sum(item[2] for f in files for item in f.items)
+    if asked > limit:
+        raise ProtocolError(message=f"a fetch of {asked:,} bytes from files of {limit:,}")
     out = []
     for f in files:
         source = sources.get(f.file)
@@ -298,6 +307,7 @@ async def serve(conversation: Conversation, sources: dict[int, SourceFile],
     file number) until the target sends ``until``, which is returned with the bytes of
     data sent per file. A want that does not fit its file is a protocol error."""
     sent: dict[int, int] = {}
+    held = sum(source.tree.size for source in sources.values())
     while True:
         message = await conversation.receive(m.Wants, m.Fetches, until)
         try:
@@ -305,7 +315,7 @@ async def serve(conversation: Conversation, sources: dict[int, SourceFile],
                 lists = await trio.to_thread.run_sync(_lists, sources, message.wants)
                 conversation.send(m.Lists(lists=lists))
             elif isinstance(message, m.Fetches):
-                answered = await trio.to_thread.run_sync(_items, sources, message.files)
+                answered = await trio.to_thread.run_sync(_items, sources, message.files, held)
                 await _send_pieces(conversation, answered, sent)
             else:
                 return message, sent
