@@ -419,8 +419,9 @@ def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
 
 
 def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
-    """Schema 2 drops the trait table: an index made by schema 1 keeps its rows, loses the
-    table, and still answers candidate queries (from the sketch column)."""
+    """Schema 2 drops the trait table (and 3 adds the kept tree's): an index made by schema
+    1 keeps its rows, loses the table, and still answers candidate queries (from the sketch
+    column)."""
     from rdc.local.index.db import _migrations, _statements
 
     root = tmp_path / "data"
@@ -436,12 +437,13 @@ def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
     for statement in _statements(first):
         if "CREATE TABLE trait" in statement or "CREATE INDEX trait_file" in statement:
             conn.execute(statement)
+    conn.execute("DROP TABLE sealed")  # (schema 3's)
     conn.execute("PRAGMA user_version=1")
     conn.close()
     db = IndexDatabase(tmp_path / "index.sqlite3")
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     tables = {name for (name,) in db.conn.execute("SELECT name FROM sqlite_master")}
-    assert "trait" not in tables and "file" in tables
+    assert "trait" not in tables and {"file", "sealed"} <= tables
     assert sorted((f.path, f.root) for f in db.files()) == rows
     a = next(f for f in db.files() if f.path == "a")
     assert [file_id for file_id, _ in db.candidates(a.sketch, 4, 5, exclude=a.id)] == [
