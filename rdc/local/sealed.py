@@ -9,21 +9,24 @@ sealed last at hand, with its own stamps, only the directories whose stamps diff
 listed again (`rdc.local.rescan.patch`), and a tree whose top stamp is unchanged is taken
 as it is.
 
-The tree is packed as nested tuples with `marshal` (C speed both ways: 100,000 entries in
-about 0.1 s each way), behind a version byte and a BLAKE3 hash of the rest, checked
-before anything is unpacked: the index is a cache, and a damaged one is dropped, never
-trusted.
+The tree is packed one directory at a time, each a `marshal` record (C speed both ways:
+100,000 entries in about 0.1 s each way) in depth-first order, so that neither end holds
+more than the packed bytes and one directory's tuples besides the tree (one record of the
+whole tree was 30 MB of tuples for 100,000 files, on top of the tree, at a server's
+peak). The records go behind a version byte and a BLAKE3 hash of them, checked before
+anything is unpacked: the index is a cache, and a damaged one is dropped, never trusted.
 """
 
 from __future__ import annotations
 
+import io
 import marshal
 
 import blake3
 
 from rdc.local.snapshot import Entry
 
-VERSION = b"\x01"
+VERSION = b"\x02"
 _MARSHAL = 4  # the marshal format (stable across the Pythons rdc runs on)
 
 
@@ -33,12 +36,18 @@ class Damaged(ValueError):
 
 def pack(tree: Entry) -> bytes:
     """``tree`` (sealed, with every directory's stamp in ``seen``) as bytes."""
-    body = marshal.dumps(_packed(tree), _MARSHAL)
-    return VERSION + blake3.blake3(body).digest() + body
+    out = io.BytesIO()
+    _pack(tree, out)
+    body = out.getbuffer()
+    packed = VERSION + blake3.blake3(body).digest() + body
+    body.release()
+    return packed
 
 
-def _packed(d: Entry) -> tuple:
-    names, items = [], []
+def _pack(d: Entry, out: io.BytesIO) -> None:
+    """Directory ``d``'s record (a subdirectory's item is None), then each subdirectory's,
+    in the order of its names."""
+    names, items, below = [], [], []
     for name, e in d.children.items():
         names.append(name)
         if e.kind == "f":
@@ -46,9 +55,12 @@ def _packed(d: Entry) -> tuple:
         elif e.kind == "l":
             items.append((e.mtime_ns, e.target, e.ino))
         else:
-            items.append(_packed(e))
-    return (d.mode, d.mtime_ns, d.ino, d.content, d.meta, d.smeta, d.count, d.seen,
-            tuple(names), tuple(items))
+            items.append(None)
+            below.append(e)
+    marshal.dump((d.mode, d.mtime_ns, d.ino, d.content, d.meta, d.smeta, d.count, d.seen,
+                  tuple(names), tuple(items)), out, _MARSHAL)
+    for e in below:
+        _pack(e, out)
 
 
 def unpack(data: bytes) -> Entry:
@@ -58,25 +70,27 @@ def unpack(data: bytes) -> Entry:
     body = memoryview(data)[33:]
     if blake3.blake3(body).digest() != data[1:33]:
         raise Damaged("its hash does not match")
+    stream = io.BytesIO(body)
     try:
-        return _entry(marshal.loads(body))
-    except (ValueError, TypeError, EOFError) as exc:
-        raise Damaged(str(exc)) from None
+        tree = _entry(stream)
+    except (ValueError, TypeError, EOFError, IndexError) as exc:
+        raise Damaged(str(exc) or type(exc).__name__) from None
+    if stream.read(1):
+        raise Damaged("bytes after the tree")
+    return tree
 
 
-def _entry(t: tuple) -> Entry:
-    mode, mtime, ino, content, meta, smeta, count, seen, names, items = t
+def _entry(stream: io.BytesIO) -> Entry:
+    mode, mtime, ino, content, meta, smeta, count, seen, names, items = marshal.load(stream)
     children: dict[str, Entry] = {}
     for name, item in zip(names, items, strict=True):
-        n = len(item)
-        if n == 5:
+        if item is None:
+            children[name] = _entry(stream)
+        elif len(item) == 5:
             children[name] = Entry("f", item[0], item[1], item[2], item[3], ino=item[4])
-        elif n == 3:
-            children[name] = Entry("l", 0, item[0], target=item[1], ino=item[2])
         else:
-            children[name] = _entry(item)
+            children[name] = Entry("l", 0, item[0], target=item[1], ino=item[2])
     if not seen or not content:
         raise ValueError("a directory without its hashes or stamp")
     return Entry("d", mode, mtime, children=children, content=content, meta=meta,
                  smeta=smeta, count=count, ino=ino, seen=seen)
-
