@@ -290,7 +290,7 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
                 raise ConflictError(path=path, expected="nothing", found="an entry")
             check: Expect | None = Expect.absent()
         else:
-            check = expectation(replica, path, expect)
+            check = expectation(replica, path, expect, row)
     except ConflictError:
         if not holds(replica, path, offer.root):
             raise

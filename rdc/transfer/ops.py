@@ -10,6 +10,7 @@ import stat
 from rdc.errors import Refusal, disk_full
 from rdc.local.fs import ConflictError, Expect, SafeRoot
 from rdc.local.ignore import Excludes
+from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError, join
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, iter_entries, lookup, meta_of
@@ -19,10 +20,12 @@ from rdc.wire import messages as m
 WHOLE_META = 4096
 
 
-def expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expect | None:
+def expectation(replica: Replica, path: str, expect: m.Expected | None,
+                row: IndexedFile | bool | None = True) -> Expect | None:
     """An ``expect`` (none: no check; nothing there; or a listing entry, a file's by its
     root prefix) as a check of what is at ``path`` when a change lands there. What can be
-    checked now is (ConflictError): nothing there, or the version of a file."""
+    checked now is (ConflictError): nothing there, or the version of a file (``row``: its
+    index row, if the caller looked it up already)."""
     if expect is None:
         return None
     if expect.kind == "":
@@ -33,7 +36,7 @@ def expectation(replica: Replica, path: str, expect: m.Expected | None) -> Expec
         return Expect.directory()
     if expect.kind == "l":
         return Expect.link(expect.digest)
-    return replica.expect_version(path, expect.digest)
+    return replica.expect_version(path, expect.digest, row)
 
 
 def holds(replica: Replica, path: str, root: bytes) -> bool:

@@ -223,6 +223,8 @@ class ServerSession:
             # and is reported, where a tree is needed.
             with contextlib.suppress(OSError, PathError):
                 await self._scan()
+        if opened.writable:  # (a push's target asks for seeds: the first would load these)
+            await trio.to_thread.run_sync(replica.warm)
 
     async def _scan(self, incremental: bool = False) -> Entry:
         """A new tree: by a rescan of what was written since the last (``incremental``:
