@@ -196,6 +196,42 @@ async def test_a_file_changed_at_the_target_meanwhile_fails_alone(tmp_path) -> N
     pair.close()
 
 
+async def test_the_tree_made_after_open_never_replaces_the_one_listings_came_from(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server makes its tree after answering ``open``, in the background. If a request
+    made it first, the background one does nothing: a scan after the file changed would
+    have made the offer's ``expect`` (from a listing before) look stale, and the change
+    on the server would have been overwritten instead of refused."""
+    import trio
+
+    src = tmp_path / "src"
+    small_tree(src, 40)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    (src / "d3" / "f3.txt").write_bytes(b"x" * 3000)
+    edited = trio.Event()
+    real_scan = serving.ServerSession._scan
+
+    async def late(self, incremental=False, ahead=False):
+        if ahead:
+            await edited.wait()  # the background scan, as late as it can come
+        return await real_scan(self, incremental, ahead)
+
+    async def meanwhile(connection) -> None:
+        conversation = connection.start(m.List(paths=[""], hb=8))
+        await conversation.receive(m.Listings)
+        (pair.share / "d3" / "f3.txt").write_bytes(b"edited on the server meanwhile")
+        edited.set()
+        await trio.sleep(0.05)
+
+    monkeypatch.setattr(serving.ServerSession, "_scan", late)
+    stats = await pair.run("push", src, between=meanwhile)
+    assert [path for path, _ in stats.failed] == ["d3/f3.txt"]
+    assert (pair.share / "d3" / "f3.txt").read_bytes() == b"edited on the server meanwhile"
+    pair.close()
+
+
 def test_a_batch_is_made_durable_once_before_any_file_is_installed(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

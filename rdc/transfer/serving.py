@@ -222,18 +222,23 @@ class ServerSession:
             # the tree kept in the index, else a walk. One that fails here fails again,
             # and is reported, where a tree is needed.
             with contextlib.suppress(OSError, PathError):
-                await self._scan()
+                await self._scan(ahead=True)
         if opened.writable:  # (a push's target asks for seeds: the first would load these)
             await trio.to_thread.run_sync(replica.warm)
 
-    async def _scan(self, incremental: bool = False) -> Entry:
+    async def _scan(self, incremental: bool = False, ahead: bool = False) -> Entry | None:
         """A new tree: by a rescan of what was written since the last (``incremental``:
         only when nobody else wrote meanwhile), another connection's scan at this change
-        number, the open's walk if nothing changed since it, else a full scan."""
+        number, the open's walk if nothing changed since it, else a full scan. ``ahead``
+        (after the open, before anyone asked): only from the open's walk, and nothing if
+        a request made the tree first (a later scan could see what changed since the
+        listings this connection answered)."""
         assert self.opened is not None
         replica = self.opened.replica
         async with self.opened.lock:
             seq = self.opened.sequence()
+            if ahead and (self._walked is None or self.dirty or seq != self.scanned_seq):
+                return None
             walked, self._walked = self._walked, None
             shared = None if self.dirty else self.opened.scanned(seq, self.excludes)
             if incremental:
@@ -267,10 +272,13 @@ class ServerSession:
         machine: a full scan) or this connection wrote since (a rescan)."""
         assert self.opened is not None
         if self.tree is None or self.scanned_seq != self.opened.sequence():
-            return await self._scan()
-        if self.dirty:
-            return await self._scan(incremental=True)
-        return self.tree
+            tree = await self._scan()
+        elif self.dirty:
+            tree = await self._scan(incremental=True)
+        else:
+            return self.tree
+        assert tree is not None
+        return tree
 
     def _writable(self) -> OpenDirectory:
         assert self.opened is not None
@@ -480,6 +488,7 @@ class ServerSession:
             self.opened.changed()
             self.unannounced = False
         tree = await self._scan(incremental=alone)
+        assert tree is not None
         conversation.send(m.Finished(
             content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
