@@ -208,3 +208,26 @@ def test_files_to_describe_fill_batches_by_their_own_budget() -> None:
     assert len(groups) <= -(-600 // fit[0]) + -(-100 // fit[1])  # (full, but for the last)
     groups, alone = batch.batches(edited + new, sizes, deltas=False)
     assert alone == edited and sum(map(len, groups)) == 100
+
+
+def test_a_file_still_changing_as_it_is_offered_is_not_offered(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a source offers in a batch is bytes its tree describes: a ``delta``'s answers
+    come from them. A file whose bytes do not match its tree even when read again (it keeps
+    changing) is offered as vanished, not with bytes its tree does not describe (a push
+    failed as a whole on it: "a delta's source does not add up")."""
+    from rdc.local.replica import Replica
+
+    root = tmp_path / "root"
+    edited_tree(root, 3)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    files = [(name, None) for name in names(root)]
+    assert all(isinstance(offer, m.FileOffer) for offer, _, _ in batch.offer_batch(replica,
+                                                                                  files))
+    monkeypatch.setattr(batch, "matches", lambda tree, data: False)
+    offered = batch.offer_batch(replica, files)
+    assert [(offer.code, data, tree) for offer, data, tree in offered] == [
+        ("vanished", None, None)] * 3
+    replica.close()

@@ -34,7 +34,7 @@ import trio
 from rdc.content.check import matches
 from rdc.content.signature import FileSignature, signature_of_bytes
 from rdc.content.tree import Tree
-from rdc.errors import ProtocolError, Refusal, disk_full
+from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.filestat import mtime_ns
 from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
 from rdc.local.index import IndexedFile
@@ -205,7 +205,10 @@ def _offer_each(
         except _EXPECTED_ERRORS as exc:
             out.append((_failure(exc, path), None, None))
             continue
-        if data is not None and len(data) != signature.size:
+        if data is not None and (len(data) != signature.size
+                                 or not matches(signature.tree, data)):
+            # (changing still: what goes out must be what its tree says, for a ``delta``'s
+            # answers come from these bytes and that tree)
             out.append((m.Failure("vanished", f"{path} changed while it was read"), None, None))
             continue
         held += len(data or b"")
@@ -525,6 +528,8 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
                 _written(stats, offer, verdict, result, literal)
                 done(offer.path, offer.size, result is None)
     except Refusal as exc:  # the server refused the whole batch (read-only, say)
+        if not isinstance(exc, RemoteError):  # (this side's: the server's side ends too)
+            conversation.send(m.Error(code=exc.code, msg=str(exc)))
         for offer, _, _, _ in offered:
             stats.failed.append((offer.path, str(exc)))
             done(offer.path, 0, False)

@@ -29,7 +29,7 @@ import trio
 
 from rdc.content.signature import FileSignature, signature_of_bytes
 from rdc.content.tree import Tree
-from rdc.errors import ProtocolError
+from rdc.errors import ProtocolError, Refusal
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.transfer.descent import (
@@ -319,8 +319,10 @@ async def serve(conversation: Conversation, sources: dict[int, SourceFile],
                 await _send_pieces(conversation, answered, sent)
             else:
                 return message, sent
-        except SourceChanged as exc:  # (the sources are bytes checked when offered)
-            raise ProtocolError(message=f"a delta's source does not add up: {exc}") from None
+        except SourceChanged as exc:  # (cannot be: the sources are bytes checked when
+            # offered; if it were, the batch fails, not the connection)
+            raise Refusal("vanished", message=f"a file changed while it was sent: {exc}"
+                          ) from None
         except ValueError as exc:
             raise ProtocolError(message=f"a want that does not fit its file: {exc}") from None
 
