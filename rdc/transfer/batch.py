@@ -195,6 +195,7 @@ def _offer_each(
                 continue
             with f:
                 data = f.read(SMALL_FILE) if small else None
+            changing = False
             if data is not None and not matches(signature.tree, data):
                 replica.store_recorded()  # (recheck compares with the index)
                 if recheck(replica, path) is not None and changed is not None:
@@ -202,13 +203,13 @@ def _offer_each(
                 signature, st, f = replica.sign(path)
                 with f:
                     data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
+                # Changing still? What goes out must be what its tree says: a ``delta``'s
+                # answers come from these bytes and that tree.
+                changing = data is not None and not matches(signature.tree, data)
         except _EXPECTED_ERRORS as exc:
             out.append((_failure(exc, path), None, None))
             continue
-        if data is not None and (len(data) != signature.size
-                                 or not matches(signature.tree, data)):
-            # (changing still: what goes out must be what its tree says, for a ``delta``'s
-            # answers come from these bytes and that tree)
+        if data is not None and (len(data) != signature.size or changing):
             out.append((m.Failure("vanished", f"{path} changed while it was read"), None, None))
             continue
         held += len(data or b"")
