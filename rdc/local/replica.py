@@ -36,7 +36,7 @@ from rdc.local.index import (
 )
 from rdc.local.marker import MARKER
 from rdc.local.paths import TEMP_PREFIX, PathError
-from rdc.local.rescan import Unsure, patch
+from rdc.local.rescan import Patch, Unsure, patch
 from rdc.local.snapshot import (
     MAX_DEPTH,
     Entry,
@@ -281,19 +281,28 @@ class Replica:
             found = patch(self.fs, old, touched, excludes, reuse=True)
         except (Unsure, OSError, PathError):
             return None
+        refreshed = self._filled(found, moves=True)
+        if refreshed is None:
+            return None
+        self.stats = RefreshStats(
+            files=file_count, signed=refreshed.signed, signed_bytes=refreshed.signed_bytes,
+            renamed=refreshed.renamed, unchanged=file_count - refreshed.signed)
+        return found.tree
+
+    def _filled(self, found: Patch, moves: bool = False) -> RefreshStats | None:
+        """A patched tree's listed files brought up to date in the index (``moves``: as
+        `refresh_some`), their roots put in place and the tree sealed; None if a file could
+        not be read or has no row after (the caller scans in full)."""
         with self.lock:
             refreshed = refresh_some(self.db, found.files, found.gone, self.fs.open_read,
-                                     moves=True)
+                                     moves=moves)
             roots = self.db.roots_of([path for path, _ in found.entries])
         if refreshed.errors or len(roots) != len(found.entries):
             return None
         for path, entry in found.entries:
             entry.root = roots[path]
         seal(found.tree)
-        self.stats = RefreshStats(
-            files=file_count, signed=refreshed.signed, signed_bytes=refreshed.signed_bytes,
-            renamed=refreshed.renamed, unchanged=file_count - refreshed.signed)
-        return found.tree
+        return refreshed
 
     def rescan(self, excludes: Excludes | None = None) -> Entry:
         """The tree after this replica's own writes since the last `scan` or `rescan`,
@@ -316,15 +325,9 @@ class Replica:
                           reuse=self._fingerprint is not None)
         except (Unsure, OSError, PathError):
             return self.scan(excludes)
-        with self.lock:
-            stats = refresh_some(self.db, found.files, found.gone, self.fs.open_read)
-            roots = self.db.roots_of([path for path, _ in found.entries])
-        if stats.errors or len(roots) != len(found.entries):
+        if self._filled(found) is None:
             return self.scan(excludes)
-        for path, entry in found.entries:
-            entry.root = roots[path]
         tree = found.tree
-        seal(tree)
         self.tree = tree
         self._fingerprint = self._sealed(fingerprint(tree, salt), tree)
         return tree
