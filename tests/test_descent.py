@@ -6,7 +6,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rdc.content.signature import signature_of_bytes
@@ -57,6 +57,8 @@ def apply(data: bytes, changes, rng: random.Random) -> bytes:
     return data
 
 
+# a 4-byte sub-chunk prefix that names the wrong old bytes: the leaf fails its check
+@example(131069, [("insert", 0.0, 1845), ("insert", 0.0, 1845), ("insert", 0.3125, 576)], 225)
 @given(st.integers(0, scaled(400_000, 60_000)), edits, st.integers(0, 2**32))
 def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int) -> None:
     rng = random.Random(seed)
@@ -69,6 +71,18 @@ def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int) -> No
     assert rebuild(plan, seeds, literal) == new
     assert report.literal_bytes + report.matched_bytes == len(new)
     assert report.literal_bytes <= len(new)
+
+
+def test_a_leaf_that_fails_its_check_is_fetched_whole() -> None:
+    rng = random.Random(225)
+    old = rng.randbytes(131069)
+    new = apply(old, [("insert", 0.0, 1845), ("insert", 0.0, 1845), ("insert", 0.3125, 576)],
+                rng)
+    plan, report, seeds, literal = transfer(old, new)
+    assert report.false_matches == 1  # the prefix collision this input is known for
+    assert rebuild(plan, seeds, literal) == new
+    assert report.literal_bytes + report.matched_bytes == len(new)
+    assert report.literal_bytes < len(new) // 4  # one leaf, not the file
 
 
 def test_text_with_moved_and_edited_lines_rebuilds() -> None:

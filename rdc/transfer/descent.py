@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rdc.content import refine, subchunks
 from rdc.content.entries import pack_varints, prefixes, unpack_varints
@@ -567,6 +567,7 @@ def simulate(
     except StopIteration as done:
         plan: Plan = done.value
     literal: list[bytes] = []
+    copies: list[int] = []  # per item: bytes a refined item took from old blocks
     if plan.whole:
         ask(WantWhole())
         literal = [source.read(0, source.tree.size)]
@@ -586,11 +587,43 @@ def simulate(
                     data, copied = source.data(*plain), 0
                     report.data_message_bytes += wire_size(Data(d=[data], end=True))
                 literal.append(data)
-                report.refined_bytes += copied
+                copies.append(copied)
+        plan = _leaves_checked(plan, seeds, literal, copies, source, report, ask)
     report.have = plan.have
-    report.literal_bytes = plan.literal_bytes() - report.refined_bytes
+    report.refined_bytes = sum(copies)
+    report.literal_bytes = (plan.size - plan.matched_bytes() - report.refined_bytes
+                            if plan.pieces else plan.literal_bytes())
     report.matched_bytes = plan.matched_bytes() + report.refined_bytes
     return plan, report, literal
+
+
+def _leaves_checked(plan: Plan, seeds: SeedMap, literal: list[bytes], copies: list[int],
+                    source: SourceFile, report: DeltaReport,
+                    ask: Callable[[Message], None]) -> Plan:
+    """The target's leaf checks: a leaf rebuilt from sub-chunks whose hash does not match
+    (a sub-chunk prefix named the wrong old bytes) is fetched whole, as `rdc.transfer.target`
+    does; its pieces become one literal piece, its refined items no longer count."""
+    pieces = plan.pieces
+    for leaf, offset, length, key in plan.checks:
+        inside = [p for p in pieces if offset <= p.offset < offset + length]
+        data = b"".join(seeds.seeds[p.seed].read(p.seed_offset, p.length) if p.seed >= 0
+                        else literal[p.item] for p in inside)
+        if chunk_hash(data).startswith(key):
+            continue
+        report.false_matches += 1
+        ask(WantFetch(items=[(leaf, 0, length)]))
+        whole = source.data(leaf, 0, length)
+        report.data_message_bytes += wire_size(Data(d=[whole], end=True))
+        for p in inside:
+            if p.seed < 0:
+                copies[p.item] = 0
+        literal.append(whole)
+        pieces = [p for p in pieces if not offset <= p.offset < offset + length]
+        pieces.append(Piece(offset=offset, length=length, item=len(literal) - 1))
+        pieces.sort(key=lambda p: p.offset)
+    if pieces is not plan.pieces:
+        plan = replace(plan, pieces=pieces)
+    return plan
 
 
 def unrefine(item: FetchItem, piece: bytes, seeds: SeedMap) -> tuple[bytes, int]:
