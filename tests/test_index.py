@@ -402,6 +402,18 @@ def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
     with db.transaction():
         db.delete_tree("d1")
     agree()
+    # Many at once, one path twice (a file signed twice in one batch): the last stays.
+    from rdc.content.signature import signature_of_bytes
+
+    st = os.lstat(root / "d2" / "f5")
+    first, last = signature_of_bytes(files["d2/f5"]), signature_of_bytes(b"later" * 700)
+    other = signature_of_bytes(files["d0/f3"][::-1])
+    with db.transaction():
+        db.put_many([("d2/f5", st, first, False), ("d0/f3", st, other, False),
+                     ("d2/f5", st, last, True)])
+    assert db.get("d2/f5").root == last.root and db.get("d2/f5").racy
+    assert db.get("d0/f3").root == other.root
+    agree()
     # Kept in step, the lists are what a load makes of the table, in id order (which is
     # what lets a removal find an id by bisection).
     from rdc.local.index.traits import TraitLists

@@ -210,13 +210,15 @@ def test_files_to_describe_fill_batches_by_their_own_budget() -> None:
     assert alone == edited and sum(map(len, groups)) == 100
 
 
-def test_a_file_still_changing_as_it_is_offered_is_not_offered(
+def test_what_a_batch_offers_is_the_bytes_its_tree_describes(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a source offers in a batch is bytes its tree describes: a ``delta``'s answers
-    come from them. A file whose bytes do not match its tree even when read again (it keeps
-    changing) is offered as vanished, not with bytes its tree does not describe (a push
-    failed as a whole on it: "a delta's source does not add up")."""
+    """A ``delta``'s answers come from the bytes a source offered, so they must be what the
+    offered tree describes. A file whose bytes disagree with its stored tree (bit rot, or a
+    file still changing) is read again and signed from the very bytes read, whatever they
+    are (a push once failed as a whole on such a file: "a delta's source does not add
+    up")."""
+    from rdc.content.signature import signature_of_bytes
     from rdc.local.replica import Replica
 
     root = tmp_path / "root"
@@ -226,8 +228,11 @@ def test_a_file_still_changing_as_it_is_offered_is_not_offered(
     files = [(name, None) for name in names(root)]
     assert all(isinstance(offer, m.FileOffer) for offer, _, _ in batch.offer_batch(replica,
                                                                                   files))
-    monkeypatch.setattr(batch, "matches", lambda tree, data: False)
+    monkeypatch.setattr(batch, "matches", lambda tree, data: False)  # never what was stored
     offered = batch.offer_batch(replica, files)
-    assert [(offer.code, data, tree) for offer, data, tree in offered] == [
-        ("vanished", None, None)] * 3
+    assert len(offered) == 3
+    for (path, _), (offer, data, tree) in zip(files, offered, strict=True):
+        assert isinstance(offer, m.FileOffer) and data is not None and tree is not None
+        assert data == (root / path).read_bytes()
+        assert signature_of_bytes(data).root == tree.root == offer.root
     replica.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rdc._native import stamp_tree
-from rdc.content.signature import FileSignature, signature_of_file
+from rdc.content.signature import FileSignature, signature_of_bytes, signature_of_file
 from rdc.content.tree import Tree, TreeFormatError
 from rdc.local import sealed
 from rdc.local.commits import GroupCommit
@@ -360,26 +360,61 @@ class Replica:
             st = os.fstat(f.fileno())
             with self.lock:
                 row = self.db.get(path)
-                tree = None
-                if row is not None and row.describes(st):
-                    try:
-                        tree = self.db.tree(row.id)
-                    except TreeFormatError:
-                        tree = None
-            if tree is not None:
-                return FileSignature(tree, row.sketch), st, f
+            stored = self._stored(row, st)
+            if stored is not None:
+                return stored, st, f
             signature = signature_of_file(f)
             f.seek(0)
-            after = os.fstat(f.fileno())
-            later = getattr(self._later, "records", None)
-            if later is not None:  # inside `recording_together`: stored at its end
-                later.append((path, st, signature, _changed(st, after)))
-            else:
-                self.record(path, st, signature, racy=_changed(st, after))
+            self._signed(path, st, signature, os.fstat(f.fileno()))
             return signature, st, f
         except BaseException:
             f.close()
             raise
+
+    def sign_small(self, path: str, row: IndexedFile | None, limit: int
+                   ) -> tuple[FileSignature, os.stat_result, bytes | None, bool]:
+        """`sign` for a file that is likely small, given its index row (None: it has
+        none): its signature, stat, content if it has at most ``limit`` bytes, and whether
+        the signature was stored (the caller checks the content against it, for bit rot).
+        A file signed now is signed from the bytes read: one read, and they are what the
+        signature describes, whatever happens to the file meanwhile."""
+        with self.fs.open_read(path) as f:
+            st = os.fstat(f.fileno())
+            stored = self._stored(row, st)
+            if stored is not None:
+                data = f.read(limit + 1) if stored.size <= limit else None
+                return stored, st, data if data is None or len(data) <= limit else None, True
+            data = f.read(limit + 1)
+            if len(data) <= limit:
+                signature = signature_of_bytes(data)
+            else:
+                f.seek(0)
+                signature, data = signature_of_file(f), None
+            self._signed(path, st, signature, os.fstat(f.fileno()))
+            return signature, st, data, False
+
+    def _stored(self, row: IndexedFile | None, st: os.stat_result) -> FileSignature | None:
+        """The stored signature of the file ``row`` indexed, if it is still that file (and
+        the row still in the index: another thread may have replaced it since it was read,
+        and a new row can take a deleted row's id, so the tree must have the row's root)."""
+        if row is None or not row.describes(st):
+            return None
+        with self.lock:
+            try:
+                tree = self.db.tree(row.id)
+            except TreeFormatError:
+                return None
+        return FileSignature(tree, row.sketch) if tree.root == row.root else None
+
+    def _signed(self, path: str, st: os.stat_result, signature: FileSignature,
+                after: os.stat_result) -> None:
+        """Store a signature just made from the file at ``path`` (``st`` before the read,
+        ``after`` it), or keep it for the end of `recording_together`."""
+        later = getattr(self._later, "records", None)
+        if later is not None:
+            later.append((path, st, signature, _changed(st, after)))
+        else:
+            self.record(path, st, signature, racy=_changed(st, after))
 
     def expect_version(self, path: str, prefix: bytes,
                        row: IndexedFile | bool | None = True) -> Expect:
@@ -517,10 +552,10 @@ class Replica:
         if not files:
             return
         now = time.time_ns()
+        rows = [(path, st, signature, mtime_ns(st) >= now - RACY_NS if racy is None else racy)
+                for path, st, signature, racy in files]
         with self.lock, self.db.transaction():
-            for path, st, signature, racy in files:
-                is_racy = mtime_ns(st) >= now - RACY_NS if racy is None else racy
-                self.db.put(path, st, signature, is_racy)
+            self.db.put_many(rows)
 
     def commit(
         self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None

@@ -184,34 +184,23 @@ def _offer_each(
 ) -> list[Offered]:
     out: list[Offered] = []
     held = 0
+    rows = replica.indexed([path for path, _ in files])
     for path, expect in files:
         try:
-            signature, st, f = replica.sign(path)
+            signature, st, data, stored = replica.sign_small(path, rows.get(path), SMALL_FILE - 1)
             small = signature.size < SMALL_FILE
-            if small and hold is not None and signature.size >= WHOLE_BELOW and (
-                    held + signature.size > hold):
-                f.close()
-                out.append((_offer(path, signature, st, expect, None), None, signature.tree))
-                continue
-            with f:
-                data = f.read(SMALL_FILE) if small else None
-            changing = False
-            if data is not None and not matches(signature.tree, data):
+            if stored and small and (data is None or not matches(signature.tree, data)):
+                # Not what its index says: read again, signed from the bytes read.
                 replica.store_recorded()  # (recheck compares with the index)
                 if recheck(replica, path) is not None and changed is not None:
                     changed(path)
-                signature, st, f = replica.sign(path)
-                with f:
-                    data = f.read(SMALL_FILE) if signature.size < SMALL_FILE else None
-                # Changing still? What goes out must be what its tree says: a ``delta``'s
-                # answers come from these bytes and that tree.
-                changing = data is not None and not matches(signature.tree, data)
+                signature, st, data, _ = replica.sign_small(path, None, SMALL_FILE - 1)
         except _EXPECTED_ERRORS as exc:
             out.append((_failure(exc, path), None, None))
             continue
-        if data is not None and (len(data) != signature.size or changing):
-            out.append((m.Failure("vanished", f"{path} changed while it was read"), None, None))
-            continue
+        if data is not None and hold is not None and signature.size >= WHOLE_BELOW and (
+                held + signature.size > hold):
+            data = None  # offered as indexed; read again if the target asks for it
         held += len(data or b"")
         out.append((_offer(path, signature, st, expect, data), data, signature.tree))
     return out

@@ -262,8 +262,7 @@ def _sign_all(db, opener, paths, on_disk, workers, racy, stats, progress) -> Non
         nonlocal last_commit
         if batch:
             with db.transaction():
-                for rel, st, signature, is_racy in batch:
-                    db.put(rel, st, signature, is_racy)
+                db.put_many(batch)
             batch.clear()
         last_commit = time.monotonic()
 
