@@ -280,6 +280,26 @@ def test_content_that_does_not_have_its_root_is_refused_alone(tmp_path) -> None:
     replica.close()
 
 
+def test_the_target_checks_the_root_and_keeps_the_offered_sketch(tmp_path) -> None:
+    """The root is checked against the bytes; the sketch (a second pass over a small
+    file's sub-chunks) is the source's: it only steers which seeds a later descent reads,
+    and their bytes are checked as they are used."""
+    from rdc.content.signature import signature_of_bytes
+
+    root = tmp_path / "root"
+    root.mkdir()
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    data = random.Random(4).randbytes(20_000)
+    made = signature_of_bytes(data)
+    offered = bytes(63 - t for t in made.sketch)  # not what the bytes would give
+    offer = m.FileOffer("f", len(data), made.root, len(made.tree.levels), offered, 0o644, OLD)
+    assert batch.write_batch(replica, [(offer, None, data)]) == [None]
+    row = replica.indexed(["f"])["f"]
+    assert row.root == made.root and row.sketch == offered
+    replica.close()
+
+
 def test_files_are_cut_into_batches_by_count_and_bytes() -> None:
     files = [(f"f{i}", None) for i in range(600)]
     sizes = {f"f{i}": 1000 for i in range(600)}

@@ -99,6 +99,15 @@ def signature_of_bytes(
     return _signature(segments_of_buffer(data, segment_size), params)
 
 
+def tree_of_bytes(
+    data: bytes, params: SignatureParams = DEFAULT_SIGNATURE, segment_size: int = SEGMENT_SIZE
+) -> Tree:
+    """The tree alone, without the sketch (a second pass over a small file's sub-chunks):
+    what a target checks received content with, taking the sketch the source offered."""
+    leaves, _ = leaf_level(segments_of_buffer(data, segment_size), params.chunks)
+    return build_tree(leaves, params.groups)
+
+
 def leaf_set(tree: Tree) -> set[bytes]:
     leaves = tree.leaves
     return {leaves.hashes[i : i + HASH_BYTES] for i in range(0, len(leaves.hashes), HASH_BYTES)}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import trio
 
 from rdc.content.check import matches
-from rdc.content.signature import FileSignature, signature_of_bytes
+from rdc.content.signature import FileSignature, signature_of_bytes, tree_of_bytes
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.filestat import mtime_ns
@@ -353,13 +353,15 @@ def write_batch(
     """Write each file's content beside its destination, check its root, make them all
     durable at once, then install each where its check still holds, and record them in
     one index transaction (blocking). One result per file. ``signatures``: those already
-    made of the contents (by position; a missing one is made here)."""
+    made of the contents (by position; a missing one is made here, with the offered sketch:
+    it only steers the choice of seeds, whose bytes are checked as they are used)."""
     results: list[m.Failure | None] = [None] * len(files)
     prepared: list[tuple[int, TempFile, FileSignature]] = []
     try:
         for i, (offer, _, data) in enumerate(files):
             made = signatures[i] if i < len(signatures) else None
-            signature = made if made is not None else signature_of_bytes(data)
+            signature = (made if made is not None
+                         else FileSignature(tree_of_bytes(data), offer.sketch))
             if signature.root != offer.root:
                 results[i] = m.Failure("verify", f"{offer.path}: the content does not have "
                                        "the offered root (it changed at the source?)")
