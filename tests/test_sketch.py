@@ -95,7 +95,7 @@ class FakeStat:
 
 def add(db: IndexDatabase, path: str, sketch: bytes, inode: int) -> None:
     empty = signature_of_bytes(b"")
-    db.put(path, FakeStat(inode), FileSignature(empty.tree, sketch), False)
+    db.put_many([(path, FakeStat(inode), FileSignature(empty.tree, sketch), False)])
 
 
 def random_sketch(rng: random.Random) -> bytes:

@@ -89,6 +89,7 @@ class Replica:
         self._commits = GroupCommit(self)
         self._later = threading.local()  # records kept for the end of `recording_together`
         self._kept: bytes | None = None  # the fingerprint of the tree kept in the index
+        self._held_before: int | None = None  # the largest file id at `warm`
 
     def close(self) -> None:
         try:
@@ -456,10 +457,12 @@ class Replica:
             return self.db.with_roots(roots, limit)
 
     def warm(self) -> None:
-        """Load what the first seed query of a transfer would (the trait lists: 0.2 s for
-        100,000 files, under the lock every writer waits on), ahead of it."""
+        """A transfer into this replica starts: load what its first seed query would (the
+        trait lists: 0.2 s for 100,000 files, under the lock every writer waits on), ahead
+        of it, and note the files held now (`resembled`)."""
         with self.lock:
             self.db.seed_threshold()
+            self._held_before = self.db.max_id()
 
     def indexed(self, paths: list[str]) -> dict[str, IndexedFile]:
         """The index rows of those of ``paths`` that have one (whether the files still
@@ -493,10 +496,14 @@ class Replica:
         return trees
 
     def resembled(self, sketch: bytes, traits: int) -> bool:
-        """Whether an indexed file shares at least ``traits`` of 12 traits with
-        ``sketch``."""
+        """Whether a file indexed when the last transfer into this replica started
+        (`warm`; any file, if none did) shares at least ``traits`` of 12 traits with
+        ``sketch``. Files written since came from the same kind of source, most from the
+        same transfer, where the compression stream sees what they share; looking among
+        them cost a first copy of 100,000 files a tenth of the target's CPU, for nothing
+        (of Django's 6,759 files, 6 looked near-identical and sent the same bytes)."""
         with self.lock:
-            return bool(self.db.candidates(sketch, traits, 1))
+            return bool(self.db.candidates(sketch, traits, 1, upto=self._held_before))
 
     def reader(self, path: str) -> Callable[[int, int], bytes] | None:
         """(offset, length) -> bytes of the file at ``path``, opened once; None if it

@@ -259,6 +259,8 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
     """Move ``files`` (path, root prefix the target holds there) to the target: small ones
     in batches, the rest (and those a batch sends back) one by one; many of each in
     flight. ``done(path, size, arrived)`` is called once per file."""
+    if not push and files:  # this side is the target (as the server is for a push)
+        await trio.to_thread.run_sync(replica.warm)
     groups, alone = batches(files, sizes, takes_deltas(connection))
     limiter = trio.CapacityLimiter(options.concurrency)
     batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)

@@ -367,10 +367,17 @@ class IndexDatabase:
         threshold: int = CANDIDATE_THRESHOLD,
         limit: int = CANDIDATE_LIMIT,
         exclude: int | None = None,
+        upto: int | None = None,
     ) -> list[tuple[int, int]]:
         """Files sharing at least ``threshold`` traits with ``sketch``, best first:
-        ``(file id, matching traits)``."""
-        return self._trait_lists().candidates(sketch, threshold, limit, exclude)
+        ``(file id, matching traits)``; only those of id at most ``upto``, if given."""
+        if upto is not None and upto <= 0:
+            return []
+        return self._trait_lists().candidates(sketch, threshold, limit, exclude, upto)
+
+    def max_id(self) -> int:
+        """The largest file id (0 for none): every file indexed later has a larger one."""
+        return self.conn.execute("SELECT MAX(id) FROM file").fetchone()[0] or 0
 
     def seed_threshold(self) -> int:
         """The common traits a seed candidate needs: CANDIDATE_THRESHOLD, more in a large

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from math import comb
 
 from rdc import _native
@@ -92,10 +92,15 @@ class TraitLists:
                 continue
 
     def candidates(self, sketch: bytes, threshold: int, limit: int,
-                   exclude: int | None) -> list[tuple[int, int]]:
+                   exclude: int | None, upto: int | None = None) -> list[tuple[int, int]]:
         """Files sharing at least ``threshold`` traits with ``sketch``, best first (most
-        traits, then lowest id, as the SQL query ordered them): (file id, traits)."""
+        traits, then lowest id, as the SQL query ordered them): (file id, traits); only
+        those of id at most ``upto``, if given (each list is in id order)."""
         lists = [self.lists[bucket] for bucket in buckets(sketch)]
+        top = self.max_id
+        if upto is not None and upto < top:
+            lists = [ids[: bisect_right(ids, upto)] for ids in lists]
+            top = upto
         return _native.trait_candidates(
-            lists, self.max_id, threshold, limit, -1 if exclude is None else exclude
+            lists, top, threshold, limit, -1 if exclude is None else exclude
         )
