@@ -82,6 +82,9 @@ class Replica:
         self.errors: list[tuple[str, str]] = []  # what the last scan could not read
         self.temporaries: list[str] = []  # rdc temporaries the last scan saw
         self._unsynced: set[str] = set()  # directories renamed into, not yet fsynced
+        # (its own lock: an install waited on `lock` while a batch's index commit ran a
+        # checkpoint, 2.6 s of a first copy's 100,000 installs)
+        self._unsynced_lock = threading.Lock()
         self._salt: bytes | None = None  # the exclude patterns ``tree`` was made with
         self._fingerprint: bytes | None = None  # of ``tree`` as sealed, if it had no errors
         self.fs.changed = set()  # what `rescan` lists again
@@ -595,7 +598,7 @@ class Replica:
         return st
 
     def _installed(self, path: str) -> None:
-        with self.lock:
+        with self._unsynced_lock:
             self._unsynced.add(path.rpartition("/")[0])
 
     def move(self, path: str, destination: str, expect: Expect | None = None) -> None:
@@ -604,7 +607,7 @@ class Replica:
         content did not change: nothing is read again); anything else's rows go."""
         row = self.indexed([path]).get(path)
         self.fs.rename(path, destination, expect, sync=False)
-        with self.lock:
+        with self._unsynced_lock:
             self._unsynced.update((path.rpartition("/")[0], destination.rpartition("/")[0]))
         st = self.fs.lstat(destination)
         with self.lock, self.db.transaction():
@@ -621,14 +624,14 @@ class Replica:
         was not yet reported durable."""
         made = self.fs.mkdir(path, mode, exist_ok=exist_ok, sync=False)
         if made:
-            with self.lock:
+            with self._unsynced_lock:
                 self._unsynced.add(path.rpartition("/")[0])
         return made
 
     def sync_dirs(self) -> None:
         """Make the renames of `commit` and the directories of `mkdir` durable. Until then
         a crash may leave the old version of a file, never a mix."""
-        with self.lock:
+        with self._unsynced_lock:
             dirs, self._unsynced = self._unsynced, set()
         if len(dirs) > SYNCFS_FROM and sync_filesystem(self.fs):
             return
