@@ -223,3 +223,30 @@ def test_most_changes_take_the_incremental_scan() -> None:
     """(After the property test above, in this module's order.) Most of its examples
     started from the kept tree, not a full walk: the test checks that path."""
     assert len(INCREMENTAL) >= 20 and sum(INCREMENTAL) >= len(INCREMENTAL) // 2
+
+
+def test_roots_set_from_rows_in_any_order_and_files_without_one_dropped(tmp_path) -> None:
+    """A scan streams its index's (path, root) rows into the tree: rows of paths that are
+    not files of the tree (gone, a directory, excluded) are ignored, and a file no row
+    names is dropped (unreadable), as a dict look-up per file did."""
+    import os
+
+    from rdc.local.snapshot import clear_roots, drop_rootless, set_roots, walk
+
+    for rel in ("a/x", "a/b/y", "z"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(rel.encode())
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        tree = walk(fd).tree
+    finally:
+        os.close(fd)
+    rows = [("z", b"Z" * 32), ("gone", b"G" * 32), ("a", b"D" * 32), ("a/b/y", b"Y" * 32),
+            ("a/b/y/deeper", b"Q" * 32)]
+    set_roots(tree, reversed(rows))
+    assert tree.children["z"].root == b"Z" * 32
+    assert tree.children["a"].children["b"].children["y"].root == b"Y" * 32
+    clear_roots(tree)
+    set_roots(tree, rows[:2])
+    assert drop_rootless(tree) == ["a/b/y", "a/x"]
+    assert set(tree.children) == {"a", "z"} and not tree.children["a"].children["b"].children

@@ -41,10 +41,13 @@ from rdc.local.snapshot import (
     MAX_DEPTH,
     Entry,
     Walk,
-    fill_roots,
+    all_rooted,
+    clear_roots,
+    drop_rootless,
     fingerprint,
     fingerprint_of,
     seal,
+    set_roots,
     walk,
 )
 
@@ -196,23 +199,26 @@ class Replica:
             if kept is not None:
                 return kept
         tree, errors = walked.tree, list(walked.errors)
-        with self.lock:
+        with self.lock:  # (roots streamed into the tree: a dict of them was 16 MB a 100k)
             sealed = None if checksum or walked.errors else self.db.cached_hashes(
                 walked.fingerprint)
-            roots = self.db.roots() if sealed is not None else {}
-            if sealed is not None and all(path in roots for path in walked.files):
+            if sealed is not None:
+                set_roots(tree, self.db.iter_roots())
+            if sealed is not None and all_rooted(tree):
                 # Exactly the walk last sealed, with no racy file (a new process, or a
                 # daemon's replica opened again): every row still describes its file.
                 self.stats = RefreshStats(files=len(walked.files),
                                           unchanged=len(walked.files))
             else:
+                if sealed is not None:
+                    clear_roots(tree)
                 sealed = None
                 self.stats = refresh(self.db, self.root, exclude=excludes,
                                      progress=progress, files=walked.files,
                                      opener=self.fs.open_read, checksum=checksum)
-                roots = self.db.roots()
+                set_roots(tree, self.db.iter_roots())
         reasons = dict(self.stats.errors)
-        for path in fill_roots(tree, roots):
+        for path in drop_rootless(tree):
             errors.append((path, reasons.get(path, "changed or vanished while scanned")))
         seal(tree)
         if sealed is not None and (tree.content, tree.meta, tree.smeta) != sealed:

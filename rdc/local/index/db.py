@@ -402,8 +402,12 @@ class IndexDatabase:
 
     def roots(self) -> dict[str, bytes]:
         """Every file's root by path."""
-        return {_fsdecode(path): root
-                for path, root in self.conn.execute("SELECT path, root FROM file")}
+        return dict(self.iter_roots())
+
+    def iter_roots(self) -> Iterator[tuple[str, bytes]]:
+        """Every file's (path, root), as read (in no order)."""
+        for path, root in self.conn.execute("SELECT path, root FROM file"):
+            yield _fsdecode(path), root
 
     def cached_hashes(self, fingerprint: bytes) -> tuple[bytes, bytes, bytes] | None:
         """The root hashes sealed for a walk with this fingerprint, if they are still the
