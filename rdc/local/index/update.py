@@ -29,6 +29,7 @@ RACY_NS = 2_000_000_000
 BATCH_SECONDS = 0.5
 BATCH_FILES = 256
 INLINE_BYTES = 256 << 10  # files smaller than this are signed on the refreshing thread
+STAMPS_AT_ONCE = 4096  # rows read at once by `refresh_some`
 
 
 @dataclass
@@ -204,10 +205,9 @@ def refresh_some(
     def racy(st: FileStat) -> bool:
         return mtime_ns(st) >= started - RACY_NS
 
-    rows = db.stamps_of(list(files))
     left = {row.inode: row for row in db.stamps_under(gone) if not row.racy} if moves else {}
     with db.transaction():
-        changed = _changed(db, rows, files, stats)
+        changed = _changed(db, files, stats)
         if left:
             changed = [rel for rel in changed if not _moved(db, rel, files[rel], left,
                                                             racy, stats)]
@@ -230,19 +230,25 @@ def _moved(db: IndexDatabase, rel: str, st: FileStat, left: dict[int, Stamped],
     return True
 
 
-def _changed(db: IndexDatabase, rows: Mapping[str, Stamped],
-             files: Mapping[str, FileStat], stats: RefreshStats) -> list[str]:
+def _changed(db: IndexDatabase, files: Mapping[str, FileStat], stats: RefreshStats
+             ) -> list[str]:
     """The paths of ``files`` whose rows no longer describe them (to be read again); a
-    row that does gets the file's current mode (inside the caller's transaction)."""
+    row that does gets the file's current mode (inside the caller's transaction). The
+    rows are read STAMPS_AT_ONCE paths at a time: all of a first copy's 100,000 at once
+    were 40 MB, the server's peak."""
     changed = []
-    for rel, st in files.items():
-        row = rows.get(rel)
-        if row and row.describes(st):
-            stats.unchanged += 1
-            if row.mode != st.st_mode:
-                db.touch(row.id, st, False)
-        else:
-            changed.append(rel)
+    paths = list(files)
+    for at in range(0, len(paths), STAMPS_AT_ONCE):
+        some = paths[at : at + STAMPS_AT_ONCE]
+        rows = db.stamps_of(some)
+        for rel in some:
+            st, row = files[rel], rows.get(rel)
+            if row and row.describes(st):
+                stats.unchanged += 1
+                if row.mode != st.st_mode:
+                    db.touch(row.id, st, False)
+            else:
+                changed.append(rel)
     return changed
 
 
