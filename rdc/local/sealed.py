@@ -37,11 +37,12 @@ class Damaged(ValueError):
 def pack(tree: Entry) -> bytes:
     """``tree`` (sealed, with every directory's stamp in ``seen``) as bytes."""
     out = io.BytesIO()
-    _pack(tree, out)
-    body = out.getbuffer()
-    packed = VERSION + blake3.blake3(body).digest() + body
-    body.release()
-    return packed
+    out.write(VERSION + bytes(32))  # the hash goes in its place: no second copy of a
+    _pack(tree, out)                # body of 10 MB or so (at a first copy's peak)
+    view = out.getbuffer()
+    view[1:33] = blake3.blake3(view[33:]).digest()
+    view.release()
+    return out.getvalue()
 
 
 def _pack(d: Entry, out: io.BytesIO) -> None:

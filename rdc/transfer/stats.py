@@ -3,8 +3,9 @@ events it reports along the way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from rdc.local.marker import MarkerBook
@@ -106,24 +107,28 @@ class Stats:
                 self.applied.append((op.kind, op.path, where))
         return [result is None for result in results]
 
-    def settle(self, files: Iterable[str], planned: Iterable[str], unreadable: Iterable[str] = (),
-               dry_run: bool = False) -> None:
+    def settle(self, files: Collection[str], planned: Iterable[str],
+               unreadable: Iterable[str] = (), dry_run: bool = False) -> None:
         """Set the file counters from the files the run covered (``files``: those at the
         source, or, for a two-way round, those here at its end), the files it set out to
         transfer (``planned``) and the files it could not read (``unreadable``). A file is
         counted once: transferred, failed (an error on a planned or unreadable file that
         was not transferred), or unchanged; other errors (directories, links, modes) are
         only in ``failed``."""
-        planned = set(planned)
-        moved = set(self.moved)
-        broken = {path for path, _ in self.failed} & (planned | set(unreadable))
-        broken -= moved
-        covered = set(files) | moved | broken | (planned if dry_run else set())
-        self.files_total = len(covered)
+        planned = list(planned)
+        moved = self.moved
+        failed = {path for path, _ in self.failed}
+        broken = {path for path in chain(planned, unreadable)
+                  if path in failed and path not in moved}
+        # covered: files, moved, broken (and, in a dry run, planned), counted without a set
+        # of all of them (which a first copy of 100,000 files peaked at).
+        outside = {path for path in chain(moved, broken, planned if dry_run else ())
+                   if path not in files}
+        self.files_total = len(files) + len(outside)
         self.files_transferred = len(moved)
-        self.copied_files = sum(1 for how, _, _ in self.moved.values() if how in ("copy", "move"))
+        self.copied_files = sum(1 for how, _, _ in moved.values() if how in ("copy", "move"))
         self.files_failed = len(broken)
-        self.files_to_transfer = len((planned & covered) - broken) if dry_run else 0
+        self.files_to_transfer = len(set(planned) - broken) if dry_run else 0
         self.files_unchanged = (self.files_total - self.files_transferred - self.files_failed
                                 - self.files_to_transfer)
 

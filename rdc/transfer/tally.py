@@ -5,18 +5,52 @@ which it could not read."""
 from __future__ import annotations
 
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, iter_entries
 from rdc.transfer.stats import Stats
 
 
-def files_of(tree: Entry | None) -> set[str]:
+class TreeFiles(Collection[str]):
+    """The regular files of a tree by path, answering as their set would, without a path
+    string and a set entry each (for 100,000 files, 20 MB at the end of a first copy: the
+    client's peak)."""
+
+    def __init__(self, tree: Entry | None) -> None:
+        self.tree = tree
+        self._count: int | None = None
+
+    def __len__(self) -> int:
+        if self._count is None:
+            count, stack = 0, [self.tree] if self.tree is not None else []
+            while stack:
+                for entry in stack.pop().children.values():
+                    if entry.kind == "f":
+                        count += 1
+                    elif entry.kind == "d":
+                        stack.append(entry)
+            self._count = count
+        return self._count
+
+    def __contains__(self, path: object) -> bool:
+        if not isinstance(path, str) or not path or self.tree is None:
+            return False
+        entry: Entry | None = self.tree
+        for part in path.split("/"):
+            entry = entry.children.get(part)
+            if entry is None:
+                return False
+        return entry.kind == "f"
+
+    def __iter__(self) -> Iterator[str]:
+        if self.tree is not None:
+            yield from (path for path, entry in iter_entries(self.tree) if entry.kind == "f")
+
+
+def files_of(tree: Entry | None) -> TreeFiles:
     """The regular files of ``tree``, by path."""
-    if tree is None:
-        return set()
-    return {path for path, entry in iter_entries(tree) if entry.kind == "f"}
+    return TreeFiles(tree)
 
 
 def unreadable_files(replica: Replica) -> list[str]:
@@ -32,7 +66,7 @@ def unreadable_files(replica: Replica) -> list[str]:
     return out
 
 
-def _outside(files: set[str], paths: Iterable[str]) -> set[str]:
+def _outside(files: Collection[str], paths: Iterable[str]) -> set[str]:
     """``files`` without those at or below any of ``paths``."""
     prefixes = tuple(p + "/" for p in paths)
     cut = set(paths)
@@ -40,13 +74,13 @@ def _outside(files: set[str], paths: Iterable[str]) -> set[str]:
 
 
 def settle_one_way(stats: Stats, replica: Replica, push: bool, dry_run: bool,
-                   files: Iterable[str] | None = None) -> Stats:
+                   files: Collection[str] | None = None) -> Stats:
     """Settle a push's or pull's counters. The files covered are the source's: a push's
     local tree (as scanned; ``files`` when it was not scanned again); for a pull, the
     local tree at the end but for what only this side has and kept (no ``--delete``)."""
     changes = stats.changes
     planned = [path for plan in stats.plans() for path, _ in plan.files]
-    covered = set(files) if files is not None else files_of(replica.tree)
+    covered = files if files is not None else files_of(replica.tree)
     unreadable: list[str] = []
     if push:
         unreadable = unreadable_files(replica)

@@ -432,9 +432,13 @@ class IndexDatabase:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('tree', ?)", (value,))
 
     def keep_tree(self, fingerprint: bytes, salt: bytes, packed: bytes) -> None:
-        """Keep the packed tree sealed for the walk with ``fingerprint`` (rdc.local.sealed)."""
-        self.conn.execute("INSERT OR REPLACE INTO sealed VALUES (1, ?, ?, ?)",
-                          (fingerprint, salt, packed))
+        """Keep the packed tree sealed for the walk with ``fingerprint`` (rdc.local.sealed):
+        written into its place, not bound as a value (which SQLite copies: for 100,000
+        files, 9 MB more at a first copy's peak)."""
+        self.conn.execute("INSERT OR REPLACE INTO sealed VALUES (1, ?, ?, zeroblob(?))",
+                          (fingerprint, salt, len(packed)))
+        with self.conn.blobopen("sealed", "tree", 1) as blob:
+            blob.write(packed)
 
     def kept_tree(self, salt: bytes) -> tuple[bytes, bytes] | None:
         """The fingerprint and packed tree kept for a walk with these exclude patterns."""
