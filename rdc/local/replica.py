@@ -199,7 +199,7 @@ class Replica:
             if kept is not None:
                 return kept
         tree, errors = walked.tree, list(walked.errors)
-        with self.lock:  # (roots streamed into the tree: a dict of them was 16 MB a 100k)
+        with self.lock:  # (the roots streamed into the tree: a dict was 16 MB for 100,000)
             sealed = None if checksum or walked.errors else self.db.cached_hashes(
                 walked.fingerprint)
             if sealed is not None:

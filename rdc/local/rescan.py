@@ -154,17 +154,15 @@ class _Rescan:
         if subdirs is None:
             raise Unsure(self.scan.errors[-1])
         before = old.children if old is not None else {}
-        for name, entry in fresh.children.items():
-            if entry.kind == "f":
-                path = join(rel, name)
-                was = before.get(name)
-                if (self.reuse and was is not None and was.kind == "f" and was.root
-                        and (was.mode, was.mtime_ns, was.size, was.ino)
-                        == (entry.mode, entry.mtime_ns, entry.size, entry.ino)):
-                    entry.root = was.root
-                    del self.scan.files[path]
-                    continue
-                self.entries.append((path, entry))
+        for name, path, entry in self.scan.listed:
+            was = before.get(name)
+            if (self.reuse and was is not None and was.kind == "f" and was.root
+                    and (was.mode, was.mtime_ns, was.size, was.ino)
+                    == (entry.mode, entry.mtime_ns, entry.size, entry.ino)):
+                entry.root = was.root
+                del self.scan.files[path]
+                continue
+            self.entries.append((path, entry))
         listed_dirs = {name for name, _, _ in subdirs}
         for name, was in before.items():
             now = fresh.children.get(name)
