@@ -422,17 +422,12 @@ def set_roots(tree: Entry, roots: Iterable[tuple[str, bytes]]) -> None:
     order; other paths are ignored. (A scan streams them from its index: a dict of them
     was 16 MB of a 100,000-file scan's peak.)"""
     for path, root in roots:
-        entry: Entry | None = tree
-        for part in path.split("/"):
-            entry = entry.children.get(part)
-            if entry is None:
-                break
-        else:
-            if entry.kind == "f":
-                entry.root = root
+        entry = lookup(tree, path)
+        if entry is not None and entry.kind == "f":
+            entry.root = root
 
 
-def _files(tree: Entry) -> Iterator[tuple[Entry, str, Entry, str]]:
+def iter_files(tree: Entry) -> Iterator[tuple[Entry, str, Entry, str]]:
     """(directory, name, entry, path) of each file, in no order: one pass over the
     directories' own dicts, not `iter_entries`, whose nested generators and sorting cost
     a third of a large tree's scan."""
@@ -447,17 +442,17 @@ def _files(tree: Entry) -> Iterator[tuple[Entry, str, Entry, str]]:
 
 
 def all_rooted(tree: Entry) -> bool:
-    return all(entry.root for _, _, entry, _ in _files(tree))
+    return all(entry.root for _, _, entry, _ in iter_files(tree))
 
 
 def clear_roots(tree: Entry) -> None:
-    for _, _, entry, _ in _files(tree):
+    for _, _, entry, _ in iter_files(tree):
         entry.root = b""
 
 
 def drop_rootless(tree: Entry) -> list[str]:
     """Drop the files without a root (unreadable) from the tree; their paths, sorted."""
-    missing = [(directory, name, path) for directory, name, entry, path in _files(tree)
+    missing = [(directory, name, path) for directory, name, entry, path in iter_files(tree)
                if not entry.root]
     for directory, name, _ in missing:
         del directory.children[name]

@@ -8,7 +8,7 @@ import stat
 from collections.abc import Collection, Iterable, Iterator
 
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, iter_entries
+from rdc.local.snapshot import Entry, iter_files, lookup
 from rdc.transfer.stats import Stats
 
 
@@ -23,29 +23,18 @@ class TreeFiles(Collection[str]):
 
     def __len__(self) -> int:
         if self._count is None:
-            count, stack = 0, [self.tree] if self.tree is not None else []
-            while stack:
-                for entry in stack.pop().children.values():
-                    if entry.kind == "f":
-                        count += 1
-                    elif entry.kind == "d":
-                        stack.append(entry)
-            self._count = count
+            self._count = 0 if self.tree is None else sum(1 for _ in iter_files(self.tree))
         return self._count
 
     def __contains__(self, path: object) -> bool:
-        if not isinstance(path, str) or not path or self.tree is None:
+        if not isinstance(path, str) or self.tree is None:
             return False
-        entry: Entry | None = self.tree
-        for part in path.split("/"):
-            entry = entry.children.get(part)
-            if entry is None:
-                return False
-        return entry.kind == "f"
+        entry = lookup(self.tree, path)
+        return entry is not None and entry.kind == "f"
 
     def __iter__(self) -> Iterator[str]:
         if self.tree is not None:
-            yield from (path for path, entry in iter_entries(self.tree) if entry.kind == "f")
+            yield from (path for _, _, _, path in iter_files(self.tree))
 
 
 def files_of(tree: Entry | None) -> TreeFiles:
