@@ -74,7 +74,11 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
         if st is None:
             replica.mkdir(path, op.mode | 0o700)
     elif op.kind == "link":
-        fs.symlink(path, op.target, expect=check)
+        try:
+            fs.symlink(path, op.target, expect=check)
+        except ConflictError:
+            if not _is_link_to(fs, path, op.target):
+                raise  # else made between the look above and the swap: as wanted
         replica.forget(path)
     elif op.kind == "rm":
         st = fs.lstat(path)
