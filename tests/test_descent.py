@@ -9,7 +9,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from rdc.content import subchunks
 from rdc.content.signature import signature_of_bytes
+from rdc.params import FINE_PARAMS, SUB_PREFIX
 from rdc.transfer import descent
 from rdc.transfer.descent import (
     SeedFile,
@@ -30,11 +32,11 @@ def reader(data: bytes):
     return lambda offset, length: data[offset : offset + length]
 
 
-def transfer(old: bytes, new: bytes):
+def transfer(old: bytes, new: bytes, short: bool = True):
     old_sig, new_sig = signature_of_bytes(old), signature_of_bytes(new)
     seeds = SeedMap([SeedFile(old_sig.tree, reader(old))])
     source = SourceFile(new_sig.tree, reader(new))
-    plan, report, literal = simulate(source, seeds, old_sig.root == new_sig.root)
+    plan, report, literal = simulate(source, seeds, old_sig.root == new_sig.root, short=short)
     return plan, report, seeds, literal
 
 
@@ -57,14 +59,15 @@ def apply(data: bytes, changes, rng: random.Random) -> bytes:
     return data
 
 
-# a 4-byte sub-chunk prefix that names the wrong old bytes: the leaf fails its check
-@example(131069, [("insert", 0.0, 1845), ("insert", 0.0, 1845), ("insert", 0.3125, 576)], 225)
-@given(st.integers(0, scaled(400_000, 60_000)), edits, st.integers(0, 2**32))
-def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int) -> None:
+# (a 4-byte sub-chunk prefix named the wrong old bytes here before lookups checked lengths)
+@example(131069, [("insert", 0.0, 1845), ("insert", 0.0, 1845), ("insert", 0.3125, 576)], 225,
+         False)
+@given(st.integers(0, scaled(400_000, 60_000)), edits, st.integers(0, 2**32), st.booleans())
+def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int, short: bool) -> None:
     rng = random.Random(seed)
     old = rng.randbytes(size)
     new = apply(old, changes, rng)
-    plan, report, seeds, literal = transfer(old, new)
+    plan, report, seeds, literal = transfer(old, new, short)
     if report.have:
         assert old == new
         return
@@ -73,16 +76,56 @@ def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int) -> No
     assert report.literal_bytes <= len(new)
 
 
-def test_a_leaf_that_fails_its_check_is_fetched_whole() -> None:
+def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
+    """A sub-chunk prefix that names the wrong old bytes (made to happen: the first piece
+    found in a seed region is taken one byte off)."""
+    real = subchunks._Pieces.find
+    taken: list[int] = []
+
+    def one_off(self, key: bytes, length: int) -> int | None:
+        hit = real(self, key, length)
+        if hit and not taken:
+            taken.append(hit)
+            return hit - 1
+        return hit
+
+    monkeypatch.setattr(subchunks._Pieces, "find", one_off)
     rng = random.Random(225)
     old = rng.randbytes(131069)
     new = apply(old, [("insert", 0.0, 1845), ("insert", 0.0, 1845), ("insert", 0.3125, 576)],
                 rng)
     plan, report, seeds, literal = transfer(old, new)
-    assert report.false_matches == 1  # the prefix collision this input is known for
+    assert taken and report.false_matches == 1
     assert rebuild(plan, seeds, literal) == new
     assert report.literal_bytes + report.matched_bytes == len(new)
     assert report.literal_bytes < len(new) // 4  # one leaf, not the file
+
+
+def test_the_prefix_length_grows_with_the_pieces_a_list_is_looked_up_among() -> None:
+    """`subchunks.prefix_for`: 2 bytes among a few hundred pieces (a small file's seed
+    region), more as the region grows, never more than SUB_PREFIX."""
+    chosen = [subchunks.prefix_for(n, FINE_PARAMS, 8192) for n in (1, 30, 300, 3000, 10**6)]
+    assert chosen == sorted(chosen) == [2, 2, 2, 3, SUB_PREFIX]
+    small = subchunks.pieces_in(5000, FINE_PARAMS)
+    assert subchunks.prefix_for(small, FINE_PARAMS, 5000) == 2
+    large = subchunks.pieces_in(descent.REGION_LIMIT, FINE_PARAMS)
+    assert subchunks.prefix_for(large, FINE_PARAMS, 12288) == 3
+
+
+def test_short_prefixes_describe_an_edited_small_file_for_fewer_bytes() -> None:
+    """The same plan's literal data, fewer bytes of sub-chunk lists: 2-byte prefixes
+    where the source takes them, SUB_PREFIX bytes where it does not (an older peer)."""
+    rng = random.Random(5)
+    old = b"".join(b"line %d: %x\n" % (i, rng.getrandbits(48)) for i in range(600))
+    new = old[:3000] + b"EDITED" + old[3006:5000] + b"more" + old[5000:]
+    reports = {}
+    for short in (False, True):
+        plan, report, seeds, literal = transfer(old, new, short)
+        assert rebuild(plan, seeds, literal) == new
+        reports[short] = report
+    assert reports[True].literal_bytes == reports[False].literal_bytes
+    assert reports[True].signature_bytes_by_level["sub"] < (
+        0.8 * reports[False].signature_bytes_by_level["sub"])
 
 
 def test_text_with_moved_and_edited_lines_rebuilds() -> None:

@@ -201,13 +201,19 @@ def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed:
     keys, _ = subchunks.encode(data, MID_PARAMS)
     assert keys == b"".join(prefix(data[s:e]) for s, e in mids)
     region = subchunks.index_region(3, 1000, data)
-    want_mids: dict[bytes, int] = {}
-    want_fines: dict[bytes, int] = {}
-    for s, e in mids:
-        want_mids.setdefault(prefix(data[s:e]), 1000 + s)
-        for fs, fe in subchunks.spans(data[s:e], FINE_PARAMS):
-            want_fines.setdefault(prefix(data[s + fs : s + fe]), 1000 + s + fs)
-    assert region.mids == want_mids and region.fines == want_fines
+    for p in subchunks.SHORT_PREFIXES:
+        want_mids: dict[tuple[bytes, int], int] = {}
+        want_fines: dict[tuple[bytes, int], int] = {}
+        for s, e in mids:
+            want_mids.setdefault((prefix(data[s:e])[:p], e - s), 1000 + s)
+            for fs, fe in subchunks.spans(data[s:e], FINE_PARAMS):
+                want_fines.setdefault((prefix(data[s + fs : s + fe])[:p], fe - fs),
+                                      1000 + s + fs)
+        for want, pieces in ((want_mids, region.mids), (want_fines, region.fines)):
+            assert len(pieces) >= len(want)
+            for (key, length), offset in want.items():
+                assert pieces.find(key, length) == offset
+                assert pieces.find(key, length + 1) in (None, *want.values())
 
 
 def test_the_buffer_pool_keeps_the_sizes_in_use(monkeypatch) -> None:

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.errors import ProtocolError
-from rdc.transfer import batch, lockstep, serving
+from rdc.params import SUB_PREFIX
+from rdc.transfer import batch, lockstep, serving, target
 from rdc.transfer.descent import SourceFile
 from rdc.transfer.target import WANT_ITEMS
 from rdc.wire import messages as m
@@ -154,6 +155,36 @@ async def test_a_peer_without_batch_deltas_gets_edited_files_alone(
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
     assert counted["single"] == 5 and counted["rounds"] == 0
+    pair.close()
+
+
+@pytest.mark.parametrize("short", [True, False])
+async def test_edited_files_are_listed_in_the_prefix_length_the_target_asks(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, short: bool
+) -> None:
+    """With the feature ``short-prefixes`` the target asks for the pieces of small files'
+    edited chunks with short hash prefixes (few pieces in each seed region: a byte less
+    per piece saves more than the rare false match costs); without it (an older peer),
+    with SUB_PREFIX bytes. Either way every file arrives exactly."""
+    src = tmp_path / "src"
+    edited_tree(src, 40)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    edit(src, names(src)[:30])
+    if not short:
+        monkeypatch.setattr(target, "SHORT", "not-a-feature")
+    asked: list[int] = []
+    real = lockstep._lists
+
+    def lists(sources, wants):
+        asked.extend(want.prefix for want in wants if want.kind != "expand")
+        return real(sources, wants)
+
+    monkeypatch.setattr(lockstep, "_lists", lists)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert asked and (max(asked) < SUB_PREFIX if short else set(asked) == {SUB_PREFIX})
     pair.close()
 
 

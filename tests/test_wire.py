@@ -176,7 +176,10 @@ EXAMPLES: list[m.Message] = [
     m.Verdicts(verdicts=["have", "copy", "done", "send", "descend", "delta",
                          m.Failure("conflict", "x")]),
     m.Wants(wants=[m.FileWant(0, "expand", [(2, 0)]), m.FileWant(3, "subs", [0, 2]),
-                   m.FileWant(255, "fine", [(1, 4)])]),
+                   m.FileWant(255, "fine", [(1, 4)]), m.FileWant(4, "subs", [1], 2),
+                   m.FileWant(5, "fine", [(0, 0)], 3)]),
+    m.WantSubs(leaves=[1, 2], prefix=2),
+    m.WantFine(mids=[(0, 1)], prefix=3),
     m.Fetches(files=[m.FileFetch(1, [(0, 0, 100), (2, 10, 50, b"abcd", 60)])]),
     m.Results(results=[None, m.Failure("verify", "root")]),
     m.List(paths=[""], hb=8, sizes=True),
@@ -226,6 +229,18 @@ def test_paths_are_checked_and_decoded() -> None:
     for bad in (b"../x", b"/etc/passwd", b"a//b", b"a\0b", "text, not bytes"):
         with pytest.raises(ProtocolError):
             m.decode({"t": "get", "id": 1, "path": bad})
+
+
+def test_a_prefix_length_is_one_a_source_can_answer_in() -> None:
+    """A want's prefix length (``p``; a batch want's fourth element) is 2, 3 or 4 bytes:
+    one of 0 would make a list of nothing, one of 32 a list as long as the hashes."""
+    for p in (0, 1, 5, 32, "2"):
+        with pytest.raises(ProtocolError):
+            m.decode({"t": "want", "k": "subs", "id": 1, "leaves": [0], "p": p})
+        with pytest.raises(ProtocolError):
+            m.decode({"t": "wants", "id": 1, "wants": [[0, "fine", [[0, 1]], p]]})
+    _, want = m.decode({"t": "want", "k": "fine", "id": 1, "mids": [[0, 1]]})
+    assert want.prefix == 4  # (an older target names none)
 
 
 def test_ops_are_checked_each_by_its_kind() -> None:

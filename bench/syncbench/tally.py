@@ -117,10 +117,16 @@ class FrameTally:
             "want expand": "signatures", "want subs": "signatures", "lists": "signatures",
             "want fetch": "literal data", "want whole": "literal data", "data": "literal data",
             "ops": "ops", "oks": "ops",
+            # small files in batches
+            "offers": "offers", "gets": "offers", "verdicts": "verdicts",
+            "wants": "signatures", "fetches": "literal data", "results": "results",
+            "hello": "handshake/open/finish", "welcome": "handshake/open/finish",
+            "open": "handshake/open/finish", "opened": "handshake/open/finish",
+            "finish": "handshake/open/finish", "finished": "handshake/open/finish",
         }
         out: dict[str, float] = {}
         for (_, t), n in self.bytes.items():
-            g = role.get(t, "handshake/open/finish")
+            g = role.get(t, f"other ({t})")
             out[g] = out.get(g, 0.0) + n
         return out
 

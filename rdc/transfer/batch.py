@@ -46,6 +46,7 @@ from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceFile, whole_is_be
 from rdc.transfer.lockstep import Descents, Rebuilt
 from rdc.transfer.ops import expectation, holds
 from rdc.transfer.stats import Stats
+from rdc.transfer.target import takes_short_prefixes
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation
 
@@ -571,7 +572,9 @@ async def _write_decided(conversation: Conversation, replica: Replica,
                 for n, _, d in chosen if d.verdict != "delta"}
     deltas = [(n, offer, d.seeds or []) for n, offer, d in chosen if d.verdict == "delta"]
     rebuilt: dict[int, Rebuilt] = {}
-    descents = await trio.to_thread.run_sync(Descents, replica, deltas) if deltas else None
+    short = takes_short_prefixes(conversation.connection)
+    descents = (await trio.to_thread.run_sync(Descents, replica, deltas, short) if deltas
+                else None)
     try:
         if descents is not None:
             rebuilt = await lockstep.descend(conversation, descents)

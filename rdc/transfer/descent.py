@@ -23,7 +23,14 @@ from rdc.content import refine, subchunks
 from rdc.content.entries import pack_varints, prefixes, unpack_varints
 from rdc.content.signature import chunk_hash, signature_of_bytes
 from rdc.content.tree import HASH_BYTES, Tree
-from rdc.params import FINE_PARAMS, MAX_CHUNK_LIMIT, MID_PARAMS, WIRE_PREFIX, ChunkParams
+from rdc.params import (
+    FINE_PARAMS,
+    MAX_CHUNK_LIMIT,
+    MID_PARAMS,
+    SUB_PREFIX,
+    WIRE_PREFIX,
+    ChunkParams,
+)
 from rdc.wire.codec import pack
 from rdc.wire.messages import (
     Data,
@@ -64,9 +71,10 @@ def decode_entries(entries: EntryList, prefix: int) -> list[tuple[bytes, int]]:
     return [(entries.prefixes[i * prefix : (i + 1) * prefix], n) for i, n in enumerate(lengths)]
 
 
-def split_list(data: bytes | memoryview, params: ChunkParams) -> EntryList:
+def split_list(data: bytes | memoryview, params: ChunkParams, prefix: int = SUB_PREFIX
+               ) -> EntryList:
     """The list of ``data`` split with ``params``, as it travels."""
-    keys, lengths = subchunks.encode(data, params)
+    keys, lengths = subchunks.encode(data, params, prefix)
     return EntryList(0, keys, lengths)
 
 
@@ -213,6 +221,13 @@ def _region(
     return (seed, start, stop) if stop > start else None
 
 
+def _prefix(region: tuple[int, int, int] | None, params: ChunkParams, leaf: int) -> int:
+    """The prefix length for a list of ``params`` pieces looked up in ``region``."""
+    assert region is not None
+    return subchunks.prefix_for(subchunks.pieces_in(region[2] - region[1], params), params,
+                                leaf)
+
+
 def whole_is_best(size: int, depth: int, seeded: bool) -> bool:
     """Whether a target should ask for a file whole rather than descend its tree: with no
     seeds, for a file too small to describe more cheaply than to send (under WHOLE_BELOW,
@@ -221,11 +236,12 @@ def whole_is_best(size: int, depth: int, seeded: bool) -> bool:
 
 
 def target_descent(
-    offer: Offer, seeds: SeedMap, have_root: bool
+    offer: Offer, seeds: SeedMap, have_root: bool, short: bool = False
 ) -> Generator[Request, Reply | None, Plan]:
     """The target's decisions for one file: yields wants (expand, subs, fine), is sent the
     entry lists that answer them, and returns the plan (whose literal data the caller
-    fetches)."""
+    fetches). ``short``: the source takes the prefix length of sub-chunk lists from the
+    want (`subchunks.prefix_for`), else they come with SUB_PREFIX bytes."""
     if have_root:
         return Plan(have=True, root=offer.root, size=offer.size)
     if whole_is_best(offer.size, offer.depth, bool(seeds)):
@@ -278,6 +294,7 @@ def target_descent(
     # around the leaf; unknown mids are split into fine pieces, looked up the same way.
     fetch = [(u[0], 0, u[2]) for u in unknown if u[2] < SUBS_FROM]  # (leaf, start, length)
     leaf_at = {u[0]: u[1] for u in unknown}
+    leaf_length = {u[0]: u[2] for u in unknown}
     checks: list[tuple[int, int, int, bytes]] = []
     split = [u for u in unknown if u[2] >= SUBS_FROM]
     if split:
@@ -285,10 +302,16 @@ def target_descent(
         # file resumed from a partial one) is fetched without asking for its mids.
         regions = {u[0]: _region(known, u[1], u[1] + u[2], seeds, u[2]) for u in split}
         wanted = [u[0] for u in split if u[0] not in supplied and regions[u[0]] is not None]
+        mid_prefix = {leaf: SUB_PREFIX for leaf in supplied}  # (an offer's inline list)
         if wanted:
-            reply = yield WantSubs(leaves=wanted)
+            p = SUB_PREFIX
+            if short:  # one length for the want: the one its largest region calls for
+                p = max(_prefix(regions[leaf], MID_PARAMS, leaf_length[leaf])
+                        for leaf in wanted)
+            reply = yield WantSubs(leaves=wanted, prefix=p)
             assert reply is not None
             supplied.update(zip(wanted, reply, strict=True))
+            mid_prefix.update(dict.fromkeys(wanted, p))
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
@@ -297,7 +320,7 @@ def target_descent(
                 fetch.append((leaf, 0, length))
                 continue
             mids = subchunks.decode(supplied[leaf].prefixes, supplied[leaf].lengths, length,
-                                    MID_PARAMS)
+                                    MID_PARAMS, mid_prefix[leaf])
             if region not in indexes:
                 seed, begin, stop = region
                 data = seeds.seeds[seed].read(begin, stop - begin)
@@ -305,7 +328,7 @@ def target_descent(
             index = indexes[region]
             start = 0
             for k, (key, n) in enumerate(mids):
-                hit = index.mids.get(key)
+                hit = index.mids.find(key, n)
                 if hit is not None:
                     pieces.append(Piece(offset + start, n, index.seed, hit))
                 elif n >= subchunks.FINE_FROM:
@@ -316,12 +339,17 @@ def target_descent(
             if leaf_key:  # (a single leaf is checked by the root)
                 checks.append((leaf, offset, length, leaf_key))
         if fine_wanted:
-            reply = yield WantFine(mids=[(leaf, k) for leaf, k, _, _, _ in fine_wanted])
+            p = SUB_PREFIX
+            if short:
+                p = max(subchunks.prefix_for(len(index.fines), FINE_PARAMS, leaf_length[leaf])
+                        for leaf, _, _, _, index in fine_wanted)
+            reply = yield WantFine(mids=[(leaf, k) for leaf, k, _, _, _ in fine_wanted],
+                                   prefix=p)
             assert reply is not None
             for (leaf, _, start, n, index), fine_list in zip(fine_wanted, reply, strict=True):
                 for key, m in subchunks.decode(fine_list.prefixes, fine_list.lengths, n,
-                                               FINE_PARAMS):
-                    hit = index.fines.get(key)
+                                               FINE_PARAMS, p):
+                    hit = index.fines.find(key, m)
                     if hit is not None:
                         pieces.append(Piece(leaf_at[leaf] + start, m, index.seed, hit))
                     else:
@@ -422,8 +450,8 @@ class SourceFile:
         if isinstance(request, WantExpand):
             return [self.children(level, i) for level, i in request.nodes]
         if isinstance(request, WantSubs):
-            return [self.subs(leaf) for leaf in request.leaves]
-        return [self.fines(leaf, mid) for leaf, mid in request.mids]
+            return [self.subs(leaf, request.prefix) for leaf in request.leaves]
+        return [self.fines(leaf, mid, request.prefix) for leaf, mid in request.mids]
 
     def children(self, level: int, index: int) -> EntryList:
         """The entries below node ``index`` of ``level`` (2 = the level above the leaves)."""
@@ -457,18 +485,18 @@ class SourceFile:
         self._last = (leaf, data)
         return data
 
-    def subs(self, leaf: int) -> EntryList:
+    def subs(self, leaf: int, prefix: int = SUB_PREFIX) -> EntryList:
         """The mid list of one leaf."""
-        return split_list(self.leaf_bytes(leaf), MID_PARAMS)
+        return split_list(self.leaf_bytes(leaf), MID_PARAMS, prefix)
 
-    def fines(self, leaf: int, mid: int) -> EntryList:
+    def fines(self, leaf: int, mid: int, prefix: int = SUB_PREFIX) -> EntryList:
         """The fine sub-chunk list of mid ``mid`` of a leaf."""
         data = self.leaf_bytes(leaf)
         cuts = subchunks.spans(data, MID_PARAMS)
         if not 0 <= mid < len(cuts):
             raise ValueError(f"leaf {leaf} has {len(cuts)} mids, not {mid + 1}")
         start, end = cuts[mid]
-        return split_list(memoryview(data)[start:end], FINE_PARAMS)
+        return split_list(memoryview(data)[start:end], FINE_PARAMS, prefix)
 
     def data(self, leaf: int, start: int, length: int) -> bytes:
         """``length`` bytes of a leaf from ``start``."""
@@ -535,15 +563,17 @@ def simulate(
     have_root: bool,
     sketch: bytes | None = None,
     inline_subs: bool = False,
+    short: bool = True,
 ) -> tuple[Plan, DeltaReport, list[bytes]]:
     """Run one file's exchange in memory; count what each side would send (messages as
-    they travel, without frames). Returns the plan, the report and the literal data (the
-    whole file when the plan is ``whole``, else one item per fetch item)."""
+    they travel, without frames); ``short`` as for `target_descent`. Returns the plan, the
+    report and the literal data (the whole file when the plan is ``whole``, else one item
+    per fetch item)."""
     report = DeltaReport()
     offer = source.offer(sketch, inline_subs)
     report.offer_bytes = wire_size(offer)
     report.round_trips = 1
-    steps = target_descent(offer, seeds, have_root)
+    steps = target_descent(offer, seeds, have_root, short)
     reply = None
 
     def ask(request: Message) -> None:

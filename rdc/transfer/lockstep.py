@@ -32,6 +32,7 @@ from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.params import SUB_PREFIX
 from rdc.transfer.descent import (
     Plan,
     Reply,
@@ -121,16 +122,18 @@ class Rebuilt:
 
 class Descents:
     """The target's descents of a batch's ``delta`` files: each file's seeds are the
-    indexed trees chosen when the batch was decided, read through one `SeedReaders`."""
+    indexed trees chosen when the batch was decided, read through one `SeedReaders`;
+    ``short`` as for `target_descent`."""
 
     def __init__(self, replica: Replica,
-                 files: list[tuple[int, m.FileOffer, list[tuple[str, Tree]]]]) -> None:
+                 files: list[tuple[int, m.FileOffer, list[tuple[str, Tree]]]],
+                 short: bool = False) -> None:
         self.readers = SeedReaders(replica)
         self.descents: list[_Descent] = []
         for file, offer, trees in files:
             seeds = SeedMap([SeedFile(tree, self.readers.reader(path)) for path, tree in trees])
-            self.descents.append(_Descent(file, offer, seeds,
-                                          target_descent(offer.as_offer(), seeds, False)))
+            self.descents.append(_Descent(
+                file, offer, seeds, target_descent(offer.as_offer(), seeds, False, short)))
 
     def advance(self, replies: dict[int, Reply] | None) -> list[m.FileWant]:
         """Give each file still descending the entry lists that answer its last want (none
@@ -152,7 +155,8 @@ class Descents:
                 raise ProtocolError(
                     message=f"{descent.offer.path}: the source's tree does not add up: {exc}"
                 ) from None
-            wants.append(m.FileWant(descent.file, _KINDS[type(request)], _asked(request)))
+            wants.append(m.FileWant(descent.file, _KINDS[type(request)], _asked(request),
+                                    getattr(request, "prefix", SUB_PREFIX)))
         return wants
 
     def fetches(self) -> list[m.FileFetch]:
@@ -218,7 +222,7 @@ def _cut(wants: list[m.FileWant]) -> Iterator[list[m.FileWant]]:
         asked = want.asked
         while asked:
             room = WANT_ITEMS - count
-            part.append(m.FileWant(want.file, want.kind, asked[:room]))
+            part.append(m.FileWant(want.file, want.kind, asked[:room], want.prefix))
             count += len(asked[:room])
             asked = asked[room:]
             if count == WANT_ITEMS:

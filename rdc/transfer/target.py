@@ -34,7 +34,7 @@ from rdc.transfer.resume import Partials, keep_or_drop, open_partials
 from rdc.transfer.seeds import choose_seeds
 from rdc.transfer.source import WHOLE_CREDIT
 from rdc.wire import messages as m
-from rdc.wire.connection import Conversation
+from rdc.wire.connection import Connection, Conversation
 
 COPY_PIECE = 1 << 20
 THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
@@ -269,8 +269,18 @@ def _copy_local(
         assembly.abort()
 
 
+# The feature both sides must have for wants that name their lists' prefix length.
+SHORT = "short-prefixes"
+
+
+def takes_short_prefixes(connection: Connection) -> bool:
+    """Whether the peer, as a source, answers a want in the prefix length it names
+    (`rdc.content.subchunks.prefix_for`); an older one sends SUB_PREFIX bytes."""
+    return SHORT in connection.frames.features
+
+
 async def _descend(conversation: Conversation, offer: m.Offer, seeds: SeedMap) -> Plan:
-    steps = target_descent(offer, seeds, False)
+    steps = target_descent(offer, seeds, False, takes_short_prefixes(conversation.connection))
     reply: list[m.EntryList] | None = None
     while True:
         try:
@@ -291,9 +301,9 @@ def _parts(request: m.WantExpand | m.WantSubs | m.WantFine) -> list[m.Want]:
         return [m.WantExpand(nodes=request.nodes[i : i + WANT_ITEMS])
                 for i in range(0, len(request.nodes), WANT_ITEMS)]
     if isinstance(request, m.WantSubs):
-        return [m.WantSubs(leaves=request.leaves[i : i + WANT_ITEMS])
+        return [m.WantSubs(leaves=request.leaves[i : i + WANT_ITEMS], prefix=request.prefix)
                 for i in range(0, len(request.leaves), WANT_ITEMS)]
-    return [m.WantFine(mids=request.mids[i : i + WANT_ITEMS])
+    return [m.WantFine(mids=request.mids[i : i + WANT_ITEMS], prefix=request.prefix)
             for i in range(0, len(request.mids), WANT_ITEMS)]
 
 

@@ -19,7 +19,7 @@ PROTOCOL_MIN = 2
 PROTOCOL_MAX = 2
 # zstd: compressed frames; health: the report and status requests (rdc status);
 # batch-deltas: edited small files described in their batch (rdc.transfer.lockstep).
-FEATURES = ("zstd", "health", "same-format", "batch-deltas")
+FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")

@@ -20,9 +20,10 @@ from typing import Any, ClassVar, TypeVar
 
 from rdc.content.refine import MAX_HASHES, REFINE_LIMIT
 from rdc.content.sketch import TRAIT_VALUES, TRAITS
+from rdc.content.subchunks import SHORT_PREFIXES
 from rdc.errors import ProtocolError
 from rdc.local.paths import PathError, check_relpath, to_wire
-from rdc.params import REFINE_HASH
+from rdc.params import REFINE_HASH, SUB_PREFIX
 from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 
 Check = Callable[[Any, str], Any]
@@ -783,19 +784,29 @@ class WantExpand(Want):
                                         out=lambda ns: [list(n) for n in ns])
 
 
+def sub_prefix(v: Any, where: str) -> int:
+    """The hash prefix length a want asks sub-chunk lists in (rdc.content.subchunks)."""
+    if v not in SHORT_PREFIXES:
+        raise _fail(where, f"expected one of {', '.join(map(str, SHORT_PREFIXES))}")
+    return v
+
+
 @message("want", "subs")
 class WantSubs(Want):
-    """Send the mid lists of these leaves."""
+    """Send the mid lists of these leaves, with hash prefixes of ``prefix`` bytes."""
 
     leaves: list[int] = wire(array(uint()), factory=list)
+    prefix: int = wire(sub_prefix, SUB_PREFIX, key="p", omit=SUB_PREFIX)
 
 
 @message("want", "fine")
 class WantFine(Want):
-    """Send the fine sub-chunk lists of these mids, each (leaf, mid index)."""
+    """Send the fine sub-chunk lists of these mids, each (leaf, mid index), with hash
+    prefixes of ``prefix`` bytes."""
 
     mids: list[tuple[int, int]] = wire(array(mid), factory=list,
                                        out=lambda ms: [list(m) for m in ms])
+    prefix: int = wire(sub_prefix, SUB_PREFIX, key="p", omit=SUB_PREFIX)
 
 
 @message("want", "fetch")
@@ -944,29 +955,33 @@ _WANT_KINDS: dict[str, Check] = {"expand": array(node), "subs": array(uint()),
 class FileWant:
     """One ``delta`` file's want in a batch's round: ``file``, its number among the
     batch's offers; ``kind`` (``expand``, ``subs``, ``fine``) and its nodes, leaves or mids,
-    as the per-file want of that kind carries them."""
+    as the per-file want of that kind carries them, and for ``subs`` and ``fine`` the
+    prefix length (a fourth element where it is not SUB_PREFIX)."""
 
     file: int
     kind: str
     asked: list
+    prefix: int = SUB_PREFIX
 
     @classmethod
     def from_wire(cls, v: Any, where: str) -> FileWant:
-        file, kind, asked = items(v, where, 3)
+        file, kind, asked, *rest = items(v, where, (3, 4))
         kind = one_of(*_WANT_KINDS)(kind, f"{where}[1]")
         return cls(uint(MAX_ITEMS)(file, f"{where}[0]"), kind,
-                   _WANT_KINDS[kind](asked, f"{where}[2]"))
+                   _WANT_KINDS[kind](asked, f"{where}[2]"),
+                   sub_prefix(rest[0], f"{where}[3]") if rest else SUB_PREFIX)
 
     def to_wire(self) -> list:
-        return [self.file, self.kind, self.asked]  # (tuples travel as arrays)
+        out = [self.file, self.kind, self.asked]  # (tuples travel as arrays)
+        return out if self.prefix == SUB_PREFIX else [*out, self.prefix]
 
     def want(self) -> WantExpand | WantSubs | WantFine:
         """The same want as the per-file exchange has it."""
         if self.kind == "expand":
             return WantExpand(nodes=self.asked)
         if self.kind == "subs":
-            return WantSubs(leaves=self.asked)
-        return WantFine(mids=self.asked)
+            return WantSubs(leaves=self.asked, prefix=self.prefix)
+        return WantFine(mids=self.asked, prefix=self.prefix)
 
 
 @dataclass(frozen=True, slots=True)
