@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rdc.transfer import reconcile, serving
 from rdc.transfer.reconcile import answer, fingerprints, merge
 from rdc.transfer.stats import Options
+from rdc.wire import handshake
 from rdc.wire import messages as m
 
 from .protocol_support import Pair, tree_state, write
@@ -30,24 +31,45 @@ def listed(d: dict[str, tuple[str, bytes]]) -> list[m.Listed]:
     return [m.Listed(name, kind, 0o644, digest) for name, (kind, digest) in sorted(d.items())]
 
 
-@given(entries, entries, st.data())
-def test_merged_answer_is_the_servers_listing(client, server, data) -> None:
+@given(entries, entries, st.data(), st.booleans())
+def test_merged_answer_is_the_servers_listing(client, server, data, short) -> None:
     """Whatever the two sides hold (shared entries, changed ones, ones only one side has),
-    the client rebuilds exactly the server's (name, kind, hash) entries."""
+    the client rebuilds exactly the server's (name, kind, hash) entries, with fingerprints
+    of FINGERPRINT bytes or sized by their count (``short``)."""
     shared = data.draw(st.sets(st.sampled_from(sorted(client)) if client else st.nothing()))
     for name in shared:  # some entries the same on both sides
         server[name] = client[name]
     mine, theirs = listed(client), listed(server)
-    unmatched, bitmap = answer(theirs, fingerprints(mine))
+    have = fingerprints(mine, short)
+    size = reconcile.fingerprint_size(have) if short else reconcile.FINGERPRINT
+    assert size is not None
+    unmatched, bitmap = answer(theirs, have, size)
     rebuilt = merge(mine, unmatched, bitmap)
     assert {n: (e.kind, e.digest) for n, e in rebuilt.items()} == {
         e.name: (e.kind, e.digest) for e in theirs}
     assert len(unmatched) == sum(1 for n, v in server.items() if client.get(n) != v)
 
 
-async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch) -> None:
+def test_a_fingerprint_length_is_found_again_from_the_bytes_alone() -> None:
+    """`fingerprint_size` inverts `fingerprint_bytes` for every count a ``have`` may hold:
+    3 bytes for a few entries, more for many; a length no count makes is refused."""
+    for count in range(reconcile.HAVE_ENTRIES + 1):
+        size = reconcile.fingerprint_bytes(count)
+        assert reconcile.fingerprint_size(bytes(size * count)) == size
+    assert [reconcile.fingerprint_bytes(n) for n in (2, 16, 17, 4096, 4097, 8192)] == [
+        3, 3, 4, 4, 5, 5]
+    for bad in (1, 2, 7, 17 * 3, 6 * 4097):
+        assert reconcile.fingerprint_size(bytes(bad)) is None
+
+
+@pytest.mark.parametrize("short", [True, False])
+async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch, short) -> None:
     """One file edited in a directory of 300: the server's listing of that directory
-    carries one entry and a bitmap, not 300 entries, and the push ends in step."""
+    carries one entry and a bitmap, not 300 entries, and the push ends in step; the
+    fingerprints are 4 bytes each, or 6 where a side lacks ``short-fingerprints``."""
+    if not short:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != reconcile.SHORT))
     src = tmp_path / "src"
     for i in range(300):
         write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
@@ -57,19 +79,26 @@ async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch) -> None:
     write(src / "many" / "new.txt", b"new\n", OLD)
     os.remove(src / "many" / "file-200.txt")
     sent: list[m.Listing] = []
-    real = serving._split_large
+    real, real_answer = serving._split_large, serving.answer
+    sizes: list[int] = []
 
     def spying(dirs):
         sent.extend(dirs)
         return real(dirs)
 
+    def answering(entries, have, size):
+        sizes.append(size)
+        return real_answer(entries, have, size)
+
     monkeypatch.setattr(serving, "_split_large", spying)
+    monkeypatch.setattr(serving, "answer", answering)
     stats = await pair.run("push", src, options=Options(delete=True))
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
     many = [item for item in sent if item.path == "many"]
     assert len(many) == 1 and many[0].matched is not None
     assert sorted(e.name for e in many[0].entries) == ["file-123.txt", "file-200.txt"]
+    assert 4 in sizes if short else set(sizes) == {reconcile.FINGERPRINT}
     pair.close()
 
 
@@ -94,7 +123,7 @@ async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
 
         monkeypatch.setattr(serving.ServerSession, "_list", old_server)
     else:
-        monkeypatch.setattr(reconcile, "fingerprint", lambda entry: b"\0" * 6)
+        monkeypatch.setattr(reconcile, "fingerprint", lambda entry, size=6: b"\0" * size)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed and stats.files_transferred == 1
     assert tree_state(pair.share) == tree_state(src)

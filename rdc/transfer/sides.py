@@ -15,7 +15,14 @@ import trio
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.transfer.ops import apply_meta, apply_ops, listing
-from rdc.transfer.reconcile import HAVE_BUDGET, HAVE_ENTRIES, HAVE_FROM, fingerprints, merge
+from rdc.transfer.reconcile import (
+    HAVE_BUDGET,
+    HAVE_ENTRIES,
+    HAVE_FROM,
+    SHORT,
+    fingerprints,
+    merge,
+)
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS
 from rdc.wire.connection import Connection
@@ -135,12 +142,13 @@ class Remote:
         named: dict[str, list[m.Listed]] = {}  # the entries whose fingerprints went
         requests: list[tuple[list[str], list[bytes | None]]] = []
         budget = 0
+        short = SHORT in self.connection.frames.features
         for path in paths:
             mine = (have or {}).get(path)
             prints = None
             if mine is not None and HAVE_FROM <= len(mine) <= HAVE_ENTRIES:
                 named[path] = list(mine.values())
-                prints = fingerprints(named[path])
+                prints = fingerprints(named[path], short)
             if not requests or len(requests[-1][0]) == LIST_BATCH or (
                     prints and budget + len(prints) > HAVE_BUDGET):
                 requests.append(([], []))

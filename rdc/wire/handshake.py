@@ -18,8 +18,11 @@ from rdc.wire.frames import ConnectionClosed, FrameStream
 PROTOCOL_MIN = 2
 PROTOCOL_MAX = 2
 # zstd: compressed frames; health: the report and status requests (rdc status);
-# batch-deltas: edited small files described in their batch (rdc.transfer.lockstep).
-FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes")
+# batch-deltas: edited small files described in their batch (rdc.transfer.lockstep);
+# short-prefixes: sub-chunk lists in the prefix length a want names (rdc.content.subchunks);
+# short-fingerprints: a list's ``have`` sized by its count (rdc.transfer.reconcile).
+FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
+            "short-fingerprints")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")
