@@ -128,6 +128,22 @@ def test_short_prefixes_describe_an_edited_small_file_for_fewer_bytes() -> None:
         0.8 * reports[False].signature_bytes_by_level["sub"])
 
 
+@pytest.mark.parametrize("size", [descent.WHOLE_BELOW, 600, descent.SUBS_FROM - 1])
+def test_a_small_edited_file_is_one_range_described_against_its_old_bytes(size: int) -> None:
+    """A file of one chunk too small to split: no descent, one fetch item with the block
+    hashes of the old version, and only the changed blocks come back as literal bytes."""
+    rng = random.Random(size)
+    words = [b"word%d " % rng.randrange(10**6) for _ in range(size)]
+    old = b"".join(words)[:size]
+    new = old[: size // 2] + b"EDIT" + old[size // 2 + 4 :]
+    plan, report, seeds, literal = transfer(old, new)
+    assert rebuild(plan, seeds, literal) == new
+    assert [item.old for item in plan.fetch] == [(0, 0, len(old))]
+    assert report.round_trips == 2  # the offer, the fetch
+    assert report.literal_bytes <= 3 * descent.refine.REFINE_BLOCK  # (and a tail past the grid)
+    assert report.total_bytes < len(new)
+
+
 def test_text_with_moved_and_edited_lines_rebuilds() -> None:
     rng = random.Random(3)
     lines = [b"def function_%d(x):\n    return x * %d + %d\n\n" % (i, i, rng.randrange(99))

@@ -158,6 +158,27 @@ async def test_a_peer_without_batch_deltas_gets_edited_files_alone(
     pair.close()
 
 
+async def test_small_edited_files_travel_as_their_changed_blocks(tmp_path) -> None:
+    """Files of a few hundred bytes (one chunk, too small to split): each edited one is a
+    ``delta`` of the batch, described against its old bytes, and only about the blocks
+    the edit touched travel; none goes by the per-file exchange."""
+    src = tmp_path / "src"
+    rng = random.Random(7)
+    for i in range(60):
+        write(src / f"s{i}.txt", b"".join(b"%x " % rng.getrandbits(32)
+                                          for _ in range(rng.randrange(40, 110))), OLD + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    chosen = names(src)[:40]
+    edit(src, chosen)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert sorted(p for p, (how, _, _) in stats.moved.items() if how == "delta") == chosen
+    assert stats.literal_bytes <= 40 * 3 * 32  # a block or three each, not whole files
+    pair.close()
+
+
 @pytest.mark.parametrize("short", [True, False])
 async def test_edited_files_are_listed_in_the_prefix_length_the_target_asks(
     tmp_path, monkeypatch: pytest.MonkeyPatch, short: bool

@@ -305,8 +305,8 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     # An indexed older version is a seed of its own, even if written too recently for the
     # index to vouch for it (racy): a seed's bytes are checked against its hashes as read.
     older_here = st is not None and row is not None
-    if offer.size >= SMALL_FILE or (
-        older_here and not whole_is_best(offer.size, offer.depth, older_here)
+    if offer.size >= SMALL_FILE or (older_here and not whole_is_best(
+        offer.size, offer.depth, older_here, row.size if row is not None else None)
     ):
         return _described(replica, offer, check, deltas)
     if (not older_here and offer.sketch is not None and offer.size >= SUBS_FROM
