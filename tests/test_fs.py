@@ -112,7 +112,54 @@ def operations(root: SafeRoot, rel: str) -> dict[str, Callable[[], object]]:
         "remove": lambda: root.remove(rel),
         "set_times": lambda: root.set_times(rel, 0),
         "chmod": lambda: root.chmod(rel, 0o777),
+        # the same through directory descriptors held for a batch (fs.HeldDirs)
+        "lstat, held": lambda: held(root, lambda h: root.lstat(rel, h)),
+        "create_temp, held": lambda: held(root, lambda h: root.create_temp(rel, h).abort()),
+        "set_meta, held": lambda: held(root, lambda h: root.set_meta(rel, 0o777, 0, h)),
     }
+
+
+def held(root: SafeRoot, op: Callable[[fs.HeldDirs], object]) -> object:
+    with fs.HeldDirs(root) as dirs:
+        return op(dirs)
+
+
+def test_held_directories_are_opened_once_each_and_closed_together(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's files in a few directories: each directory opened once, however many
+    files go there; past HeldDirs.LIMIT directories they are closed and opened again;
+    after the batch no descriptor is left open."""
+    for d in range(3):
+        tree.root.makedirs(f"d{d}", 0o755)
+    opened: list[str] = []
+    real = SafeRoot._open_dir
+
+    def counting(self: SafeRoot, rel_dir: str, rel: str) -> int:
+        opened.append(rel_dir)
+        return real(self, rel_dir, rel)
+
+    monkeypatch.setattr(SafeRoot, "_open_dir", counting)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with fs.HeldDirs(tree.root) as dirs:
+        temps = [tree.root.create_temp(f"d{n % 3}/f{n}", dirs) for n in range(30)]
+        for n, temp in enumerate(temps):
+            temp.write(b"%d" % n)
+            temp.commit(0o644, T1, Expect.absent())
+        assert tree.root.lstat("d1/f4", dirs) is not None
+        assert tree.root.lstat("d1/nothing", dirs) is None
+        assert tree.root.lstat("no/such/dir", dirs) is None
+    assert sorted(opened) == ["d0", "d1", "d2", "no/such"]  # (one that fails is not held)
+    assert (tree.root_path / "d2" / "f29").read_bytes() == b"29"
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    opened.clear()
+    monkeypatch.setattr(fs.HeldDirs, "LIMIT", 2)
+    with fs.HeldDirs(tree.root) as dirs:
+        for n in range(6):
+            tree.root.lstat(f"d{n % 3}/f{n}", dirs)
+    assert len(opened) == 6  # (two held at most: each visit found its directory closed)
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert not tree.temporaries()
 
 
 # --- paths that name the outside ------------------------------------------------------------

@@ -479,10 +479,13 @@ class SafeRoot:
         return fd
 
     @contextlib.contextmanager
-    def _parent(self, rel: str) -> Iterator[tuple[int, str]]:
-        """(descriptor of the directory holding ``rel``, last component); OSErrors raised
-        inside name ``rel``."""
+    def _parent(self, rel: str, held: HeldDirs | None = None) -> Iterator[tuple[int, str]]:
+        """(descriptor of the directory holding ``rel``, last component): its own, or
+        ``held``'s; OSErrors raised inside name ``rel``."""
         try:
+            if held is not None:
+                yield held.fd(parent(rel), rel), leaf_name(rel)
+                return
             dfd = self._open_dir(parent(rel), rel)
             try:
                 yield dfd, leaf_name(rel)
@@ -492,14 +495,14 @@ class SafeRoot:
             exc.filename, exc.filename2 = rel, None
             raise
 
-    def lstat(self, rel: str | bytes) -> os.stat_result | None:
+    def lstat(self, rel: str | bytes, held: HeldDirs | None = None) -> os.stat_result | None:
         """The entry at ``rel`` itself (a link is not followed); None if nothing is there,
-        a parent included. "" is the root."""
+        a parent included. "" is the root. ``held``: see `HeldDirs`."""
         rel = check_relpath(rel, allow_root=True)
         if not rel:
             return os.fstat(self._fd)
         try:
-            with self._parent(rel) as (dfd, leaf):
+            with self._parent(rel, held) as (dfd, leaf):
                 return _lstat_at(dfd, leaf)
         except (FileNotFoundError, NotADirectoryError):
             return None
@@ -532,11 +535,12 @@ class SafeRoot:
         with self._parent(rel) as (dfd, leaf):
             return os.readlink(leaf, dir_fd=dfd)
 
-    def create_temp(self, rel: str | bytes) -> TempFile:
+    def create_temp(self, rel: str | bytes, held: HeldDirs | None = None) -> TempFile:
         """A new, empty temporary file (mode 0600) in the directory of ``rel``, which must
-        exist, to be committed over ``rel``. Nothing at ``rel`` changes until then."""
+        exist, to be committed over ``rel``. Nothing at ``rel`` changes until then.
+        ``held``: see `HeldDirs`."""
         rel = check_relpath(rel)
-        with self._parent(rel) as (dfd, leaf):
+        with self._parent(rel, held) as (dfd, leaf):
             for _ in range(3):
                 tmp = temporary_name(leaf)
                 try:
@@ -725,7 +729,8 @@ class SafeRoot:
                 os.fsync(sfd)
 
     def set_meta(
-        self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None
+        self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None,
+        held: HeldDirs | None = None,
     ) -> tuple[os.stat_result | None, os.stat_result | None]:
         """Set the permission bits (see ALLOW_SETID; a link has none) and the access and
         modification times of the entry at ``rel`` itself, each only if given and
@@ -738,10 +743,11 @@ class SafeRoot:
         what is changed. A special file there is a PathError.
 
         An entry changed in place is noted in ``retimed``; the root, a replaced entry, or
-        one that failed half way, in ``changed`` (its directory is listed again)."""
+        one that failed half way, in ``changed`` (its directory is listed again).
+        ``held``: see `HeldDirs`."""
         rel = check_relpath(rel, allow_root=True)
         try:
-            before, after, in_place = self._set_meta(rel, mode, mtime_ns)
+            before, after, in_place = self._set_meta(rel, mode, mtime_ns, held)
         except BaseException:
             if self.changed is not None:
                 self.changed.add(parent(rel))
@@ -754,7 +760,7 @@ class SafeRoot:
         return before, after
 
     def _set_meta(
-        self, rel: str, mode: int | None, mtime_ns: int | None
+        self, rel: str, mode: int | None, mtime_ns: int | None, held: HeldDirs | None = None,
     ) -> tuple[os.stat_result | None, os.stat_result | None, bool]:
         """`set_meta`, and whether the entry (if changed) was changed in place."""
         if not rel:
@@ -764,7 +770,7 @@ class SafeRoot:
             if mtime_ns is not None and before.st_mtime_ns != mtime_ns:
                 os.utime(self._fd, ns=(mtime_ns, mtime_ns))
             return before, os.fstat(self._fd), False
-        with self._parent(rel) as (dfd, leaf):
+        with self._parent(rel, held) as (dfd, leaf):
             try:
                 fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             except FileNotFoundError:
@@ -872,6 +878,44 @@ class SafeRoot:
             finally:
                 os.close(dfd)
         return removed
+
+
+class HeldDirs:
+    """Descriptors of the directories one run of work touches (a batch's files, a metadata
+    vector's entries), each opened beneath the root once and all closed together: a first
+    copy writes hundreds of files into a directory, each of which cost an openat2 and a
+    close of its own. For one thread at a time.
+
+    A directory held open is the one that was there when it was first reached: a
+    directory renamed meanwhile is still written into, wherever in the tree it went (as a
+    temporary file's own directory is between its creation and its rename), and one
+    removed meanwhile takes no new entries."""
+
+    LIMIT = 64  # descriptors: past this many, all are closed and opened again as needed
+
+    def __init__(self, root: SafeRoot) -> None:
+        self._root = root
+        self._fds: dict[str, int] = {}
+
+    def fd(self, rel_dir: str, rel: str) -> int:
+        """The descriptor of directory ``rel_dir`` (``rel``, inside it, names errors)."""
+        fd = self._fds.get(rel_dir)
+        if fd is None:
+            if len(self._fds) >= self.LIMIT:
+                self.close()
+            fd = self._fds[rel_dir] = self._root._open_dir(rel_dir, rel)
+        return fd
+
+    def close(self) -> None:
+        fds, self._fds = list(self._fds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def __enter__(self) -> HeldDirs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _via_proc(fd: int) -> str:

@@ -23,7 +23,14 @@ from rdc.content.tree import Tree, TreeFormatError
 from rdc.local import sealed
 from rdc.local.commits import GroupCommit
 from rdc.local.filestat import mtime_ns, stamp
-from rdc.local.fs import ConflictError, Expect, SafeRoot, TempFile, sync_filesystem
+from rdc.local.fs import (
+    ConflictError,
+    Expect,
+    HeldDirs,
+    SafeRoot,
+    TempFile,
+    sync_filesystem,
+)
 from rdc.local.ignore import Excludes
 from rdc.local.index import (
     CANDIDATE_LIMIT,
@@ -649,13 +656,14 @@ class Replica:
 
     def set_meta(
         self, path: str, mode: int | None = None, mtime_ns: int | None = None,
-        retimed: list[Retimed] | None = None,
+        retimed: list[Retimed] | None = None, held: HeldDirs | None = None,
     ) -> None:
         """Set the mode and mtime of the entry at ``path`` (`SafeRoot.set_meta`: a file with
         other hard links is replaced by a copy). A file whose index row was current stays
         current (its new stamp recorded), so the next scan does not read it again. With
-        ``retimed`` that record is left to `record_times`: one transaction for a batch."""
-        before, after = self.fs.set_meta(path, mode, mtime_ns)
+        ``retimed`` that record is left to `record_times`: one transaction for a batch.
+        ``held``: the caller's directory descriptors (`rdc.local.fs.HeldDirs`)."""
+        before, after = self.fs.set_meta(path, mode, mtime_ns, held)
         if before is None or after is None or not stat.S_ISREG(before.st_mode) or (
             stamp(before) == stamp(after)
         ):

@@ -36,7 +36,7 @@ from rdc.content.signature import FileSignature, signature_of_bytes, tree_of_byt
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.filestat import mtime_ns
-from rdc.local.fs import ConflictError, Expect, TempFile, sync_all
+from rdc.local.fs import ConflictError, Expect, HeldDirs, TempFile, sync_all
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
@@ -253,31 +253,41 @@ def decide_batch(
     rows = replica.indexed([offer.path for offer, _ in offers])
     holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
     held = {"copy": 0, "send": 0, "delta": 0}
-    for offer, expect in offers:
-        try:
-            decision = _decide(replica, offer, expect, rows.get(offer.path),
-                               holders.get(offer.root, []), deltas)
-        except _EXPECTED_ERRORS as exc:
-            out.append(Decision(_failure(exc, offer.path)))
-            continue
-        kind = decision.verdict
-        if kind in held:
-            held[kind] += offer.size
-            over = (held["delta"] > DELTA_HELD if kind == "delta"
-                    else held["copy"] + held["send"] > HELD_BYTES)
-            if over:  # more content than a batch holds: this one alone
-                held[kind] -= offer.size
-                decision = Decision("descend", decision.check)
-        out.append(decision)
+    with HeldDirs(replica.fs) as dirs:
+        for offer, expect in offers:
+            try:
+                decision = _decide(replica, offer, expect, rows.get(offer.path),
+                                   holders.get(offer.root, []), deltas, dirs)
+            except _EXPECTED_ERRORS as exc:
+                out.append(Decision(_failure(exc, offer.path)))
+                continue
+            out.append(_within_budget(decision, offer, held))
     return out
 
 
+def _within_budget(decision: Decision, offer: m.FileOffer, held: dict[str, int]
+                   ) -> Decision:
+    """``decision``, or ``descend`` where the batch already holds as much content of its
+    kind as it may (the file then goes alone); ``held`` counts what it holds."""
+    kind = decision.verdict
+    if kind in held:
+        held[kind] += offer.size
+        over = (held["delta"] > DELTA_HELD if kind == "delta"
+                else held["copy"] + held["send"] > HELD_BYTES)
+        if over:  # more content than a batch holds: this one alone
+            held[kind] -= offer.size
+            return Decision("descend", decision.check)
+    return decision
+
+
 def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
-            row: IndexedFile | None, holders: list[str], deltas: bool = False) -> Decision:
+            row: IndexedFile | None, holders: list[str], deltas: bool = False,
+            dirs: HeldDirs | None = None) -> Decision:
     """One file's verdict; ``row``: its path's index row, ``holders``: the paths indexed
-    with its root (both looked up for the whole batch at once)."""
+    with its root (both looked up for the whole batch at once); ``dirs``: the batch's
+    directory descriptors."""
     path = offer.path
-    st = replica.fs.lstat(path)
+    st = replica.fs.lstat(path, dirs)
     try:
         if expect is not None and expect.kind == "":  # nothing may be there: one look says
             if st is not None:
@@ -293,7 +303,7 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         row = replica.indexed([path]).get(path)  # (holds() indexed it)
     current = row.root if st is not None and row is not None and row.describes(st) else None
     if current == offer.root:
-        replica.set_meta(path, offer.mode, offer.mtime_ns)
+        replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)
         return Decision("have", check)
     if offer.size < SMALL_FILE:
         for holder in holders:
@@ -358,6 +368,7 @@ def write_batch(
     it only steers the choice of seeds, whose bytes are checked as they are used)."""
     results: list[m.Failure | None] = [None] * len(files)
     prepared: list[tuple[int, TempFile, FileSignature]] = []
+    dirs = HeldDirs(replica.fs)
     try:
         for i, (offer, _, data) in enumerate(files):
             made = signatures[i] if i < len(signatures) else None
@@ -368,13 +379,14 @@ def write_batch(
                                        "the offered root (it changed at the source?)")
                 continue
             try:
-                temp = replica.fs.create_temp(offer.path)
+                temp = replica.fs.create_temp(offer.path, dirs)
                 temp.write(data)
                 temp.prepare(offer.mode, offer.mtime_ns)
             except _EXPECTED_ERRORS as exc:
                 results[i] = _failure(exc, offer.path)
                 continue
             prepared.append((i, temp, signature))
+        dirs.close()  # (each temporary holds its own)
         sync_all(replica.fs, [temp for _, temp, _ in prepared])
         recorded = []
         for i, temp, signature in prepared:
@@ -393,6 +405,7 @@ def write_batch(
             recorded.append((offer.path, st, signature))
         replica.record_many(recorded)
     finally:
+        dirs.close()
         for _, temp, _ in prepared:
             temp.abort()  # nothing for those installed
     return results

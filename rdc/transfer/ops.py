@@ -8,7 +8,7 @@ import os
 import stat
 
 from rdc.errors import Refusal, disk_full
-from rdc.local.fs import ConflictError, Expect, SafeRoot
+from rdc.local.fs import ConflictError, Expect, HeldDirs, SafeRoot
 from rdc.local.ignore import Excludes
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError, join
@@ -226,6 +226,7 @@ def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir) -> tuple[int, int
         return 0, 1
     changed = 0
     retimed: list = []  # recorded in the index in one transaction
+    held = HeldDirs(replica.fs)  # (a vector's entries share a few directories)
     try:
         # Deepest first, so that a directory's own time is set after its children changed.
         for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
@@ -236,9 +237,10 @@ def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir) -> tuple[int, int
             new_time = entry.mtime_ns != mtime
             if new_mode or new_time:
                 replica.set_meta(join(item.path, rel), mode if new_mode else None,
-                                 mtime if new_time else None, retimed)
+                                 mtime if new_time else None, retimed, held)
                 entry.mode, entry.mtime_ns = (mode if new_mode else entry.mode), mtime
                 changed += new_mode + new_time
     finally:
+        held.close()
         replica.record_times(retimed)
     return changed, 0
