@@ -15,6 +15,7 @@ from rdc.errors import ProtocolError
 from rdc.params import SUB_PREFIX
 from rdc.transfer import batch, lockstep, serving, target
 from rdc.transfer.descent import SourceFile
+from rdc.transfer.stats import Options
 from rdc.transfer.target import WANT_ITEMS
 from rdc.wire import messages as m
 
@@ -176,6 +177,40 @@ async def test_small_edited_files_travel_as_their_changed_blocks(tmp_path) -> No
     assert tree_state(pair.share) == tree_state(src)
     assert sorted(p for p, (how, _, _) in stats.moved.items() if how == "delta") == chosen
     assert stats.literal_bytes <= 40 * 3 * 32  # a block or three each, not whole files
+    pair.close()
+
+
+async def test_renamed_and_edited_files_are_described_against_their_old_selves(
+    tmp_path,
+) -> None:
+    """A file renamed and edited has no older version at its path; one that half its
+    sketch's traits find (a file of 8 chunks or more is sketched over its chunks, and one
+    edited chunk changes several traits) is described in its batch against the file
+    that resembles it, small ones (one chunk under 1 KiB) too: a few blocks travel, not
+    the files."""
+    src = tmp_path / "src"
+    rng = random.Random(9)
+    for i in range(6):
+        size = 600 if i % 2 else 60_000  # one chunk, and about 8
+        text = b"".join(b"%x\n" % rng.getrandbits(64) for _ in range(size // 17 + 1))
+        write(src / "old" / f"f{i}.txt", text[:size], OLD + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    (src / "new").mkdir()
+    for i in range(6):
+        data = bytearray((src / "old" / f"f{i}.txt").read_bytes())
+        data[len(data) // 2 : len(data) // 2] = b"# an inserted line\n"
+        write(src / "new" / f"g{i}.txt", bytes(data), OLD + 100 + i)
+        (src / "old" / f"f{i}.txt").unlink()
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    how = {p: h for p, (h, _, _) in stats.moved.items()}
+    assert [how[f"new/g{i}.txt"] for i in (0, 2, 4)] == ["delta"] * 3
+    # Small files' sketches (over their few sub-chunks) vary more: these two resemble
+    # their old selves enough, the third (3 traits of 12) goes whole.
+    assert [how[f"new/g{i}.txt"] for i in (1, 3, 5)] == ["delta", "delta", "whole"]
+    assert stats.literal_bytes < 5 * 200 + 619  # a block or so each, and the whole one
     pair.close()
 
 

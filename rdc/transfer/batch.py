@@ -73,6 +73,12 @@ DATA_MESSAGE = 1 << 20
 # A file new at its path descends if an indexed file shares this many of its 12 traits
 # (near-identical: most likely its own older version under another name).
 NEAR_TRAITS = 9
+# ... or, described in its batch (a peer that takes ``delta``: a few round trips shared
+# by the batch), this many: about half its content. A file of 8 chunks or more is sketched
+# over its chunks, and one edited chunk of 8 leaves 7 or 8 traits of 12 as they were
+# (renamed and edited Django files sent whole: 155 KB). A seed that shares less than it
+# seemed costs its lists, a few percent of the file.
+RESEMBLED_TRAITS = 6
 # Batches written at once in a process: each holds two descriptors per file (the temporary
 # and its directory) until the batch is installed, so that a peer's many conversations
 # cannot run the process out of descriptors (a fuzzer's offers of thousands of files each
@@ -319,8 +325,9 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         offer.size, offer.depth, older_here, row.size if row is not None else None)
     ):
         return _described(replica, offer, check, deltas)
-    if (not older_here and offer.sketch is not None and offer.size >= SUBS_FROM
-            and replica.resembled(offer.sketch, NEAR_TRAITS)):
+    if (not older_here and offer.sketch is not None
+            and offer.size >= (WHOLE_BELOW if deltas else SUBS_FROM)
+            and replica.resembled(offer.sketch, RESEMBLED_TRAITS if deltas else NEAR_TRAITS)):
         return _described(replica, offer, check, deltas)  # renamed or copied, then edited
     return Decision("send", check)
 
@@ -332,8 +339,9 @@ def _described(replica: Replica, offer: m.FileOffer, check: Expect | None,
     if not deltas or offer.size >= SMALL_FILE:
         return Decision("descend", check)
     seeds = replica.seed_trees(offer.path, offer.sketch)
-    if not seeds:  # (its older version's tree no longer parses, say)
-        return Decision("send", check)
+    if not seeds or whole_is_best(offer.size, offer.depth, True, seeds[0][1].size):
+        return Decision("send", check)  # (an older version's tree that no longer parses;
+        # a small file whose best seed is too unlike it in size to describe it against)
     return Decision("delta", check, seeds=seeds)
 
 
