@@ -40,6 +40,26 @@ setup(
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(
+            "rdc._native._sign",
+            sources=[
+                "rdc/_native/_sign.c",
+                "rdc/_native/chunker_impl.c",
+                "rdc/_native/chunker_scan.c",
+                "rdc/_native/chunker_x86.c",
+                "rdc/_native/blake3_impl.c",
+                "rdc/_native/blake3_x86.c",
+                "rdc/_native/signature_impl.c",
+            ],
+            depends=[
+                "rdc/_native/blake3_impl.h",
+                "rdc/_native/chunker_impl.h",
+                "rdc/_native/chunker_scan.h",
+                "rdc/_native/signature_impl.h",
+                "rdc/_native/le_bytes.h",
+            ],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        ),
+        Extension(
             "rdc._native._refine",
             sources=["rdc/_native/_refine.c"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],

@@ -1,6 +1,6 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
-sketch and tree grouping of signatures, the refinement encoder, and the directory listing
-of walks.
+sketch and tree grouping of signatures, a small buffer's whole signature in one call, the
+refinement encoder, and the directory listing of walks.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -28,6 +28,7 @@ if PURE_PYTHON:
     list_dir = listing_ref.list_dir
     stamp_tree = listing_ref.stamp_tree
     refine_encode = refine_ref.encode
+    sign_buffer = None  # (the step-by-step path of rdc.content.signature is the reference)
     IMPLEMENTATION = "python"
 else:
     try:
@@ -35,6 +36,7 @@ else:
         from rdc._native._chunker import Scanner
         from rdc._native._listing import list_dir, stamp_tree
         from rdc._native._refine import encode as refine_encode
+        from rdc._native._sign import sign as sign_buffer
         from rdc._native._signature import (
             group_cuts,
             next_level_payloads,
@@ -70,6 +72,7 @@ __all__ = [
     "list_dir",
     "next_level_payloads",
     "refine_encode",
+    "sign_buffer",
     "sketch",
     "stamp_tree",
     "trait_candidates",

@@ -296,7 +296,7 @@ def segments_of_file(
     """Segments of ``f`` from its position to its end, each in a pool buffer. A regular
     file larger than a segment (and than ``content_limit``) is read by the workers at known
     offsets; other streams are read here, in order."""
-    fd = _positional(f)
+    fd = positional(f)
     if fd is not None:
         base = f.tell()
         size = os.fstat(fd).st_size - base
@@ -306,7 +306,7 @@ def segments_of_file(
     yield from _segments_in_order(f, segment_size, read_size)
 
 
-def _positional(f: BinaryIO) -> int | None:
+def positional(f: BinaryIO) -> int | None:
     """The descriptor of ``f`` if it is a regular file that can be read at offsets."""
     try:
         fd = f.fileno()

@@ -1,0 +1,126 @@
+"""A small buffer's signature in one native call (rdc._native._sign) is the signature the
+step-by-step path makes: every tree level, bit for bit, and the sketch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdc import _native
+from rdc.content import signature
+from rdc.content.leaves import SEGMENT_SIZE, segments_of_buffer
+from rdc.content.tree import build_tree
+from rdc.params import (
+    DEFAULT_SIGNATURE,
+    MID_PARAMS,
+    ChunkParams,
+    GroupParams,
+    SignatureParams,
+)
+
+from .conftest import PURE
+
+_sign = pytest.importorskip("rdc._native._sign") if PURE else None
+if _sign is None:
+    from rdc._native import _sign
+
+KINDS = ("random", "zeros", "text", "repeats")
+
+
+def data_of(kind: str, size: int, rng: random.Random) -> bytes:
+    if kind == "random":
+        return rng.randbytes(size)
+    if kind == "zeros":
+        return bytes(size)
+    if kind == "text":
+        words = [b"alpha ", b"beta\n", b"gamma, ", b"delta; ", b"%d " % rng.randrange(999)]
+        return b"".join(rng.choice(words) for _ in range(size // 5 + 1))[:size]
+    block = rng.randbytes(rng.randrange(1, 5000))
+    return (block * (size // len(block) + 1))[:size]
+
+
+params = st.sampled_from([
+    DEFAULT_SIGNATURE,
+    SignatureParams(chunks=MID_PARAMS),  # many chunks: several tree levels
+    SignatureParams(chunks=ChunkParams(16, 64, 256), groups=GroupParams(2, 5),
+                    sub_chunks=ChunkParams(64, 100, 1000)),
+])
+
+
+def step_by_step(data: bytes, p: SignatureParams) -> signature.FileSignature:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_native, "sign_buffer", None)
+        return signature._signature(segments_of_buffer(data, SEGMENT_SIZE), p)
+
+
+@given(st.sampled_from(KINDS), st.integers(0, 300_000), st.integers(0, 2**32), params)
+def test_one_call_makes_the_same_tree_and_sketch(kind: str, size: int, seed: int,
+                                                 p: SignatureParams) -> None:
+    data = data_of(kind, size, random.Random(seed))
+    want = step_by_step(data, p)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_native, "sign_buffer", _sign.sign)
+        assert signature.signature_of_bytes(data, p) == want
+        assert signature.tree_of_bytes(data, p) == want.tree
+        assert want.tree == build_tree(want.tree.leaves, p.groups)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 4097, 12288, 98304, 98305, SEGMENT_SIZE])
+def test_the_edges_of_the_sizes(size: int) -> None:
+    """An empty buffer (its root the node over nothing), one chunk, the largest that is
+    sketched over its sub-chunks and the smallest that is not, a whole segment."""
+    data = data_of("random", size, random.Random(size))
+    levels, traits = _sign.sign(data, (32, 4096, 12288), (16, 48, 320), (4, 12), 8,
+                                b"rdc 2026-11 merkle tree node v1")
+    want = step_by_step(data, DEFAULT_SIGNATURE)
+    assert [(level.hashes, level.lengths) for level in want.tree.levels] == levels
+    assert traits == want.sketch
+
+
+def test_bad_parameters_are_a_value_error() -> None:
+    context = b"rdc 2026-11 merkle tree node v1"
+    for chunks, groups in (((32, 4096, 4096), (4, 12)), ((33, 4096, 12288), (4, 12)),
+                           ((32, 4096, 12288), (5, 5)), ((32, 4096, 12288), (0, 12))):
+        with pytest.raises(ValueError):
+            _sign.sign(b"x" * 5000, chunks, (16, 48, 320), groups, 8,
+                       context)
+
+
+def test_the_selected_implementation_is_the_compiled_one() -> None:
+    assert _native.sign_buffer is (None if PURE else _sign.sign)
+
+
+def test_a_small_file_is_read_whole_and_signed_in_one_call(tmp_path, monkeypatch) -> None:
+    """A regular file of at most ``read_size`` bytes: one read, one native call, the same
+    signature; one that grows past it between its size and its read is streamed after all
+    (signed as it is then)."""
+    import io
+
+    data = random.Random(3).randbytes(50_000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    calls: list[int] = []
+    real = _sign.sign
+    monkeypatch.setattr(_native, "sign_buffer", lambda d, *a: calls.append(len(d)) or real(d, *a))
+    with open(path, "rb") as f:
+        assert signature.signature_of_file(f) == step_by_step(data, DEFAULT_SIGNATURE)
+    assert calls == [len(data)]
+
+    class Growing(io.BufferedReader):
+        grew = False
+
+        def read(self, n: int | None = -1) -> bytes:
+            if not self.grew:  # (once)
+                self.grew = True
+                with open(path, "ab") as out:
+                    out.write(b"more" * 2000)
+            return super().read(n)
+
+    calls.clear()
+    with Growing(io.FileIO(path)) as f:
+        grown = signature.signature_of_file(f, read_size=52_000)
+    assert f.grew
+    assert calls == [] and grown == step_by_step(path.read_bytes(), DEFAULT_SIGNATURE)
