@@ -6,7 +6,8 @@ random data next to one BLAKE3 call over the same data on one thread, and the pa
 bound it: the chunker alone, and the chunk hashes: rdc's C BLAKE3 of all chunks in one call
 on each code path this CPU has (one thread), and blake3-py per chunk on one and on two
 threads (it takes the GIL back after each chunk, so two threads are no faster). Then a tree
-of small files (Django) signed one by one and refreshed into an index.
+of small files (Django) signed one by one (with and without the one-call native signer,
+next to BLAKE3 of each file alone) and refreshed into an index.
 
 Part 2, bytes on the wire for the corpora of ../shared/bench/ (make_corpus.sh,
 make_scattered.py): the ``rdc delta --json`` totals of each case beside rsync's bytes
@@ -210,6 +211,18 @@ def small_files(root: str, runs: int, patience: float) -> dict | None:
         for path in paths:
             signature_of_path(path)
 
+    def sign_steps() -> None:  # without the one-call native signer (rdc._native._sign)
+        saved, _native.sign_buffer = _native.sign_buffer, None
+        try:
+            sign_all()
+        finally:
+            _native.sign_buffer = saved
+
+    def blake3_all() -> None:  # the reference: read and hash each file, nothing else
+        for path in paths:
+            with open(path, "rb") as f:
+                blake3.blake3(f.read()).digest()
+
     def refreshed(workers: int) -> Callable[[], object]:
         def run() -> object:
             with tempfile.TemporaryDirectory() as tmp:
@@ -222,7 +235,9 @@ def small_files(root: str, runs: int, patience: float) -> dict | None:
         return run
 
     rows = {
+        "BLAKE3 of each file (reference)": best(blake3_all, runs, patience),
         "signature_of_path, one by one": best(sign_all, runs, patience),
+        "... step by step (no one-call signer)": best(sign_steps, runs, patience),
         "index refresh, 1 worker": best(refreshed(1), runs, patience),
         "index refresh, 2 workers": best(refreshed(2), runs, patience),
     }
