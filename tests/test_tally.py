@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdc.local.snapshot import walk
-from rdc.transfer.stats import Stats
+from rdc.transfer.stats import Stats, count_files
 from rdc.transfer.tally import files_of
 from rdc.wire import messages as m
 
@@ -32,6 +32,7 @@ def test_the_files_of_a_tree_answer_as_their_set(tmp_path_factory, made, asked) 
     finally:
         os.close(fd)
     expected = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert count_files(tree) == len(expected)
     files = files_of(tree)
     assert len(files) == len(expected) and set(files) == expected
     for rel in [*asked, *made, "", "a/", "/a"]:
