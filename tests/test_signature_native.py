@@ -119,3 +119,12 @@ def test_trait_candidates_refuse_an_id_over_the_limit() -> None:
     if not PURE:  # the C function reads the ids as uint32 buffers
         with pytest.raises(TypeError):
             _native.trait_candidates([array("Q", [5])], 9, 1, 1, -1)
+
+
+@given(st.lists(st.binary(min_size=12, max_size=12), max_size=300))
+def test_trait_buckets_match_the_reference(sketches) -> None:
+    ids = array("I", range(7, 7 + len(sketches)))
+    joined = b"".join(sketches)
+    assert _signature.trait_buckets(ids, joined) == signature_ref.trait_buckets(ids, joined)
+    with pytest.raises(ValueError):
+        _signature.trait_buckets(ids, joined + b"x")

@@ -160,3 +160,31 @@ def test_a_trait_out_of_range_is_refused_on_the_wire_and_ignored_from_disk(tmp_p
     assert lists.candidates(flipped, 11, 10, None) == [(1, 11), (2, 11)]
     lists.remove(2, flipped)
     assert lists.candidates(good, 12, 10, None) == [(1, 12)]
+
+
+def test_loaded_lists_are_the_sketches_added_one_by_one(tmp_path, monkeypatch) -> None:
+    """`TraitLists.load` sorts every stored sketch into its buckets natively, a few
+    thousand rows at a time: the same lists, in id order, as adding each row, damaged rows
+    (a trait out of range, a sketch too short or too long) by their valid traits."""
+    import random
+    import sqlite3
+
+    from rdc.local.index import traits
+    from rdc.local.index.traits import TraitLists
+
+    rng = random.Random(4)
+    conn = sqlite3.connect(tmp_path / "t.sqlite3")
+    conn.execute("CREATE TABLE file (id INTEGER PRIMARY KEY, sketch BLOB)")
+    rows = [(i, bytes(rng.randrange(64) for _ in range(12))) for i in range(1, 3000)]
+    rows[5] = (rows[5][0], bytes([70]) + rows[5][1][1:])
+    rows[9] = (rows[9][0], rows[9][1][:7])
+    rows[11] = (rows[11][0], rows[11][1] + b"\x05")
+    rows[13] = (rows[13][0], None)
+    conn.executemany("INSERT INTO file VALUES (?, ?)", rows)
+    one_by_one = TraitLists()
+    for file_id, sketch in rows:
+        if sketch is not None:
+            one_by_one.add(file_id, sketch)
+    monkeypatch.setattr(traits, "LOAD_ROWS", 1000)  # (several chunks)
+    loaded = TraitLists.load(conn)
+    assert loaded.lists == one_by_one.lists and loaded.max_id == one_by_one.max_id == 2999

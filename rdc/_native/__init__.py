@@ -25,6 +25,7 @@ if PURE_PYTHON:
     group_cuts = signature_ref.group_cuts
     next_level_payloads = signature_ref.next_level_payloads
     trait_candidates = signature_ref.trait_candidates
+    trait_buckets = signature_ref.trait_buckets
     list_dir = listing_ref.list_dir
     stamp_tree = listing_ref.stamp_tree
     refine_encode = refine_ref.encode
@@ -41,6 +42,7 @@ else:
             group_cuts,
             next_level_payloads,
             sketch,
+            trait_buckets,
             trait_candidates,
         )
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
@@ -75,5 +77,6 @@ __all__ = [
     "sign_buffer",
     "sketch",
     "stamp_tree",
+    "trait_buckets",
     "trait_candidates",
 ]

@@ -241,6 +241,61 @@ done:
     return result;
 }
 
+/* trait_buckets(ids, sketches): the ids (uint32, ascending) sorted into the 768 trait
+ * buckets t * 64 + value by their sketches (12 bytes each; a value over 63 has none), as
+ * 768 bytes objects of uint32s, each in the ids' order. */
+static PyObject *py_trait_buckets(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer ids, sketches;
+    if (!PyArg_ParseTuple(args, "y*y*", &ids, &sketches)) return NULL;
+    PyObject *result = NULL;
+    uint32_t *out = NULL;
+    size_t n = (size_t)ids.len / 4;
+    size_t counts[RDC_TRAITS * 64] = {0}, starts[RDC_TRAITS * 64];
+    if (ids.len % 4 || (size_t)sketches.len != n * RDC_TRAITS) {
+        PyErr_SetString(PyExc_ValueError, "need 4 bytes of id and 12 of sketch per file");
+        goto done;
+    }
+    const uint8_t *sk = sketches.buf;
+    const uint8_t *id_bytes = ids.buf;
+    for (size_t i = 0; i < n * RDC_TRAITS; i++)
+        if (sk[i] < 64) counts[(i % RDC_TRAITS) * 64 + sk[i]]++;
+    size_t total = 0;
+    for (size_t b = 0; b < RDC_TRAITS * 64; b++) {
+        starts[b] = total;
+        total += counts[b];
+    }
+    if (!(out = PyMem_RawMalloc((total ? total : 1) * sizeof *out))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t at[RDC_TRAITS * 64];
+    memcpy(at, starts, sizeof at);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id;
+        memcpy(&id, id_bytes + 4 * i, 4);
+        for (size_t t = 0; t < RDC_TRAITS; t++) {
+            uint8_t v = sk[i * RDC_TRAITS + t];
+            if (v < 64) out[at[t * 64 + v]++] = id;
+        }
+    }
+    result = PyList_New(RDC_TRAITS * 64);
+    for (size_t b = 0; result && b < RDC_TRAITS * 64; b++) {
+        PyObject *chunk = PyBytes_FromStringAndSize((const char *)(out + starts[b]),
+                                                    (Py_ssize_t)(counts[b] * sizeof *out));
+        if (!chunk) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)b, chunk);
+    }
+done:
+    PyMem_RawFree(out);
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&sketches);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"sketch", py_sketch, METH_O, "sketch(hashes) -> 12 trait bytes, or None for no hashes"},
     {"group_cuts", py_group_cuts, METH_VARARGS,
@@ -252,6 +307,8 @@ static PyMethodDef module_methods[] = {
     {"trait_candidates", py_trait_candidates, METH_VARARGS,
      "trait_candidates(lists, max_id, threshold, limit, exclude) -> [(id, count)], best "
      "first"},
+    {"trait_buckets", py_trait_buckets, METH_VARARGS,
+     "trait_buckets(ids, sketches) -> 768 bytes of uint32 ids, by bucket t * 64 + value"},
     {NULL},
 };
 

@@ -150,3 +150,20 @@ def trait_candidates(
             if n >= max(threshold, 1) and file_id != exclude]
     hits.sort(key=lambda hit: (-hit[1], hit[0]))
     return hits[:limit]
+
+
+def trait_buckets(ids: bytes | bytearray | memoryview, sketches: bytes) -> list[bytes]:
+    """The ids (uint32, native order, ascending) sorted into the 768 trait buckets
+    ``t * 64 + value`` by their 12-byte sketches (a value over 63 has none): per bucket
+    the bytes of its uint32 ids, in the ids' order."""
+    id_array = array("I")
+    id_array.frombytes(bytes(ids))
+    if len(sketches) != TRAITS * len(id_array):
+        raise ValueError("need 4 bytes of id and 12 of sketch per file")
+    out = [array("I") for _ in range(TRAITS * 64)]
+    for i, file_id in enumerate(id_array):
+        for t in range(TRAITS):
+            value = sketches[i * TRAITS + t]
+            if value < 64:
+                out[t * 64 + value].append(file_id)
+    return [bucket.tobytes() for bucket in out]

@@ -21,6 +21,14 @@ from rdc._native.constants import TRAITS
 from rdc.content.sketch import TRAIT_VALUES, buckets
 
 BUCKETS = TRAITS * TRAIT_VALUES
+LOAD_ROWS = 16384
+# A stored sketch of another length (a damaged row): its traits as they are, none past them.
+_NONE = bytes([255]) * TRAITS
+
+
+def _twelve(sketch: bytes) -> bytes:
+    return sketch if len(sketch) == TRAITS else (sketch + _NONE)[:TRAITS]
+
 # Unrelated files a seed query may expect among its candidates, by chance alone: each
 # costs a tree read and a seed map, for nothing (docs/formats.md section 4).
 CHANCE_CANDIDATES = 0.25
@@ -53,16 +61,20 @@ class TraitLists:
 
     @classmethod
     def load(cls, conn: sqlite3.Connection) -> TraitLists:
+        """The lists of every sketch in the index, LOAD_ROWS rows at a time sorted into
+        their buckets natively (`_native.trait_buckets`; 12 appends a file from Python
+        were 0.2 s for 100,000 files, at every writable session's start)."""
         out = cls()
         lists = out.lists
-        top = 0
-        for file_id, sketch in conn.execute(
-            "SELECT id, sketch FROM file WHERE sketch IS NOT NULL ORDER BY id"
-        ):
-            for bucket in buckets(sketch):
-                lists[bucket].append(file_id)
-            top = file_id
-        out.max_id = top
+        cursor = conn.execute("SELECT id, sketch FROM file WHERE sketch IS NOT NULL ORDER BY id")
+        while rows := cursor.fetchmany(LOAD_ROWS):
+            ids = array("I", [file_id for file_id, _ in rows])
+            sketches = b"".join(_twelve(sketch) for _, sketch in rows)
+            for ids_there, chunk in zip(lists, _native.trait_buckets(ids, sketches),
+                                        strict=True):
+                if chunk:
+                    ids_there.frombytes(chunk)
+            out.max_id = rows[-1][0]
         return out
 
     @property
