@@ -79,7 +79,7 @@ def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int, short
 def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
     """A sub-chunk prefix that names the wrong old bytes (made to happen: the first piece
     found in a seed region is taken one byte off)."""
-    real = subchunks._Pieces.find
+    real = subchunks.Pieces.find
     taken: list[int] = []
 
     def one_off(self, key: bytes, length: int) -> int | None:
@@ -89,7 +89,7 @@ def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
             return hit - 1
         return hit
 
-    monkeypatch.setattr(subchunks._Pieces, "find", one_off)
+    monkeypatch.setattr(subchunks.Pieces, "find", one_off)
     rng = random.Random(225)
     old = rng.randbytes(131069)
     new = apply(old, [("insert", 0.0, 1845), ("insert", 0.0, 1845), ("insert", 0.3125, 576)],

@@ -87,7 +87,7 @@ def decode(
     return [(prefixes[i * prefix : (i + 1) * prefix], n) for i, n in enumerate(sizes)]
 
 
-class _Pieces:
+class Pieces:
     """One kind of piece of a seed region: found by (hash prefix, length), where the
     first piece with both is taken; an index per prefix length, made when first asked."""
 
@@ -118,15 +118,14 @@ class RegionIndex:
     offsets in the seed."""
 
     seed: int
-    size: int
-    mids: _Pieces
-    fines: _Pieces
+    mids: Pieces
+    fines: Pieces
 
 
-def _pieces(view: memoryview, start: int, ends: list[int]) -> _Pieces:
+def _pieces(view: memoryview, start: int, ends: list[int]) -> Pieces:
     starts = [0, *ends[:-1]]
     hashes = _native.hash_chunks(view, ends)[0] if ends else b""
-    return _Pieces(hashes, [start + s for s in starts],
+    return Pieces(hashes, [start + s for s in starts],
                    [e - s for s, e in zip(starts, ends, strict=True)])
 
 
@@ -138,5 +137,5 @@ def index_region(seed: int, start: int, data: bytes) -> RegionIndex:
     fine_ends: list[int] = []  # of all mids: each mid's fine pieces end at its own end
     for s, e in zip([0, *mid_ends], mid_ends, strict=False):
         fine_ends += [s + end for end in boundaries(view[s:e], FINE_PARAMS)]
-    return RegionIndex(seed, len(data), _pieces(view, start, mid_ends),
+    return RegionIndex(seed, _pieces(view, start, mid_ends),
                        _pieces(view, start, fine_ends))
