@@ -278,12 +278,20 @@ async def test_a_concurrent_change_at_the_target_is_not_overwritten(tmp_path) ->
 async def test_a_leaf_with_wrongly_matched_sub_chunks_is_fetched_whole(
     tmp_path, monkeypatch
 ) -> None:
-    """With 1-byte sub-chunk prefixes, lookups in a seed region match wrong bytes often;
-    the leaf check catches each, and only that leaf is fetched again."""
+    """Sub-chunk lookups in a seed region that name wrong bytes (as a short prefix shared
+    by another piece of the same length would; made to happen here: every piece found is
+    taken one byte off): the leaf check catches each, and only that leaf is fetched
+    again."""
     from rdc.content import subchunks
     from rdc.transfer import target
 
-    monkeypatch.setattr(subchunks, "SUB_PREFIX", 1)
+    real_find = subchunks.Pieces.find
+
+    def one_off(self, key: bytes, length: int) -> int | None:
+        hit = real_find(self, key, length)
+        return hit - 1 if hit else hit
+
+    monkeypatch.setattr(subchunks.Pieces, "find", one_off)
     refetched = []
     real_leaf = target._Literal.leaf
 
