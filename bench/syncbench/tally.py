@@ -114,7 +114,8 @@ class FrameTally:
             "list": "listings", "listing": "listings",
             "mlist": "metadata", "mlisting": "metadata", "mset": "metadata", "ok": "metadata",
             "offer": "offers", "offer+data": "offers (with data <256 B)", "done": "offers",
-            "want expand": "signatures", "want subs": "signatures", "lists": "signatures",
+            "want expand": "signatures", "want subs": "signatures", "want fine": "signatures",
+            "lists": "signatures",
             "want fetch": "literal data", "want whole": "literal data", "data": "literal data",
             "ops": "ops", "oks": "ops",
             # small files in batches
