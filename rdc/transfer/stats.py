@@ -9,7 +9,7 @@ from itertools import chain
 from typing import Any
 
 from rdc.local.marker import MarkerBook
-from rdc.local.snapshot import Entry
+from rdc.local.snapshot import Entry, iter_files
 from rdc.transfer.compare import Changes
 from rdc.wire import messages as m
 
@@ -187,14 +187,7 @@ class Progress:
 
 
 def count_files(tree: Entry) -> int:
-    """The files in ``tree``: its directories walked, no path made and none sorted (over
-    a tree of 20,000 files, `iter_entries` spent a tenth of a 1%-edited push's client CPU
-    on it)."""
-    count, stack = 0, [tree]
-    while stack:
-        for entry in stack.pop().children.values():
-            if entry.kind == "f":
-                count += 1
-            elif entry.kind == "d":
-                stack.append(entry)
-    return count
+    """The files in ``tree``, by `iter_files`'s one pass over the directories (over a tree
+    of 20,000 files, `iter_entries`, which sorts, spent a tenth of a 1%-edited push's
+    client CPU on it)."""
+    return sum(1 for _ in iter_files(tree))

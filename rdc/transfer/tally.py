@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable, Iterator
 
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, iter_files, lookup
-from rdc.transfer.stats import Stats
+from rdc.transfer.stats import Stats, count_files
 
 
 class TreeFiles(Collection[str]):
@@ -23,7 +23,7 @@ class TreeFiles(Collection[str]):
 
     def __len__(self) -> int:
         if self._count is None:
-            self._count = 0 if self.tree is None else sum(1 for _ in iter_files(self.tree))
+            self._count = 0 if self.tree is None else count_files(self.tree)
         return self._count
 
     def __contains__(self, path: object) -> bool:
