@@ -41,8 +41,8 @@ def test_merged_answer_is_the_servers_listing(client, server, data, short) -> No
         server[name] = client[name]
     mine, theirs = listed(client), listed(server)
     have = fingerprints(mine, short)
-    size = reconcile.fingerprint_size(have) if short else reconcile.FINGERPRINT
-    assert size is not None
+    size = reconcile.fingerprint_size(have, short)
+    assert size is not None and (short or size == reconcile.FINGERPRINT)
     unmatched, bitmap = answer(theirs, have, size)
     rebuilt = merge(mine, unmatched, bitmap)
     assert {n: (e.kind, e.digest) for n, e in rebuilt.items()} == {

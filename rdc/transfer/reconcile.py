@@ -49,10 +49,13 @@ def fingerprint_bytes(count: int) -> int:
     return size
 
 
-def fingerprint_size(have: bytes) -> int | None:
-    """The fingerprint length of one directory's ``have`` (``short-fingerprints``): the one
-    length whose count, ``len(have) // size``, calls for it (``size * count`` grows with
-    the count, so no two lengths fit); None if none does."""
+def fingerprint_size(have: bytes, short: bool = True) -> int | None:
+    """The fingerprint length of one directory's ``have``: FINGERPRINT, or with ``short``
+    (``short-fingerprints``) the one length whose count, ``len(have) // size``, calls for
+    it (``size * count`` grows with the count, so no two lengths fit); None if none
+    does."""
+    if not short:
+        return None if len(have) % FINGERPRINT else FINGERPRINT
     for size in range(3, FINGERPRINT + 1):
         if len(have) % size == 0 and fingerprint_bytes(len(have) // size) == size:
             return size

@@ -29,7 +29,7 @@ from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
-from rdc.transfer.reconcile import FINGERPRINT, SHORT, answer, fingerprint_size
+from rdc.transfer.reconcile import SHORT, answer, fingerprint_size
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
@@ -291,9 +291,7 @@ class ServerSession:
     async def _list(self, conversation: Conversation, message: m.List) -> None:
         have = message.have
         short = SHORT in conversation.connection.frames.features
-        sizes = [None if h is None else fingerprint_size(h) if short
-                 else FINGERPRINT if len(h) % FINGERPRINT == 0 else None
-                 for h in have or ()]
+        sizes = [None if h is None else fingerprint_size(h, short) for h in have or ()]
         if have is not None and (len(have) != len(message.paths) or any(
                 h is not None and size is None for h, size in zip(have, sizes, strict=True))):
             raise ProtocolError(message="list: have does not fit its paths (one item of "
@@ -303,7 +301,9 @@ class ServerSession:
         for i, path in enumerate(message.paths):
             entries = listing(tree, path, message.hb, message.meta, message.sizes)
             if entries is not None and have is not None and have[i] is not None:
-                unmatched, bitmap = answer(entries, have[i], sizes[i] or FINGERPRINT)
+                size = sizes[i]
+                assert size is not None  # (checked above)
+                unmatched, bitmap = answer(entries, have[i], size)
                 dirs.append(m.Listing(path, unmatched, bitmap))
             else:
                 dirs.append(m.Listing(path, entries))
