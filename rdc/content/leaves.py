@@ -296,23 +296,27 @@ def segments_of_file(
     """Segments of ``f`` from its position to its end, each in a pool buffer. A regular
     file larger than a segment (and than ``content_limit``) is read by the workers at known
     offsets; other streams are read here, in order."""
-    fd = positional(f)
-    if fd is not None:
-        base = f.tell()
-        size = os.fstat(fd).st_size - base
+    at = positional(f)
+    if at is not None:
+        fd, base, size = at
         if size > max(segment_size, content_limit):
             yield from _segments_at_offsets(f, fd, base, segment_size_for(size, segment_size))
             return
     yield from _segments_in_order(f, segment_size, read_size)
 
 
-def positional(f: BinaryIO) -> int | None:
-    """The descriptor of ``f`` if it is a regular file that can be read at offsets."""
+def positional(f: BinaryIO) -> tuple[int, int, int] | None:
+    """(descriptor, position, bytes from there to the end) of ``f`` if it is a regular file
+    that can be read at offsets (one fstat says both what it is and how long)."""
     try:
         fd = f.fileno()
         if not (hasattr(os, "preadv") and f.seekable()):
             return None
-        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        base = f.tell()
+        return fd, base, st.st_size - base
     except (AttributeError, OSError, ValueError):
         return None
 

@@ -7,7 +7,6 @@ chunks, so that a small file that was moved and edited still resembles its old s
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -106,9 +105,9 @@ def signature_of_file(
     regular file of at most ``read_size`` bytes is read whole and signed in one native
     call (most files of a tree: their signing cost a third as much)."""
     limit = min(read_size, segment_size)
-    if _native.sign_buffer is not None and (fd := positional(f)) is not None:
-        start = f.tell()
-        if os.fstat(fd).st_size - start <= limit:
+    if _native.sign_buffer is not None and (at := positional(f)) is not None:
+        _, start, size = at
+        if size <= limit:
             data = f.read(limit + 1)
             if len(data) <= limit:
                 return signature_of_bytes(data, params, segment_size)
