@@ -383,15 +383,20 @@ async def test_a_push_into_an_empty_directory_reads_each_file_once(
                 time.sleep(0.005)
         return scan(self, excludes, progress, walked)
 
-    reads: list[str] = []
-    open_read = SafeRoot.open_read
+    reads: list[str] = []  # opened to be streamed, or small and read whole
+    open_read, read_whole = SafeRoot.open_read, SafeRoot.read_whole
 
     def counting(self, rel):
         reads.append(rel)
         return open_read(self, rel)
 
+    def counting_whole(self, rel, *args, **kwargs):
+        reads.append(rel)
+        return read_whole(self, rel, *args, **kwargs)
+
     monkeypatch.setattr(Replica, "scan", slow_scan)
     monkeypatch.setattr(SafeRoot, "open_read", counting)
+    monkeypatch.setattr(SafeRoot, "read_whole", counting_whole)
     pair = Pair(tmp_path)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed and stats.files_transferred == 120

@@ -104,6 +104,7 @@ def operations(root: SafeRoot, rel: str) -> dict[str, Callable[[], object]]:
     return {
         "lstat": lambda: root.lstat(rel),
         "open_read": lambda: root.open_read(rel).close(),
+        "read_whole": lambda: root.read_whole(rel, 1 << 20),
         "read_link": lambda: root.read_link(rel),
         "create_temp": lambda: root.create_temp(rel).abort(),
         "mkdir": lambda: root.mkdir(rel, 0o777),
@@ -116,6 +117,7 @@ def operations(root: SafeRoot, rel: str) -> dict[str, Callable[[], object]]:
         "lstat, held": lambda: held(root, lambda h: root.lstat(rel, h)),
         "create_temp, held": lambda: held(root, lambda h: root.create_temp(rel, h).abort()),
         "set_meta, held": lambda: held(root, lambda h: root.set_meta(rel, 0o777, 0, h)),
+        "read_whole, held": lambda: held(root, lambda h: root.read_whole(rel, 1 << 20, h)),
     }
 
 
@@ -741,6 +743,59 @@ def test_open_read_refuses_what_is_not_a_file(tree: Tree) -> None:
     assert info.value.filename == "d/missing"
     with pytest.raises(PathError):
         r.open_read("")
+
+
+def test_read_whole_reads_a_small_file_and_refuses_what_open_read_refuses(
+    tree: Tree,
+) -> None:
+    """`read_whole` is `open_read` plus one read: the bytes and the fstat before and after
+    for a file within the limit, None for a larger one, and the same refusals (a FIFO is
+    refused, not opened: the call returns)."""
+    r = tree.root
+    r.mkdir("d", 0o755)
+    tree.put("d/f", b"x" * 100)
+    tree.put("e", b"")
+    r.mkdir("sub", 0o755)
+    os.mkfifo(tree.root_path / "p")
+    os.symlink("d/f", tree.root_path / "link")
+    with fs.HeldDirs(r) as dirs:
+        for held_dirs in (None, dirs):
+            before, data, after = r.read_whole("d/f", 100, held_dirs)
+            assert data == b"x" * 100 and before.st_size == after.st_size == 100
+            assert os.path.samestat(before, os.lstat(tree.root_path / "d" / "f"))
+            assert r.read_whole("d/f", 99, held_dirs) is None  # larger than the limit
+            assert r.read_whole("e", 0, held_dirs)[1] == b""
+    with pytest.raises(IsADirectoryError):
+        r.read_whole("sub", 10)
+    with pytest.raises(PathError, match="is a FIFO"):
+        r.read_whole("p", 10)
+    with pytest.raises(PathError, match="is a symlink"):
+        r.read_whole("link", 10)
+    with pytest.raises(FileNotFoundError) as info:
+        r.read_whole("d/missing", 10)
+    assert info.value.filename == "d/missing"
+
+
+def test_read_whole_of_a_file_that_grows_past_the_limit_while_read_is_none(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its size is read before the read; a file that grew past the limit meanwhile (the
+    read finds more than its fstat said) is left to the streaming reader."""
+    tree.put("f", b"y" * 10)
+    real = os.read
+    grown = []
+
+    def read_and_grow(fd: int, n: int) -> bytes:
+        if not grown:
+            grown.append(True)
+            with open(tree.root_path / "f", "ab") as out:
+                out.write(b"z" * 50)
+        return real(fd, n)
+
+    monkeypatch.setattr(fs.os, "read", read_and_grow)
+    assert tree.root.read_whole("f", 20) is None
+    assert grown
+    assert tree.root.read_whole("f", 60)[1] == b"y" * 10 + b"z" * 50
 
 
 def test_lstat(tree: Tree) -> None:

@@ -266,10 +266,11 @@ def test_a_moved_file_keeps_its_index_row_and_is_not_read_again(tmp_path, monkey
     assert rows["d/moved.txt"].id == before.id
     import rdc.local.index.update as update
 
-    read: list[int] = []
-    real = update.signature_of_file
-    monkeypatch.setattr(update, "signature_of_file",
-                        lambda f, *a, **k: read.append(f.fileno()) or real(f, *a, **k))
+    read: list[object] = []  # a file read and signed: streamed, or small and whole
+    for name in ("signature_of_file", "signature_of_bytes"):
+        real = getattr(update, name)
+        monkeypatch.setattr(update, name,
+                            lambda f, *a, real=real, **k: read.append(f) or real(f, *a, **k))
     tree = replica.rescan()
     assert "a.txt" not in tree.children and "moved.txt" in tree.children["d"].children
     assert tree.children["d"].children["moved.txt"].root == before.root
@@ -282,4 +283,36 @@ def test_a_moved_file_keeps_its_index_row_and_is_not_read_again(tmp_path, monkey
     assert "b.txt" not in replica.indexed(["b.txt"])
     assert replica.scan().children["b.txt"].size == len(b"changed behind the index\n")
     assert len(read) == 1  # that one file, read again
+    replica.close()
+
+
+def test_a_small_file_changed_while_a_scan_reads_it_is_read_again(tmp_path, monkeypatch
+                                                                  ) -> None:
+    """A scan reads small files whole (`SafeRoot.read_whole`) and signs the bytes read;
+    one written to between its fstat and the end of the read is marked racy, so the next
+    scan reads it again and the index ends with what is on disk."""
+    import rdc.local.fs as fs
+
+    replica = make(tmp_path)
+    path = tmp_path / "root" / "a.txt"
+    real = fs.os.read
+    changed: list[bool] = []
+
+    def read_then_append(fd: int, n: int) -> bytes:
+        data = real(fd, n)
+        if not changed and os.path.samestat(os.fstat(fd), os.stat(path)):
+            changed.append(True)
+            with open(path, "ab") as out:
+                out.write(b"written while it was read\n")
+            os.utime(path, ns=(OLD, OLD))  # even with its old time: the ctime moved
+        return data
+
+    monkeypatch.setattr(fs.os, "read", read_then_append)
+    replica.scan()
+    assert changed and replica.indexed(["a.txt"])["a.txt"].racy
+    monkeypatch.setattr(fs.os, "read", real)
+    tree = replica.scan()
+    assert tree.children["a.txt"].size == path.stat().st_size
+    row = replica.indexed(["a.txt"])["a.txt"]
+    assert row.size == path.stat().st_size and not row.racy
     replica.close()

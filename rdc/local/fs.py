@@ -140,6 +140,27 @@ def _lstat_at(dfd: int, leaf: str) -> os.stat_result | None:
         return None
 
 
+def _open_regular(dfd: int, leaf: str, rel: str) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file ``leaf`` in directory ``dfd``, open for reading,
+    and its fstat. A symlink or special file there is a PathError, a directory
+    IsADirectoryError; neither is opened."""
+    st = _lstat_at(dfd, leaf)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), rel)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise PathError(path=rel, reason=f"is {_describe(st, dfd, leaf)}")
+    # O_NONBLOCK: if a FIFO was swapped in since the lstat, do not hang opening it.
+    fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PathError(path=rel, reason="was replaced by something not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
 def _describe(st: os.stat_result | None, dfd: int, leaf: str) -> str:
     if st is None:
         return "nothing"
@@ -512,22 +533,39 @@ class SafeRoot:
         a PathError, a directory IsADirectoryError; neither is opened."""
         rel = check_relpath(rel)
         with self._parent(rel) as (dfd, leaf):
-            st = _lstat_at(dfd, leaf)
-            if st is not None and stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), rel)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                raise PathError(path=rel, reason=f"is {_describe(st, dfd, leaf)}")
-            # O_NONBLOCK: if a FIFO was swapped in since the lstat, do not hang opening it.
-            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=dfd)
+            fd, _ = _open_regular(dfd, leaf, rel)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise PathError(path=rel, reason="was replaced by something not a regular file")
             os.set_blocking(fd, True)
             return open(fd, "rb")
         except BaseException:
             os.close(fd)
             raise
+
+    def read_whole(self, rel: str | bytes, limit: int, held: HeldDirs | None = None
+                   ) -> tuple[os.stat_result, bytes, os.stat_result] | None:
+        """The regular file at ``rel`` read whole if it has at most ``limit`` bytes: its
+        fstat before the read, its bytes and its fstat after; None if it is larger (read
+        it with `open_read`). Errors as `open_read`. The cheap way to read the many small
+        files of a tree: no file object, and the directory from ``held`` (`HeldDirs`)."""
+        rel = check_relpath(rel)
+        with self._parent(rel, held) as (dfd, leaf):
+            fd, before = _open_regular(dfd, leaf, rel)
+        try:
+            if before.st_size > limit:
+                return None
+            parts = [os.read(fd, before.st_size + 1)]
+            total = len(parts[0])
+            while parts[-1] and total <= limit:  # (short reads: a network file system)
+                parts.append(os.read(fd, limit + 1 - total))
+                total += len(parts[-1])
+            if total > limit:
+                return None  # it grew meanwhile
+            return before, parts[0] if len(parts) <= 2 else b"".join(parts), os.fstat(fd)
+        except OSError as exc:
+            exc.filename, exc.filename2 = rel, None
+            raise
+        finally:
+            os.close(fd)
 
     def read_link(self, rel: str | bytes) -> str:
         """The target of the symlink at ``rel`` as stored (fsdecoded); EINVAL if not a link."""

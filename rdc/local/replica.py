@@ -8,6 +8,7 @@ is shared by those threads under a lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import stat
@@ -37,6 +38,7 @@ from rdc.local.index import (
     IndexDatabase,
     IndexedFile,
     Progress,
+    Reader,
     RefreshStats,
     refresh,
     refresh_some,
@@ -220,9 +222,11 @@ class Replica:
                 if sealed is not None:
                     clear_roots(tree)
                 sealed = None
-                self.stats = refresh(self.db, self.root, exclude=excludes,
-                                     progress=progress, files=walked.files,
-                                     opener=self.fs.open_read, checksum=checksum)
+                with self._reader() as reader:
+                    self.stats = refresh(self.db, self.root, exclude=excludes,
+                                         progress=progress, files=walked.files,
+                                         opener=self.fs.open_read, checksum=checksum,
+                                         reader=reader)
                 set_roots(tree, self.db.iter_roots())
         reasons = dict(self.stats.errors)
         for path in drop_rootless(tree):
@@ -306,13 +310,20 @@ class Replica:
             renamed=refreshed.renamed, unchanged=file_count - refreshed.signed)
         return found.tree
 
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[Reader]:
+        """How an index refresh reads small files whole (on one thread): each directory
+        opened once for all of its files."""
+        with HeldDirs(self.fs) as held:
+            yield functools.partial(self.fs.read_whole, held=held)
+
     def _filled(self, found: Patch, moves: bool = False) -> RefreshStats | None:
         """A patched tree's listed files brought up to date in the index (``moves``: as
         `refresh_some`), their roots put in place and the tree sealed; None if a file could
         not be read or has no row after (the caller scans in full)."""
-        with self.lock:
+        with self.lock, self._reader() as reader:
             refreshed = refresh_some(self.db, found.files, found.gone, self.fs.open_read,
-                                     moves=moves)
+                                     moves=moves, reader=reader)
             roots = self.db.roots_of([path for path, _ in found.entries])
         if refreshed.errors or len(roots) != len(found.entries):
             return None
@@ -388,14 +399,25 @@ class Replica:
             f.close()
             raise
 
-    def sign_small(self, path: str, row: IndexedFile | None, limit: int
+    def sign_small(self, path: str, row: IndexedFile | None, limit: int,
+                   held: HeldDirs | None = None
                    ) -> tuple[FileSignature, os.stat_result, bytes | None, bool]:
         """`sign` for a file that is likely small, given its index row (None: it has
         none): its signature, stat, content if it has at most ``limit`` bytes, and whether
         the signature was stored (the caller checks the content against it, for bit rot).
         A file signed now is signed from the bytes read: one read, and they are what the
-        signature describes, whatever happens to the file meanwhile."""
-        with self.fs.open_read(path) as f:
+        signature describes, whatever happens to the file meanwhile. ``held``: the
+        caller's directory descriptors (`rdc.local.fs.HeldDirs`)."""
+        read = self.fs.read_whole(path, limit, held)
+        if read is not None:
+            st, data, after = read
+            stored = self._stored(row, st)
+            if stored is not None:
+                return stored, st, data, True
+            signature = signature_of_bytes(data)
+            self._signed(path, st, signature, after)
+            return signature, st, data, False
+        with self.fs.open_read(path) as f:  # more than ``limit`` bytes
             st = os.fstat(f.fileno())
             stored = self._stored(row, st)
             if stored is not None:

@@ -189,12 +189,21 @@ def _offer_each(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None, hold: int | None,
 ) -> list[Offered]:
+    with HeldDirs(replica.fs) as dirs:
+        return _offer_all(replica, files, changed, hold, dirs)
+
+
+def _offer_all(
+    replica: Replica, files: list[tuple[str, m.Expected | None]],
+    changed: Callable[[str], None] | None, hold: int | None, dirs: HeldDirs,
+) -> list[Offered]:
     out: list[Offered] = []
     held = 0
     rows = replica.indexed([path for path, _ in files])
     for path, expect in files:
         try:
-            signature, st, data, stored = replica.sign_small(path, rows.get(path), SMALL_FILE - 1)
+            signature, st, data, stored = replica.sign_small(path, rows.get(path),
+                                                             SMALL_FILE - 1, dirs)
             small = signature.size < SMALL_FILE
             if stored and small and (data is None or not matches(signature.tree, data)):
                 # Not what its index says: read again, signed from the bytes read.

@@ -7,7 +7,14 @@ from rdc.local.index.db import (
     IndexedFile,
     default_location,
 )
-from rdc.local.index.update import Progress, RefreshStats, refresh, refresh_some, walk_files
+from rdc.local.index.update import (
+    Progress,
+    Reader,
+    RefreshStats,
+    refresh,
+    refresh_some,
+    walk_files,
+)
 
 __all__ = [
     "CANDIDATE_LIMIT",
@@ -15,6 +22,7 @@ __all__ = [
     "IndexDatabase",
     "IndexedFile",
     "Progress",
+    "Reader",
     "RefreshStats",
     "default_location",
     "refresh",
