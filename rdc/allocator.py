@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _libc = None
 with contextlib.suppress(OSError, AttributeError, TypeError):
-    _libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    # The process's own symbols: libc is among them, and ctypes.util.find_library cost
+    # every command 12 ms at start-up (it imports subprocess and runs ldconfig).
+    _libc = ctypes.CDLL(None)
     _libc.malloc_trim  # noqa: B018 - glibc only: the attribute lookup is the check
 
 

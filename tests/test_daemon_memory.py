@@ -74,3 +74,19 @@ def test_the_last_connection_leaves_no_replica_behind(tmp_path: Path, monkeypatc
         gc.enable()
         daemon.registry.close()
     assert sorted(p.name for p in share.iterdir()) == ["d0", "d1", "d2"]
+
+
+def test_the_allocator_is_tuned_where_libc_is_glibc() -> None:
+    """`rdc.allocator` finds glibc's mallopt and malloc_trim among the process's own
+    symbols (without ctypes.util.find_library, which ran ldconfig at every start-up)."""
+    import platform
+
+    from rdc import allocator
+
+    if platform.libc_ver()[0] != "glibc":
+        assert allocator._libc is None or hasattr(allocator._libc, "malloc_trim")
+        return
+    assert allocator._libc is not None
+    allocator.tune_allocator()
+    allocator.trim()
+    assert allocator._libc.mallopt(allocator._M_TRIM_THRESHOLD, 4 << 20) == 1  # glibc: 1 = ok
