@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdc.transfer import reconcile, serving
+from rdc.params import SHORT_WIRE_PREFIX, WIRE_PREFIX
+from rdc.transfer import compare, metadata, oneway, reconcile, serving
 from rdc.transfer.reconcile import answer, fingerprints, merge
 from rdc.transfer.stats import Options
 from rdc.wire import handshake
@@ -126,5 +127,75 @@ async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
         monkeypatch.setattr(reconcile, "fingerprint", lambda entry, size=6: b"\0" * size)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed and stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+@pytest.mark.parametrize("short", [True, False])
+async def test_listings_and_metadata_hashes_go_in_short_prefixes_between_peers_that_can(
+        tmp_path, monkeypatch, short) -> None:
+    """With ``short-digests`` on both sides a push lists and walks metadata in 5-byte hash
+    prefixes (an entry's expectation too); where a side lacks it, in 8. Either way it
+    ends in step."""
+    if not short:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != compare.SHORT_DIGESTS))
+    src = tmp_path / "src"
+    for i in range(20):
+        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "d" / "f3", b"changed", OLD)
+    os.utime(src / "d" / "f4", ns=(OLD + 9, OLD + 9))
+    asked: list[tuple[str, int]] = []
+    for name in ("_list", "_mlist"):
+        real = getattr(serving.ServerSession, name)
+
+        async def spying(self, conversation, message, real=real, name=name):
+            asked.append((name, message.hb))
+            await real(self, conversation, message)
+
+        monkeypatch.setattr(serving.ServerSession, name, spying)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    assert {name for name, _ in asked} == {"_list", "_mlist"}
+    assert {hb for _, hb in asked} == {SHORT_WIRE_PREFIX if short else WIRE_PREFIX}
+    pair.close()
+
+
+@pytest.mark.parametrize("what", ["content", "metadata"])
+async def test_what_a_short_prefix_missed_is_caught_by_the_roots(
+        tmp_path, monkeypatch, what) -> None:
+    """If the 5-byte prefixes all matched by chance (an edited file's, or a directory's
+    metadata hash), the first pass would find nothing to do; the roots at the end differ,
+    the sync compares and walks again in whole hashes, and ends in step."""
+    src = tmp_path / "src"
+    for i in range(10):
+        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    if what == "content":
+        write(src / "d" / "f3", b"changed", OLD)
+    else:
+        os.utime(src / "d" / "f4", ns=(OLD + 9, OLD + 9))
+    passes: list[int] = []
+    real_compare, real_walk = oneway.compare, metadata.walk
+
+    async def blind_compare(source, target, hb):
+        passes.append(hb)
+        return compare.Changes() if hb == SHORT_WIRE_PREFIX else await real_compare(
+            source, target, hb)
+
+    async def blind_walk(remote, tree, their_vectors=True, hb=metadata.HB):
+        if hb == SHORT_WIRE_PREFIX:
+            return [], []
+        return await real_walk(remote, tree, their_vectors, hb)
+
+    monkeypatch.setattr(oneway, "compare", blind_compare)
+    monkeypatch.setattr(metadata, "walk", blind_walk)
+    stats = await pair.run("push", src)
+    assert passes == [SHORT_WIRE_PREFIX, m.HASH_BYTES]
+    assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
     pair.close()

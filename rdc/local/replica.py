@@ -700,7 +700,7 @@ class Replica:
         if not retimed:
             return
         with self.lock, self.db.transaction():
-            rows = self.db.get_many([path for path, _, _ in retimed])
+            rows = self.db.stamps_of([path for path, _, _ in retimed])  # (no trees)
             self.db.restamp_many([(row.id, after) for path, before, after in retimed
                                   if (row := rows.get(path)) is not None
                                   and row.describes(before)])

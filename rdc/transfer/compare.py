@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 
 from rdc.local.paths import join, to_wire
 from rdc.local.snapshot import Entry
-from rdc.params import WIRE_PREFIX
+from rdc.params import SHORT_WIRE_PREFIX, WIRE_PREFIX
 from rdc.transfer.sides import Side
 from rdc.wire import messages as m
+from rdc.wire.connection import Connection
+
+# The feature both sides must have for listings in SHORT_WIRE_PREFIX bytes.
+SHORT_DIGESTS = "short-digests"
 
 
 @dataclass
@@ -41,6 +45,13 @@ def expected(entry: m.Listed | None) -> m.Expected:
     return m.NOTHING if entry is None else m.Expected(entry.kind, entry.digest)
 
 
+def first_prefix(connection: Connection) -> int:
+    """The hash prefix length of a sync's first comparison, listings and metadata alike
+    (the second, if the roots still differ after it, is in whole hashes)."""
+    short = SHORT_DIGESTS in connection.frames.features
+    return SHORT_WIRE_PREFIX if short else WIRE_PREFIX
+
+
 async def compare(source: Side, target: Side, hb: int) -> Changes:
     """What ``target`` needs to have ``source``'s content (their root contents differ)."""
     changes = Changes()
@@ -50,7 +61,7 @@ async def compare(source: Side, target: Side, hb: int) -> Changes:
         # What the source has there goes along: a remote target sends back only what
         # differs. Not when comparing again with whole hashes (a prefix matched by chance).
         theirs = await target.listings([path for path, has in frontier if has], hb,
-                                       have=mine if hb == WIRE_PREFIX else None)
+                                       have=mine if hb != m.HASH_BYTES else None)
         next_frontier: list[tuple[str, bool]] = []
         for path, has in frontier:
             src = mine.get(path) or {}

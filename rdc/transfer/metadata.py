@@ -28,36 +28,37 @@ class Single:
     remote: m.Listed
 
 
-async def walk(remote: Remote, tree: Entry, their_vectors: bool = True
+async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, hb: int = HB
                ) -> tuple[list[tuple[m.MetaDir, Entry]], list[Single]]:
     """The metadata that differs between ``tree`` and the server's: the server's vectors
     with their local directory, for directories of equal content, and `Single` entries.
     Without ``their_vectors`` (a push, which sends its own), a whole subtree whose meta hash
-    differs comes with empty vectors, and one whose hash is the same is left out."""
+    differs comes with empty vectors, and one whose hash is the same is left out. ``hb``:
+    the hash prefix length (`rdc.transfer.compare.first_prefix`)."""
     vectors: list[tuple[m.MetaDir, Entry]] = []
     singles: list[Single] = []
     frontier = [""]
     while frontier:
         next_frontier: list[str] = []
         mismatched: list[str] = []
-        for item in await remote.metadata(frontier, HB, vectors=their_vectors):
+        for item in await remote.metadata(frontier, hb, vectors=their_vectors):
             local = lookup(tree, item.path)
             if local is None or local.kind != "d":
                 continue
             if local.content[: len(item.content)] != item.content:
                 mismatched.append(item.path)
                 continue
-            if item.whole and _hash_only(item) and item.metas == local.meta[:HB]:
+            if item.whole and _hash_only(item, hb) and item.metas == local.meta[:hb]:
                 continue  # the same subtree metadata: nothing to send
             vectors.append((item, local))
             if not item.whole:
                 subdirs = [(n, e) for n, e in local.sorted_children() if e.kind == "d"]
                 next_frontier += [
                     join(item.path, name) for k, (name, entry) in enumerate(subdirs)
-                    if item.metas[k * HB : (k + 1) * HB] != entry.meta[:HB]
+                    if item.metas[k * hb : (k + 1) * hb] != entry.meta[:hb]
                 ]
         if mismatched:
-            listings = await remote.listings(mismatched, HB, meta=True)
+            listings = await remote.listings(mismatched, hb, meta=True)
             for path in mismatched:
                 theirs_all = listings.get(path) or {}
                 local = lookup(tree, path)
@@ -68,16 +69,16 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True
                         continue
                     if theirs.mode != entry.mode or theirs.mtime_ns != entry.mtime_ns:
                         singles.append(Single(join(path, name), entry, theirs))
-                    if entry.kind == "d" and theirs.meta != entry.meta[:HB]:
+                    if entry.kind == "d" and theirs.meta != entry.meta[:hb]:
                         next_frontier.append(join(path, name))
         frontier = next_frontier
     return vectors, singles
 
 
-def _hash_only(item: m.MetaDir) -> bool:
+def _hash_only(item: m.MetaDir, hb: int) -> bool:
     """A whole item described by its meta hash alone (``mlist`` without ``vectors``; a
     server that ignores the field sends vectors and no hash)."""
-    return len(item.metas) == HB and not item.times.table and not item.times.index
+    return len(item.metas) == hb and not item.times.table and not item.times.index
 
 
 def differences(vectors: list[tuple[m.MetaDir, Entry]], singles: list[Single]
@@ -107,12 +108,13 @@ def what(mode: bool, time: bool) -> str:
     return "mode and time" if mode and time else "mode" if mode else "time" if time else ""
 
 
-async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.Op]
-                        ) -> tuple[list[m.Op], list[m.Failure | None]]:
+async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.Op],
+                        hb: int = HB) -> tuple[list[m.Op], list[m.Failure | None]]:
     """Bring the target's modes and times (the server's in a push, else this side's) to
     the source's. ``last`` ops go after all others (the opened directory's own time, which
-    the others may move). Returns the per-entry ops and their results."""
-    vectors, singles = await walk(remote, local.tree, their_vectors=not push)
+    the others may move); ``hb``: as for `walk`. Returns the per-entry ops and their
+    results."""
+    vectors, singles = await walk(remote, local.tree, their_vectors=not push, hb=hb)
     if push:
         updates = []
         for item, directory in vectors:

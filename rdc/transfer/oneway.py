@@ -28,7 +28,7 @@ from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
 from rdc.local.verify import CHANGED
 from rdc.transfer import guards, metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch, takes_deltas
-from rdc.transfer.compare import Changes, compare, everything, moves
+from rdc.transfer.compare import Changes, compare, everything, first_prefix, moves
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
@@ -210,13 +210,13 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             stats.in_step = stats.in_step and not stats.failed
         return _done(stats, started)
     deletion = await trio.to_thread.run_sync(_deletion, replica, tree, theirs, push, options)
-    for hb in (8, 32):
+    for hb in (first_prefix(connection), m.HASH_BYTES):
         if streaming:
             stats.changes = changes = everything(tree)
         else:
             stats.changes = changes = await compare(source, target, hb)
         if options.dry_run:
-            vectors, singles = await metadata.walk(remote, local.tree)
+            vectors, singles = await metadata.walk(remote, local.tree, hb=hb)
             changes.meta = metadata.differences(vectors, singles)
             if top is not None and top != dst.top:
                 changes.meta.append(("", _top_what(top, dst.top)))
@@ -236,13 +236,14 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             local.tree = await trio.to_thread.run_sync(replica.scan, None, None, same)
             src = mine = local.hashes()
             streaming = False
-        ops, results = await metadata.bring_in_step(local, remote, push, last)
+        ops, results = await metadata.bring_in_step(local, remote, push, last, hb)
         stats.ops_done(ops, results)
         dst = await target.refreshed()
         stats.in_step = (src.content, src.meta) == (dst.content, dst.meta) and (
             top is None or dst.top == top
         )
-        if stats.in_step or stats.failed or stats.refused or dst.content == src.content:
+        if stats.in_step or stats.failed or stats.refused or (
+                (dst.content, dst.meta) == (src.content, src.meta)):
             break
         if changes.removals and not options.delete:
             break  # the target keeps files the source lacks: that is all that differs

@@ -23,7 +23,7 @@ from rdc.content.sketch import TRAIT_VALUES, TRAITS
 from rdc.content.subchunks import SHORT_PREFIXES
 from rdc.errors import ProtocolError
 from rdc.local.paths import PathError, check_relpath, to_wire
-from rdc.params import REFINE_HASH, SUB_PREFIX
+from rdc.params import REFINE_HASH, SHORT_WIRE_PREFIX, SUB_PREFIX, WIRE_PREFIX
 from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 
 Check = Callable[[Any, str], Any]
@@ -133,8 +133,8 @@ def name(v: Any, where: str) -> str:
 
 
 def prefix(v: Any, where: str) -> bytes:
-    if type(v) is not bytes or not 8 <= len(v) <= HASH_BYTES:
-        raise _fail(where, "expected a hash prefix of 8 to 32 bytes")
+    if type(v) is not bytes or not SHORT_WIRE_PREFIX <= len(v) <= HASH_BYTES:
+        raise _fail(where, f"expected a hash prefix of {SHORT_WIRE_PREFIX} to 32 bytes")
     return v
 
 
@@ -154,8 +154,8 @@ SKETCH = optional(_sketch)
 
 
 def hash_bytes(v: Any, where: str) -> int:
-    if type(v) is not int or v not in (8, 32):
-        raise _fail(where, "hash bytes must be 8 or 32")
+    if type(v) is not int or v not in (SHORT_WIRE_PREFIX, WIRE_PREFIX, HASH_BYTES):
+        raise _fail(where, f"hash bytes must be {SHORT_WIRE_PREFIX}, {WIRE_PREFIX} or 32")
     return v
 
 
