@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -103,6 +104,16 @@ async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch, short) -> N
     pair.close()
 
 
+async def pushed(tmp_path, files: int) -> tuple[Path, Pair]:
+    """A directory ``d`` of ``files`` small files, pushed once (the server holds it)."""
+    src = tmp_path / "src"
+    for i in range(files):
+        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    return src, pair
+
+
 @pytest.mark.parametrize("server", ["predates have", "fingerprints collide"])
 async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
         tmp_path, monkeypatch, server) -> None:
@@ -110,11 +121,7 @@ async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
     every fingerprint collided, the client would think the server has every entry it has;
     the root hashes at the end differ, and the comparison runs again with whole hashes and
     no fingerprints: the push still ends in step."""
-    src = tmp_path / "src"
-    for i in range(30):
-        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
-    pair = Pair(tmp_path)
-    await pair.run("push", src)
+    src, pair = await pushed(tmp_path, 30)
     write(src / "d" / "f3", b"changed", OLD)
     if server == "predates have":
         real = serving.ServerSession._list
@@ -140,11 +147,7 @@ async def test_listings_and_metadata_hashes_go_in_short_prefixes_between_peers_t
     if not short:
         monkeypatch.setattr(handshake, "FEATURES", tuple(
             f for f in handshake.FEATURES if f != compare.SHORT_DIGESTS))
-    src = tmp_path / "src"
-    for i in range(20):
-        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
-    pair = Pair(tmp_path)
-    await pair.run("push", src)
+    src, pair = await pushed(tmp_path, 20)
     write(src / "d" / "f3", b"changed", OLD)
     os.utime(src / "d" / "f4", ns=(OLD + 9, OLD + 9))
     asked: list[tuple[str, int]] = []
@@ -170,11 +173,7 @@ async def test_what_a_short_prefix_missed_is_caught_by_the_roots(
     """If the 5-byte prefixes all matched by chance (an edited file's, or a directory's
     metadata hash), the first pass would find nothing to do; the roots at the end differ,
     the sync compares and walks again in whole hashes, and ends in step."""
-    src = tmp_path / "src"
-    for i in range(10):
-        write(src / "d" / f"f{i}", b"x%d" % i, OLD)
-    pair = Pair(tmp_path)
-    await pair.run("push", src)
+    src, pair = await pushed(tmp_path, 10)
     if what == "content":
         write(src / "d" / "f3", b"changed", OLD)
     else:
