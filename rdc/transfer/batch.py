@@ -181,19 +181,12 @@ def offer_batch(
     (``changed`` is told of it if its time did not move: bit rot). With ``hold``, small
     files past that many bytes of content are offered as indexed, without their content
     (None): `read_offered` reads it if the target asks for it."""
-    with replica.recording_together():  # one index transaction for the files signed
-        return _offer_each(replica, files, changed, hold)
+    # One index transaction for the files signed; each directory opened once.
+    with replica.recording_together(), HeldDirs(replica.fs) as dirs:
+        return _offer_each(replica, files, changed, hold, dirs)
 
 
 def _offer_each(
-    replica: Replica, files: list[tuple[str, m.Expected | None]],
-    changed: Callable[[str], None] | None, hold: int | None,
-) -> list[Offered]:
-    with HeldDirs(replica.fs) as dirs:
-        return _offer_all(replica, files, changed, hold, dirs)
-
-
-def _offer_all(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None, hold: int | None, dirs: HeldDirs,
 ) -> list[Offered]:
