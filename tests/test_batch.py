@@ -14,9 +14,12 @@ import pytest
 from rdc.errors import ProtocolError
 from rdc.local.fs import SafeRoot
 from rdc.local.replica import Replica
+from rdc.params import OFFER_ROOT
 from rdc.transfer import batch, serving
+from rdc.transfer.compare import SHORT_DIGESTS
 from rdc.transfer.descent import SUBS_FROM
 from rdc.transfer.stats import Options
+from rdc.wire import handshake
 from rdc.wire import messages as m
 
 from .protocol_support import Pair, tree_state, write
@@ -266,18 +269,58 @@ def test_a_batch_is_made_durable_once_before_any_file_is_installed(
     replica.close()
 
 
-def test_content_that_does_not_have_its_root_is_refused_alone(tmp_path) -> None:
+@pytest.mark.parametrize("named", [m.HASH_BYTES, OFFER_ROOT])
+def test_content_that_does_not_have_its_root_is_refused_alone(tmp_path, named) -> None:
+    """Offered by its whole root or (``short-digests``) its first OFFER_ROOT bytes, a
+    file is written only if its bytes have it; the index records the whole root."""
     root = tmp_path / "root"
     root.mkdir()
     replica = Replica(str(root), tmp_path / "index.sqlite3")
     replica.scan()
     good, bad = b"good", b"bad!"
-    files = [(m.FileOffer("g", 4, _root(good), 2, None, 0o644, OLD), None, good),
-             (m.FileOffer("b", 4, _root(b"else"), 2, None, 0o644, OLD), None, bad)]
+    files = [(m.FileOffer("g", 4, _root(good)[:named], 2, None, 0o644, OLD), None, good),
+             (m.FileOffer("b", 4, _root(b"else")[:named], 2, None, 0o644, OLD), None, bad)]
     results = batch.write_batch(replica, files)
     assert results[0] is None and results[1] is not None and results[1].code == "verify"
     assert (root / "g").read_bytes() == good and not (root / "b").exists()
+    assert replica.indexed(["g"])["g"].root == _root(good)
     replica.close()
+
+
+@pytest.mark.parametrize("short", [True, False])
+async def test_offers_name_roots_by_their_first_bytes_between_peers_that_can(
+        tmp_path, monkeypatch, short) -> None:
+    """With ``short-digests`` a batch's offers carry OFFER_ROOT bytes of each root, else
+    the whole root; either way a first copy, a push of a copied file (found by its root
+    where it is), of an edited one (a delta) and of one only retimed (already there) end
+    in step, and a pull likewise."""
+    if not short:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != SHORT_DIGESTS))
+    lengths: set[int] = set()
+    real = batch._offer
+
+    def offer(*args):
+        made = real(*args)
+        lengths.add(len(made.root))
+        return made
+
+    monkeypatch.setattr(batch, "_offer", offer)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    small_tree(src, 60)
+    pair = Pair(tmp_path)
+    assert (await pair.run("push", src)).in_step
+    write(src / "d1" / "copy.txt", (src / "d1" / "f1.txt").read_bytes(), OLD)
+    path, data = largest_edited(src, 500)
+    path.write_bytes(data)
+    os.utime(src / "d2" / "f2.txt", ns=(OLD + 99, OLD + 99))
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed and stats.copied_files == 1
+    assert tree_state(pair.share) == tree_state(src)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed and tree_state(dst) == tree_state(src)
+    assert lengths == {OFFER_ROOT if short else m.HASH_BYTES}
+    pair.close()
 
 
 def test_the_target_checks_the_root_and_keeps_the_offered_sketch(tmp_path) -> None:

@@ -489,3 +489,30 @@ def test_the_seed_threshold_keeps_chance_candidates_rare_as_an_index_grows() -> 
         assert files * chance(t) <= CHANCE_CANDIDATES
         assert t == 4 or files * chance(t - 1) > CHANCE_CANDIDATES
     assert [seed_threshold(n, 4) for n in (7_000, 100_000, 10**6)] == [4, 5, 6]
+
+
+def _byte_runs() -> st.SearchStrategy[bytes]:
+    """32-byte roots that share prefixes often, 0xff runs among them (a prefix's end)."""
+    head = st.sampled_from([b"", b"\x00", b"\x7f", b"\x7f\xff", b"\xff" * 15, b"\xff" * 16])
+    return st.tuples(head, st.binary(min_size=32, max_size=32)).map(
+        lambda t: (t[0] + t[1])[:32])
+
+
+@given(st.lists(_byte_runs(), min_size=1, max_size=30, unique=True), st.data())
+def test_roots_are_found_by_their_first_bytes(tmp_path_factory, roots, data) -> None:
+    """`with_roots` of a prefix (a batch's offer may name a root by its first 16 bytes)
+    finds exactly the paths whose roots start with it, as of a whole root those with it."""
+    db = IndexDatabase(tmp_path_factory.mktemp("prefixes") / "index.sqlite3")
+    with db.transaction():
+        for i, root in enumerate(roots):
+            db.conn.execute(
+                "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy)"
+                " VALUES (?, 0, 0, ?, 33188, ?, NULL, x'', 0)", (b"f%d" % i, i, root))
+    asked = data.draw(st.lists(st.one_of(
+        st.sampled_from(roots).map(lambda r: r[:16]), st.sampled_from(roots),
+        _byte_runs().map(lambda r: r[:16])), min_size=1, max_size=10))
+    found = db.with_roots(asked)
+    for query in asked:
+        want = sorted(f"f{i}" for i, root in enumerate(roots) if root.startswith(query))
+        assert sorted(found.get(query, [])) == want
+    db.close()

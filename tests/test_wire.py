@@ -170,6 +170,8 @@ EXAMPLES: list[m.Message] = [
                     m.FileOffer("b", 9999, b"s" * 32, 3, bytes(range(12)), 0o600, -5,
                                 m.Expected("f", b"12345678")),
                     m.FileOffer("c", 10, b"t" * 32, 2, None, 0o644, 0),
+                    m.FileOffer("e", 10, b"u" * 16, 2, None, 0o644, 0,
+                                m.Expected("f", b"12345")),
                     m.Failure("vanished", "d is gone")]),
     m.Gets(files=[m.FileRequest("a", m.NOTHING), m.FileRequest("b"),
                   m.FileRequest("c", m.Expected("f", b"87654321"))]),
@@ -241,6 +243,25 @@ def test_a_prefix_length_is_one_a_source_can_answer_in() -> None:
             m.decode({"t": "wants", "id": 1, "wants": [[0, "fine", [[0, 1]], p]]})
     _, want = m.decode({"t": "want", "k": "fine", "id": 1, "mids": [[0, 1]]})
     assert want.prefix == 4  # (an older target names none)
+
+
+def test_hash_prefixes_are_never_shorter_than_the_protocol_allows() -> None:
+    """A listing's ``hb`` is 5 (``short-digests``), 8 or 32; an expectation's hash prefix
+    at least 5 bytes; an offer's root at least 16 (a root shorter than that would let a
+    wrong file through too often). Anything shorter is a protocol error."""
+    def offers(root: bytes, expect: bytes) -> dict:
+        return {"t": "offers", "id": 1, "files": [
+            [b"f", 1, root, 2, None, 0o644, 0, expect, None]]}
+
+    m.decode(offers(b"r" * 16, b"12345"))
+    for root, expect in ((b"r" * 15, b"12345"), (b"r" * 16, b"1234"), (b"r" * 33, b"12345")):
+        with pytest.raises(ProtocolError):
+            m.decode(offers(root, expect))
+    for hb in (5, 8, 32):
+        m.decode({"t": "list", "id": 1, "paths": [b""], "hb": hb})
+    for hb in (0, 4, 6, 16, 33):
+        with pytest.raises(ProtocolError):
+            m.decode({"t": "list", "id": 1, "paths": [b""], "hb": hb})
 
 
 def test_ops_are_checked_each_by_its_kind() -> None:

@@ -41,7 +41,9 @@ from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.verify import CHANGED, recheck
+from rdc.params import OFFER_ROOT
 from rdc.transfer import lockstep
+from rdc.transfer.compare import SHORT_DIGESTS
 from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceFile, whole_is_best
 from rdc.transfer.lockstep import Descents, Rebuilt
 from rdc.transfer.ops import expectation, holds
@@ -115,6 +117,12 @@ def takes_deltas(connection: Connection) -> bool:
     return DELTAS in connection.frames.features
 
 
+def offer_root(connection: Connection) -> int:
+    """How many bytes of each file's root this side's offers carry: OFFER_ROOT if the
+    peer takes them (``short-digests``), else the whole root."""
+    return OFFER_ROOT if SHORT_DIGESTS in connection.frames.features else m.HASH_BYTES
+
+
 def expected(digest: bytes | None) -> m.Expected:
     """What the target holds at a path: nothing, or a file whose root starts so."""
     return m.NOTHING if digest is None else m.Expected("f", digest)
@@ -173,6 +181,7 @@ _EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
 def offer_batch(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None = None, hold: int | None = None,
+    root: int = m.HASH_BYTES,
 ) -> list[Offered]:
     """The source's offer of each file, with its content if it is small, and its tree
     (blocking). A
@@ -180,15 +189,16 @@ def offer_batch(
     file whose content is not what its index says is read again and offered as it is
     (``changed`` is told of it if its time did not move: bit rot). With ``hold``, small
     files past that many bytes of content are offered as indexed, without their content
-    (None): `read_offered` reads it if the target asks for it."""
+    (None): `read_offered` reads it if the target asks for it. ``root``: how many bytes
+    of each file's root its offer carries (`offer_root`)."""
     # One index transaction for the files signed; each directory opened once.
     with replica.recording_together(), HeldDirs(replica.fs) as dirs:
-        return _offer_each(replica, files, changed, hold, dirs)
+        return _offer_each(replica, files, changed, hold, dirs, root)
 
 
 def _offer_each(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
-    changed: Callable[[str], None] | None, hold: int | None, dirs: HeldDirs,
+    changed: Callable[[str], None] | None, hold: int | None, dirs: HeldDirs, root: int,
 ) -> list[Offered]:
     out: list[Offered] = []
     held = 0
@@ -211,15 +221,15 @@ def _offer_each(
                 held + signature.size > hold):
             data = None  # offered as indexed; read again if the target asks for it
         held += len(data or b"")
-        out.append((_offer(path, signature, st, expect, data), data, signature.tree))
+        out.append((_offer(path, signature, st, expect, data, root), data, signature.tree))
     return out
 
 
 def _offer(path: str, signature: FileSignature, st: os.stat_result,
-           expect: m.Expected | None, data: bytes | None) -> m.FileOffer:
+           expect: m.Expected | None, data: bytes | None, root: int) -> m.FileOffer:
     tree = signature.tree
     inline = data if data is not None and tree.size < WHOLE_BELOW else None
-    return m.FileOffer(path, tree.size, tree.root, len(tree.levels),
+    return m.FileOffer(path, tree.size, tree.root[:root], len(tree.levels),
                        signature.sketch, st.st_mode & 0o7777, mtime_ns(st), expect, inline)
 
 
@@ -232,7 +242,7 @@ def read_offered(replica: Replica, offer: m.FileOffer) -> bytes:
             data = f.read(SMALL_FILE)
     except _EXPECTED_ERRORS as exc:
         raise Refusal("vanished", message=f"{offer.path}: {exc}") from None
-    if len(data) != offer.size or signature_of_bytes(data).root != offer.root:
+    if len(data) != offer.size or not m.same_root(signature_of_bytes(data).root, offer.root):
         raise Refusal("vanished", message=f"{offer.path} changed while it was read; ask again")
     return data
 
@@ -310,7 +320,7 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         st = replica.fs.lstat(path)
         row = replica.indexed([path]).get(path)  # (holds() indexed it)
     current = row.root if st is not None and row is not None and row.describes(st) else None
-    if current == offer.root:
+    if current is not None and m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)
         return Decision("have", check)
     if offer.size < SMALL_FILE:
@@ -356,7 +366,8 @@ def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) ->
             content = f.read(SMALL_FILE + 1)
     except (OSError, PathError):
         return None
-    if len(content) != offer.size or signature_of_bytes(content).root != offer.root:
+    if len(content) != offer.size or not m.same_root(signature_of_bytes(content).root,
+                                                     offer.root):
         return None
     return content
 
@@ -384,7 +395,7 @@ def write_batch(
             made = signatures[i] if i < len(signatures) else None
             signature = (made if made is not None
                          else FileSignature(tree_of_bytes(data), offer.sketch))
-            if signature.root != offer.root:
+            if not m.same_root(signature.root, offer.root):
                 results[i] = m.Failure("verify", f"{offer.path}: the content does not have "
                                        "the offered root (it changed at the source?)")
                 continue
@@ -487,8 +498,8 @@ async def push_batch(connection: Connection, replica: Replica, files: Files, sta
         stats.warnings.append(f"{path}: {CHANGED} (bit rot?); read again and sent as it is")
 
     signed = await trio.to_thread.run_sync(
-        offer_batch, replica, [(path, expected(there)) for path, there in files], changed
-    )
+        offer_batch, replica, [(path, expected(there)) for path, there in files], changed,
+        None, offer_root(connection))
     offered: list[tuple[m.FileOffer, bytes | None, Tree | None, bytes | None]] = []
     for (path, there), (offer, data, tree) in zip(files, signed, strict=True):
         if isinstance(offer, m.Failure):
@@ -694,7 +705,7 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
     _at_most_a_batch(message.files, "gets")
     signed = await trio.to_thread.run_sync(
         offer_batch, replica, [(request.path, None) for request in message.files], changed,
-        HELD_BYTES)
+        HELD_BYTES, offer_root(conversation.connection))
     conversation.send(m.Offers(files=[offer for offer, _, _ in signed]))
     verdicts = (await conversation.receive(m.Verdicts)).verdicts
     if len(verdicts) != len(signed):

@@ -192,7 +192,7 @@ class Descents:
                 out[descent.file] = Rebuilt(None)
                 continue
             signature = signature_of_bytes(content)  # (what the index records, too)
-            if signature.root != plan.root:
+            if not m.same_root(signature.root, plan.root):
                 out[descent.file] = Rebuilt(None)
                 continue
             out[descent.file] = Rebuilt(content, signature, plan.literal_bytes() - copied,

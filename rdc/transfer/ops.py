@@ -41,14 +41,15 @@ def expectation(replica: Replica, path: str, expect: m.Expected | None,
 
 def holds(replica: Replica, path: str, root: bytes) -> bool:
     """Whether the file at ``path`` has content ``root`` now (read again if the index
-    cannot vouch for it). A change whose expectation failed is no conflict when what is
-    there is what it wanted (two clients pushing the same content at once)."""
+    cannot vouch for it; ``root`` as an offer names it, `m.same_root`). A change whose
+    expectation failed is no conflict when what is there is what it wanted (two clients
+    pushing the same content at once)."""
     try:
         signature, _, f = replica.sign(path)
     except (OSError, PathError):
         return False
     f.close()
-    return signature.root == root
+    return m.same_root(signature.root, root)
 
 
 def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,

@@ -21,7 +21,7 @@ PROTOCOL_MAX = 2
 # batch-deltas: edited small files described in their batch (rdc.transfer.lockstep);
 # short-prefixes: sub-chunk lists in the prefix length a want names (rdc.content.subchunks);
 # short-fingerprints: a list's ``have`` sized by its count (rdc.transfer.reconcile);
-# short-digests: listings and metadata hashes in 5-byte prefixes (rdc.params).
+# short-digests: listings and metadata hashes in 5-byte prefixes, offers' roots in 16 (rdc.params).
 FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
             "short-fingerprints", "short-digests")
 HANDSHAKE_SECONDS = 10

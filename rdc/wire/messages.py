@@ -23,7 +23,7 @@ from rdc.content.sketch import TRAIT_VALUES, TRAITS
 from rdc.content.subchunks import SHORT_PREFIXES
 from rdc.errors import ProtocolError
 from rdc.local.paths import PathError, check_relpath, to_wire
-from rdc.params import REFINE_HASH, SHORT_WIRE_PREFIX, SUB_PREFIX, WIRE_PREFIX
+from rdc.params import OFFER_ROOT, REFINE_HASH, SHORT_WIRE_PREFIX, SUB_PREFIX, WIRE_PREFIX
 from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 
 Check = Callable[[Any, str], Any]
@@ -140,6 +140,12 @@ def prefix(v: Any, where: str) -> bytes:
 
 ID = uint((1 << 32) - 1, low=1)  # conversation ids; 0 is not one
 HASH = binary(HASH_BYTES, exact=HASH_BYTES)
+OFFERED_ROOT = binary(HASH_BYTES, low=OFFER_ROOT)
+
+
+def same_root(root: bytes, offered: bytes) -> bool:
+    """Whether a whole ``root`` is the one an offer names (whole, or its first bytes)."""
+    return len(offered) >= OFFER_ROOT and root[: len(offered)] == offered
 MODE = uint(0o7777)
 def _sketch(v: Any, where: str) -> bytes:
     """12 traits of 6 bits, a byte each: a larger byte would index past the inverted
@@ -866,7 +872,8 @@ def _expect_out(expect: Expected | None) -> bytes | None:
 
 @dataclass(frozen=True, slots=True)
 class FileOffer:
-    """One file of a batch, as an ``offer`` describes it."""
+    """One file of a batch, as an ``offer`` describes it. Its ``root`` is the whole root
+    or (``short-digests``) its first OFFER_ROOT bytes: compare with `same_root`."""
 
     path: str
     size: int
@@ -884,7 +891,7 @@ class FileOffer:
             return Failure.from_wire(v, where)
         v = items(v, where, 9)
         return cls(path(v[0], f"{where}[0]"), uint()(v[1], f"{where}[1]"),
-                   HASH(v[2], f"{where}[2]"), uint(64)(v[3], f"{where}[3]"),
+                   OFFERED_ROOT(v[2], f"{where}[2]"), uint(64)(v[3], f"{where}[3]"),
                    SKETCH(v[4], f"{where}[4]"), MODE(v[5], f"{where}[5]"),
                    sint(v[6], f"{where}[6]"), _expect_in_batch(v[7], f"{where}[7]"),
                    optional(binary(255))(v[8], f"{where}[8]"))

@@ -97,6 +97,18 @@ _STAMPED = "path, id, size, mtime_ns, inode, mode, racy"  # a path, then a `Stam
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
+ROOT_BYTES = 32  # a whole content root
+
+
+def _next_prefix(prefix: bytes) -> bytes:
+    """A byte string above every root that starts with ``prefix`` and below every other
+    root above them: the least such, or past all roots for a prefix of only 0xff."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff" * (ROOT_BYTES + 1)
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 def _fsdecode(raw: bytes) -> str:
     return raw.decode(_ENCODING, _ERRORS)
 
@@ -336,9 +348,13 @@ class IndexDatabase:
         return [self._row(r) for r in rows]
 
     def with_roots(self, roots: list[bytes], limit: int = -1) -> dict[bytes, list[str]]:
-        """`with_root` of many roots: paths by root, at most ``limit`` each (-1: all)."""
+        """`with_root` of many roots: paths by root, at most ``limit`` each (-1: all). A
+        root shorter than a whole one is a prefix (a batch's offer may name a root so):
+        its paths are those of the roots that start with it, under the prefix."""
         out: dict[bytes, list[str]] = {}
-        wanted = list(dict.fromkeys(roots))
+        wanted = [root for root in dict.fromkeys(roots) if len(root) == ROOT_BYTES]
+        self._with_prefixes([root for root in dict.fromkeys(roots)
+                             if root and len(root) != ROOT_BYTES], limit, out)
         for i in range(0, len(wanted), 500):
             chunk = wanted[i : i + 500]
             marks = ",".join("?" * len(chunk))
@@ -349,6 +365,24 @@ class IndexDatabase:
                 if limit < 0 or len(found) < limit:
                     found.append(_fsdecode(path))
         return out
+
+    def _with_prefixes(self, prefixes: list[bytes], limit: int,
+                       out: dict[bytes, list[str]]) -> None:
+        """Paths by prefix into ``out`` (at most ``limit`` each) of the roots that start
+        with each of ``prefixes``: one range of the root index per prefix, many in one
+        statement."""
+        for i in range(0, len(prefixes), 250):
+            chunk = prefixes[i : i + 250]
+            ranges = [value for prefix in chunk for value in (prefix, _next_prefix(prefix))]
+            rows = self.conn.execute(
+                "WITH wanted(low, high) AS (VALUES "
+                + ",".join(["(?, ?)"] * len(chunk))
+                + ") SELECT wanted.low, file.path FROM wanted JOIN file ON file.root >= "
+                "wanted.low AND file.root < wanted.high ORDER BY file.path", ranges)
+            for prefix, path in rows:
+                found = out.setdefault(prefix, [])
+                if limit < 0 or len(found) < limit:
+                    found.append(_fsdecode(path))
 
     def tree(self, file_id: int) -> Tree:
         """The stored tree, checked: TreeFormatError if it does not add up, or if the row
