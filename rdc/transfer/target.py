@@ -217,7 +217,8 @@ def settle(
         if not holds(replica, path, offer.root):
             raise
         check = None  # what was expected is gone, but what is there is what we want
-    if replica.current_root(path) == offer.root:
+    current = replica.current_root(path)
+    if current is not None and m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check
     for holder in replica.holders(offer.root):
@@ -260,7 +261,7 @@ def _copy_local(
             while data := source.read(COPY_PIECE):
                 assembly.write(data)
         signature = assembly.signer.finish()
-        if signature.root != offer.root:
+        if not m.same_root(signature.root, offer.root):
             return None
         replica.commit_received(assembly.temp, path, offer.mode, offer.mtime_ns, check,
                                 signature)
@@ -513,7 +514,7 @@ def _finish_file(
     final: bool,
 ) -> bool:
     signature = assembly.signer.finish()
-    if signature.root != offer.root:
+    if not m.same_root(signature.root, offer.root):
         if final:
             raise Refusal("verify", message=f"{path}: the received file does not have the "
                           "offered root (it changed at the source while being sent?)")
