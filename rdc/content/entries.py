@@ -4,7 +4,8 @@ A list of n entries is two byte strings: the n hash prefixes of ``prefix`` bytes
 concatenated, and the n lengths as LEB128 varints. Wire entries carry a prefix of the hash,
 not all 32 bytes: a target matches them only against its seeds (thousands of entries, so an
 8-byte prefix leaves about one false match in 10^15 lookups), and the root in the offer
-(all 32 bytes, or 16 in a batch's offer) checks the rebuilt file end to end. docs/formats.md section 3 has the figures.
+(all 32 bytes, or 16 in a batch's offer) checks the rebuilt file end to end.
+docs/formats.md section 3 has the figures.
 """
 
 from __future__ import annotations
