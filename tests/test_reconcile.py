@@ -186,10 +186,10 @@ async def test_what_a_short_prefix_missed_is_caught_by_the_roots(
         return compare.Changes() if hb == SHORT_WIRE_PREFIX else await real_compare(
             source, target, hb)
 
-    async def blind_walk(remote, tree, their_vectors=True, hb=metadata.HB):
+    async def blind_walk(remote, tree, their_vectors=True, *, hb):
         if hb == SHORT_WIRE_PREFIX:
             return [], []
-        return await real_walk(remote, tree, their_vectors, hb)
+        return await real_walk(remote, tree, their_vectors, hb=hb)
 
     monkeypatch.setattr(oneway, "compare", blind_compare)
     monkeypatch.setattr(metadata, "walk", blind_walk)

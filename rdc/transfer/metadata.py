@@ -16,8 +16,6 @@ from rdc.local.snapshot import Entry, iter_entries, lookup, meta_of
 from rdc.transfer.sides import Local, Remote
 from rdc.wire import messages as m
 
-HB = 8
-
 
 @dataclass(frozen=True, slots=True)
 class Single:
@@ -28,7 +26,7 @@ class Single:
     remote: m.Listed
 
 
-async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, hb: int = HB
+async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: int
                ) -> tuple[list[tuple[m.MetaDir, Entry]], list[Single]]:
     """The metadata that differs between ``tree`` and the server's: the server's vectors
     with their local directory, for directories of equal content, and `Single` entries.
@@ -109,7 +107,7 @@ def what(mode: bool, time: bool) -> str:
 
 
 async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.Op],
-                        hb: int = HB) -> tuple[list[m.Op], list[m.Failure | None]]:
+                        hb: int) -> tuple[list[m.Op], list[m.Failure | None]]:
     """Bring the target's modes and times (the server's in a push, else this side's) to
     the source's. ``last`` ops go after all others (the opened directory's own time, which
     the others may move); ``hb``: as for `walk`. Returns the per-entry ops and their
