@@ -19,7 +19,8 @@ from rdc.transfer.sides import Side
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection
 
-# The feature both sides must have for listings in SHORT_WIRE_PREFIX bytes.
+# The feature both sides must have for listings in SHORT_WIRE_PREFIX bytes (and for
+# offers' roots in OFFER_ROOT: rdc.transfer.batch.offer_root).
 SHORT_DIGESTS = "short-digests"
 
 

@@ -352,9 +352,10 @@ class IndexDatabase:
         root shorter than a whole one is a prefix (a batch's offer may name a root so):
         its paths are those of the roots that start with it, under the prefix."""
         out: dict[bytes, list[str]] = {}
-        wanted = [root for root in dict.fromkeys(roots) if len(root) == ROOT_BYTES]
-        self._with_prefixes([root for root in dict.fromkeys(roots)
-                             if root and len(root) != ROOT_BYTES], limit, out)
+        distinct = list(dict.fromkeys(roots))
+        wanted = [root for root in distinct if len(root) == ROOT_BYTES]
+        self._with_prefixes([root for root in distinct if root and len(root) != ROOT_BYTES],
+                            limit, out)
         for i in range(0, len(wanted), 500):
             chunk = wanted[i : i + 500]
             marks = ",".join("?" * len(chunk))
