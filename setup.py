@@ -56,6 +56,7 @@ setup(
                 "rdc/_native/chunker_scan.h",
                 "rdc/_native/signature_impl.h",
                 "rdc/_native/le_bytes.h",
+                "rdc/_native/seen.h",
             ],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
@@ -72,6 +73,12 @@ setup(
                 "rdc/_native/blake3_x86.c",
             ],
             depends=["rdc/_native/blake3_impl.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
+        ),
+        Extension(
+            "rdc._native._meta",
+            sources=["rdc/_native/_meta.c"],
+            depends=["rdc/_native/seen.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
     ]

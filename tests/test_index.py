@@ -259,6 +259,97 @@ def test_small_files_signed_here_and_large_ones_on_the_pool_agree(tmp_path, monk
     db.close()
 
 
+def _rows(db: IndexDatabase) -> dict[str, tuple]:
+    return {f.path: (f.size, f.mtime_ns, f.inode, f.mode, f.root, f.sketch, f.racy)
+            for f in db.files()}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monkeypatch,
+                                                                 workers: int) -> None:
+    """With a directory opener (and native code), small files are read and signed many at
+    a time off this thread; the rows are those of reading them one by one. What the bulk
+    read leaves goes the one-file way and fails as it would there: a file that became a
+    symlink after the walk, and the files of a directory that does not open."""
+    import rdc.local.index.update as module
+    from rdc import _native
+
+    from .test_sign_native import _sign
+
+    monkeypatch.setattr(_native, "sign_files", _sign.sign_files)  # (also in the pure run)
+    monkeypatch.setattr(module, "INLINE_BYTES", 30_000)
+    monkeypatch.setattr(module, "BULK_FILES", 7)  # several groups, in flight together
+    root = tmp_path / "data"
+    make_tree(root, count=60, size=40_000, seed=8)
+    walked = dict(module.walk_files(str(root)))
+    os.unlink(root / "d0/file3.bin")
+    os.symlink("file0.bin", root / "d0/file3.bin")
+    refused_dir = "d2"
+
+    def open_dir(rel: str) -> int:
+        if rel == refused_dir:
+            raise PermissionError(13, "Permission denied", rel)
+        return os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY)
+
+    def opener(rel: str):
+        if rel.startswith(refused_dir + "/"):
+            raise PermissionError(13, "Permission denied", rel)
+        if os.path.islink(root / rel):
+            raise OSError(40, "Too many levels of symbolic links", rel)
+        return open(root / rel, "rb")
+
+    bulk_calls: list[int] = []
+    many = module.signatures_of_files
+    monkeypatch.setattr(module, "signatures_of_files",
+                        lambda files, *a: bulk_calls.append(len(files)) or many(files, *a))
+    results = []
+    for directories in (open_dir, None):
+        db = IndexDatabase(tmp_path / f"index-{directories is None}.sqlite3")
+        stats = refresh(db, str(root), files=walked, opener=opener, open_dir=directories,
+                        workers=workers)
+        results.append((sorted(stats.errors), stats.signed, _rows(db)))
+        db.close()
+    (bulk_errors, bulk_signed, bulk_rows), (one_errors, one_signed, one_rows) = results
+    assert bulk_calls and max(bulk_calls) == 7
+    assert bulk_errors == one_errors and {path for path, _ in one_errors} == (
+        {"d0/file3.bin"} | {rel for rel in walked if rel.startswith("d2/")})
+    assert bulk_signed == one_signed and bulk_rows == one_rows
+    assert sum(size < 30_000 for size, *_ in one_rows.values()) > 15  # the bulk path, many
+
+
+def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
+                                                                      monkeypatch) -> None:
+    """A file whose fstat after the native read differs from the one before (written to
+    meanwhile) gets a racy row, read again by the next refresh."""
+    import rdc.local.index.update as module
+    from rdc import _native
+
+    from .test_sign_native import _sign
+
+    monkeypatch.setattr(_native, "sign_files", _sign.sign_files)
+    root = tmp_path / "data"
+    make_tree(root, count=6, size=3000)
+    many = module.signatures_of_files
+
+    def moved_under_the_read(files, *args):
+        out = many(files, *args)
+        before, signature, after = out[0]
+        return [(before, signature, (*after[:2], after[2] + 1, after[3])), *out[1:]]
+
+    monkeypatch.setattr(module, "signatures_of_files", moved_under_the_read)
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+
+    def open_dir(rel: str) -> int:
+        return os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY)
+
+    refresh(db, str(root), open_dir=open_dir)
+    assert sum(f.racy for f in db.files()) == 1
+    monkeypatch.setattr(module, "signatures_of_files", many)
+    assert refresh(db, str(root), open_dir=open_dir).signed == 1  # that one, read again
+    assert not any(f.racy for f in db.files()) and contents(db) == expected(root)
+    db.close()
+
+
 def open_at_once(location, count: int) -> tuple[list[IndexDatabase], list[BaseException]]:
     """``count`` threads open the index at ``location`` at the same moment."""
     start = threading.Barrier(count)

@@ -10,6 +10,27 @@ from rdc.local.replica import Replica
 OLD = 1_600_000_000 * 10**9
 
 
+def _count_reads(monkeypatch) -> list[object]:
+    """Each file an index refresh reads and signs from now on: streamed, small and read
+    whole, or one of many read natively (`signatures_of_files`)."""
+    import rdc.local.index.update as update
+
+    read: list[object] = []
+    for name in ("signature_of_file", "signature_of_bytes"):
+        real = getattr(update, name)
+        monkeypatch.setattr(update, name,
+                            lambda f, *a, real=real, **k: read.append(f) or real(f, *a, **k))
+    many = update.signatures_of_files
+
+    def counted(files, *args, **kwargs):
+        out = many(files, *args, **kwargs)
+        read.extend(file for file, one in zip(files, out, strict=True) if one is not None)
+        return out
+
+    monkeypatch.setattr(update, "signatures_of_files", counted)
+    return read
+
+
 def make(tmp_path, excludes=()) -> Replica:
     root = tmp_path / "root"
     (root / "d").mkdir(parents=True, exist_ok=True)
@@ -264,13 +285,7 @@ def test_a_moved_file_keeps_its_index_row_and_is_not_read_again(tmp_path, monkey
     rows = replica.indexed(["a.txt", "d/moved.txt"])
     assert "a.txt" not in rows and rows["d/moved.txt"].root == before.root
     assert rows["d/moved.txt"].id == before.id
-    import rdc.local.index.update as update
-
-    read: list[object] = []  # a file read and signed: streamed, or small and whole
-    for name in ("signature_of_file", "signature_of_bytes"):
-        real = getattr(update, name)
-        monkeypatch.setattr(update, name,
-                            lambda f, *a, real=real, **k: read.append(f) or real(f, *a, **k))
+    read = _count_reads(monkeypatch)
     tree = replica.rescan()
     assert "a.txt" not in tree.children and "moved.txt" in tree.children["d"].children
     assert tree.children["d"].children["moved.txt"].root == before.root
@@ -292,7 +307,9 @@ def test_a_small_file_changed_while_a_scan_reads_it_is_read_again(tmp_path, monk
     one written to between its fstat and the end of the read is marked racy, so the next
     scan reads it again and the index ends with what is on disk."""
     import rdc.local.fs as fs
+    from rdc import _native
 
+    monkeypatch.setattr(_native, "sign_files", None)  # (the native read: see test_index)
     replica = make(tmp_path)
     path = tmp_path / "root" / "a.txt"
     real = fs.os.read

@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from rdc.local import replica as replica_module
 from rdc.local import rescan as rescan_module
-from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, fingerprint, iter_entries
+from rdc.local.snapshot import Entry, Scan, fingerprint, iter_entries
 
 OLD = 1_600_000_000 * 10**9
 NAMES = ["a", "b", "c", "é"]
@@ -117,15 +116,15 @@ def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool) -
 
 
 def _count_listings(monkeypatch) -> list[str]:
-    """The directories a replica opens from now on (a rescan opens each one it lists)."""
+    """The directories a replica lists from now on (not those it opens to read files in)."""
     listed: list[str] = []
-    original = SafeRoot.open_dir
+    original = Scan.list
 
-    def counting(self: SafeRoot, rel: str) -> int:
+    def counting(self: Scan, fd: int, rel: str, node: Entry):
         listed.append(rel)
-        return original(self, rel)
+        return original(self, fd, rel, node)
 
-    monkeypatch.setattr(SafeRoot, "open_dir", counting)
+    monkeypatch.setattr(Scan, "list", counting)
     return listed
 
 

@@ -3,10 +3,12 @@ step-by-step path makes: every tree level, bit for bit, and the sketch."""
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdc import _native
@@ -124,3 +126,75 @@ def test_a_small_file_is_read_whole_and_signed_in_one_call(tmp_path, monkeypatch
         grown = signature.signature_of_file(f, read_size=52_000)
     assert f.grew
     assert calls == [] and grown == step_by_step(path.read_bytes(), DEFAULT_SIGNATURE)
+
+
+def _fields(path) -> tuple[int, int, int, int]:
+    st = os.lstat(path)
+    return st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino
+
+
+@given(sizes=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40_000)), max_size=12),
+       kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_many_small_files_read_and_signed_at_once_are_signed_as_one_at_a_time(
+    sizes: list[tuple[int, int]], kind: str, seed: int,
+) -> None:
+    """`sign_files` over files in several directories (one descriptor each, a name given
+    twice too): each result is that file's signature and its stat fields."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as top:
+        fds = []
+        for d in range(3):
+            os.mkdir(os.path.join(top, f"d{d}"))
+            fds.append(os.open(os.path.join(top, f"d{d}"), os.O_RDONLY | os.O_DIRECTORY))
+        try:
+            files, contents = [], []
+            for i, (d, size) in enumerate(sizes):
+                data = data_of(kind, size, rng)
+                name = f"f{i % 5}"  # (a name written again: the last content counts)
+                with open(os.path.join(top, f"d{d}", name), "wb") as out:
+                    out.write(data)
+                files.append((d, name))
+            for d, name in files:
+                with open(os.path.join(top, f"d{d}", name), "rb") as f:
+                    contents.append(f.read())
+            with pytest.MonkeyPatch.context() as patch:  # (also in the pure run)
+                patch.setattr(_native, "sign_files", _sign.sign_files)
+                got = signature.signatures_of_files(
+                    [(fds[d], name.encode()) for d, name in files], 40_000)
+            assert got is not None and len(got) == len(files)
+            for (d, name), data, one in zip(files, contents, got, strict=True):
+                assert one is not None
+                before, signed, after = one
+                assert signed == step_by_step(data, DEFAULT_SIGNATURE)
+                assert before == after == _fields(os.path.join(top, f"d{d}", name))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def test_sign_files_leaves_all_but_clean_small_regular_files_to_the_caller(tmp_path, monkeypatch
+                                                                          ) -> None:
+    """Anything the one-file path has a precise error or another way for gets None: a
+    link (not followed), a directory, a FIFO (not opened), nothing there, a file over the
+    limit, a directory descriptor that is not one. Names are one path component."""
+    (tmp_path / "ok").write_bytes(b"fine" * 100)
+    (tmp_path / "big").write_bytes(b"x" * 1001)
+    (tmp_path / "link").symlink_to("ok")
+    (tmp_path / "sub").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setattr(_native, "sign_files", _sign.sign_files)  # (also in the pure run)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        names = [b"ok", b"big", b"link", b"sub", b"fifo", b"missing"]
+        got = signature.signatures_of_files([(fd, n) for n in names] + [(-1, b"ok")], 1000)
+        assert got is not None
+        assert [one is not None for one in got] == [True] + [False] * 6
+        assert got[0][1] == step_by_step(b"fine" * 100, DEFAULT_SIGNATURE)
+        for bad in (b"sub/x", b"", b"a\0b"):
+            with pytest.raises(ValueError, match="one path component"):
+                signature.signatures_of_files([(fd, bad)], 1000)
+        with pytest.raises(TypeError):
+            signature.signatures_of_files([(fd, "ok")], 1000)  # type: ignore[list-item]
+    finally:
+        os.close(fd)

@@ -1,6 +1,7 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
-sketch and tree grouping of signatures, a small buffer's whole signature in one call, the
-refinement encoder, and the directory listing of walks.
+sketch and tree grouping of signatures, a small buffer's whole signature in one call (and
+many small files' in another), the refinement encoder, the directory listing of walks, and
+a metadata vector's modes and times.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -30,14 +31,18 @@ if PURE_PYTHON:
     stamp_tree = listing_ref.stamp_tree
     refine_encode = refine_ref.encode
     sign_buffer = None  # (the step-by-step path of rdc.content.signature is the reference)
+    sign_files = None  # (files are then read and signed one at a time)
+    set_meta = None  # (entries are then set one at a time)
     IMPLEMENTATION = "python"
 else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
         from rdc._native._listing import list_dir, stamp_tree
+        from rdc._native._meta import set_meta
         from rdc._native._refine import encode as refine_encode
         from rdc._native._sign import sign as sign_buffer
+        from rdc._native._sign import sign_files
         from rdc._native._signature import (
             group_cuts,
             next_level_payloads,
@@ -74,7 +79,9 @@ __all__ = [
     "list_dir",
     "next_level_payloads",
     "refine_encode",
+    "set_meta",
     "sign_buffer",
+    "sign_files",
     "sketch",
     "stamp_tree",
     "trait_buckets",

@@ -7,7 +7,8 @@ chunks, so that a small file that was moved and edited still resembles its old s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -84,11 +85,39 @@ def _signed_at_once(data: Buffer, params: SignatureParams, sketch: bool
     """The tree and (with ``sketch``) the sketch of one segment's worth of bytes, in one
     native call: the same levels and traits as the steps above (`_native.sign_buffer`)."""
     assert _native.sign_buffer is not None
+    levels, traits = _native.sign_buffer(data, *_native_params(params), sketch)
+    return _tree(levels), traits
+
+
+def _native_params(params: SignatureParams) -> tuple:
+    """The signing parameters as the native calls take them, after the data."""
     c, s, g = params.chunks, params.sub_chunks, params.groups
-    levels, traits = _native.sign_buffer(
-        data, (c.window, c.min_size, c.max_size), (s.window, s.min_size, s.max_size),
-        (g.min_entries, g.max_entries), SKETCH_MIN_LEAVES, _CONTEXT, sketch)
-    return Tree(tuple(Level(hashes, lengths) for hashes, lengths in levels)), traits
+    return ((c.window, c.min_size, c.max_size), (s.window, s.min_size, s.max_size),
+            (g.min_entries, g.max_entries), SKETCH_MIN_LEAVES, _CONTEXT)
+
+
+def _tree(levels: list[tuple[bytes, array]]) -> Tree:
+    return Tree(tuple(Level(hashes, lengths) for hashes, lengths in levels))
+
+
+# (mode, size, mtime_ns, inode) of a file: the fields rdc.local.filestat.Seen names.
+StatFields = tuple[int, int, int, int]
+
+
+def signatures_of_files(
+    files: Sequence[tuple[int, bytes]], limit: int, params: SignatureParams = DEFAULT_SIGNATURE,
+) -> list[tuple[StatFields, FileSignature, StatFields] | None] | None:
+    """Each (directory descriptor, name) of ``files`` opened (no link followed), read whole
+    and signed in one native call without the GIL, with its stat fields before and after
+    the read; None for a file that is not a regular file of at most ``limit`` bytes read
+    cleanly (the caller's one-file path reads it and reports why). None in all if there is
+    no native code (read them one at a time)."""
+    if _native.sign_files is None:
+        return None
+    assert limit <= SEGMENT_SIZE  # (one segment: the tree of `signature_of_bytes`)
+    out = _native.sign_files(files, limit, *_native_params(params))
+    return [None if one is None else (one[0], FileSignature(_tree(one[1][0]), one[1][1]), one[2])
+            for one in out]
 
 
 _CONTEXT = NODE_CONTEXT.encode()

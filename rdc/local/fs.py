@@ -30,12 +30,14 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, TypeVar
 
+from rdc import _native
 from rdc.errors import RdcError
 from rdc.local import beneath, faults
+from rdc.local.filestat import NS_MAX, NS_MIN, FileStat, Seen
 from rdc.local.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
 from rdc.local.paths import name as leaf_name
 
@@ -797,6 +799,57 @@ class SafeRoot:
                 self.changed.add(parent(rel))
         return before, after
 
+    def set_meta_many(
+        self, changes: Sequence[tuple[str | bytes, int | None, int | None]], held: HeldDirs,
+    ) -> Iterator[tuple[FileStat | None, FileStat | None]]:
+        """`set_meta` of each (rel, mode, mtime_ns) of ``changes``, in order, yielding what
+        it returns as each is done (stats as `rdc.local.filestat.Seen`). Runs of entries go
+        to one native call each (`rdc._native.set_meta`: the same steps, no Python between
+        them); an entry it leaves, and the root, take `set_meta` itself, which says why or
+        does more (a hard-linked file replaced by a copy)."""
+        at = 0
+        while at < len(changes):
+            rels, run = self._native_run(changes, at, held)
+            done = _native.set_meta(run, ALLOW_SETID) if run else []
+            for rel, one in zip(rels, done, strict=False):
+                if one is None:
+                    yield None, None
+                    continue
+                before, after = Seen(*one[0]), Seen(*one[1])
+                if before != after:
+                    self._note_retimed(rel, after)
+                yield before, after
+            at += len(done)
+            if at < len(changes):
+                yield self.set_meta(*changes[at], held)
+                at += 1
+
+    def _native_run(self, changes: Sequence[tuple[str | bytes, int | None, int | None]], at: int,
+                    held: HeldDirs
+                    ) -> tuple[list[str], list[tuple[int, bytes, int | None, int | None]]]:
+        """The entries of ``changes`` from ``at`` on that the native call can take, up to
+        one it cannot: the root, a path or directory `set_meta` refuses (it says why), a
+        time out of 64-bit range, or a directory past what ``held`` holds at once. Their
+        paths, and the native call's arguments."""
+        rels: list[str] = []
+        run: list[tuple[int, bytes, int | None, int | None]] = []
+        if _native.set_meta is None:
+            return rels, run
+        for rel, mode, mtime_ns in changes[at:]:
+            try:
+                rel = check_relpath(rel)  # (the root is refused here)
+                where = parent(rel)
+                if (mtime_ns is not None and not NS_MIN <= mtime_ns <= NS_MAX) or (
+                    not held.holds(where) and held.full
+                ):
+                    break
+                dfd = held.fd(where, rel)
+            except (OSError, PathError):
+                break
+            rels.append(rel)
+            run.append((dfd, os.fsencode(leaf_name(rel)), mode, mtime_ns))
+        return rels, run
+
     def _set_meta(
         self, rel: str, mode: int | None, mtime_ns: int | None, held: HeldDirs | None = None,
     ) -> tuple[os.stat_result | None, os.stat_result | None, bool]:
@@ -934,6 +987,14 @@ class HeldDirs:
     def __init__(self, root: SafeRoot) -> None:
         self._root = root
         self._fds: dict[str, int] = {}
+
+    def holds(self, rel_dir: str) -> bool:
+        return rel_dir in self._fds
+
+    @property
+    def full(self) -> bool:
+        """Whether the next new directory closes all the others first."""
+        return len(self._fds) >= self.LIMIT
 
     def fd(self, rel_dir: str, rel: str) -> int:
         """The descriptor of directory ``rel_dir`` (``rel``, inside it, names errors)."""

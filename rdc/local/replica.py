@@ -14,7 +14,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,7 +23,7 @@ from rdc.content.signature import FileSignature, signature_of_bytes, signature_o
 from rdc.content.tree import Tree, TreeFormatError
 from rdc.local import sealed
 from rdc.local.commits import GroupCommit
-from rdc.local.filestat import mtime_ns, stamp
+from rdc.local.filestat import FileStat, mtime_ns, stamp
 from rdc.local.fs import (
     ConflictError,
     Expect,
@@ -66,7 +66,7 @@ RACY_NS = 2_000_000_000
 SYNCFS_FROM = 32
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
-Retimed = tuple[str, os.stat_result, os.stat_result]  # path, lstat before and after
+Retimed = tuple[str, FileStat, FileStat]  # path, lstat before and after
 
 
 class Replica:
@@ -226,7 +226,7 @@ class Replica:
                     self.stats = refresh(self.db, self.root, exclude=excludes,
                                          progress=progress, files=walked.files,
                                          opener=self.fs.open_read, checksum=checksum,
-                                         reader=reader)
+                                         reader=reader, open_dir=self.fs.open_dir)
                 set_roots(tree, self.db.iter_roots())
         reasons = dict(self.stats.errors)
         for path in drop_rootless(tree):
@@ -323,7 +323,7 @@ class Replica:
         not be read or has no row after (the caller scans in full)."""
         with self.lock, self._reader() as reader:
             refreshed = refresh_some(self.db, found.files, found.gone, self.fs.open_read,
-                                     moves=moves, reader=reader)
+                                     moves=moves, reader=reader, open_dir=self.fs.open_dir)
             roots = self.db.roots_of([path for path, _ in found.entries])
         if refreshed.errors or len(roots) != len(found.entries):
             return None
@@ -686,29 +686,43 @@ class Replica:
         ``retimed`` that record is left to `record_times`: one transaction for a batch.
         ``held``: the caller's directory descriptors (`rdc.local.fs.HeldDirs`)."""
         before, after = self.fs.set_meta(path, mode, mtime_ns, held)
-        if before is None or after is None or not stat.S_ISREG(before.st_mode) or (
-            stamp(before) == stamp(after)
-        ):
-            return
-        if retimed is not None:
-            retimed.append((path, before, after))
-        else:
-            self.record_times([(path, before, after)])
+        if _restamped(before, after):
+            if retimed is not None:
+                retimed.append((path, before, after))
+            else:
+                self.record_times([(path, before, after)])
+
+    def set_meta_many(
+        self, changes: Sequence[tuple[str, int | None, int | None]], retimed: list[Retimed],
+        held: HeldDirs,
+    ) -> Iterator[None]:
+        """`set_meta` of each (path, mode, mtime_ns), in order, most in one native call
+        (`SafeRoot.set_meta_many`); yields once as each is done. What to record is left
+        in ``retimed``, for `record_times`."""
+        for (path, _, _), (before, after) in zip(changes, self.fs.set_meta_many(changes, held),
+                                                 strict=False):
+            if _restamped(before, after):
+                retimed.append((path, before, after))
+            yield
 
     def record_times(self, retimed: list[Retimed]) -> None:
         """Record the stamps `set_meta` made, for rows that described the file before."""
         if not retimed:
             return
         with self.lock, self.db.transaction():
-            rows = self.db.stamps_of([path for path, _, _ in retimed])  # (no trees)
-            self.db.restamp_many([(row.id, after) for path, before, after in retimed
-                                  if (row := rows.get(path)) is not None
-                                  and row.describes(before)])
+            self.db.restamp_many(retimed)
 
     def forget(self, path: str) -> None:
         """Drop ``path`` and everything below it from the index."""
         with self.lock, self.db.transaction():
             self.db.delete_tree(path)
+
+
+def _restamped(before: FileStat | None, after: FileStat | None) -> bool:
+    """Whether setting metadata moved a regular file's stamp (its row to be restamped)."""
+    return (before is not None and after is not None and stat.S_ISREG(before.st_mode)
+            and (before.st_mtime_ns != after.st_mtime_ns or before.st_ino != after.st_ino
+                 or before.st_size != after.st_size))
 
 
 def _changed(a: os.stat_result, b: os.stat_result) -> bool:

@@ -225,22 +225,29 @@ def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir) -> tuple[int, int
     entries = list(iter_entries(directory)) if item.whole else directory.sorted_children()
     if not len(new_times) == len(new_modes) == len(entries):
         return 0, 1
+    changes: list[tuple[str, int | None, int | None]] = []  # (path, mode, mtime_ns) to set
+    changing: list[tuple[Entry, int, int, int]] = []  # (entry, mode, mtime, fields changed)
+    # Deepest first, so that a directory's own time is set after its children changed.
+    for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
+                                                        strict=True))):
+        new_mode = entry.kind != "l" and entry.mode != mode
+        if new_mode and not 0 <= mode <= 0o7777:
+            raise Refusal("protocol", message=f"bad mode {mode:o}")
+        new_time = entry.mtime_ns != mtime
+        if new_mode or new_time:
+            changes.append((join(item.path, rel), mode if new_mode else None,
+                            mtime if new_time else None))
+            changing.append((entry, mode if new_mode else entry.mode, mtime,
+                             new_mode + new_time))
     changed = 0
     retimed: list = []  # recorded in the index in one transaction
     held = HeldDirs(replica.fs)  # (a vector's entries share a few directories)
     try:
-        # Deepest first, so that a directory's own time is set after its children changed.
-        for (rel, entry), mtime, mode in reversed(list(zip(entries, new_times, new_modes,
-                                                            strict=True))):
-            new_mode = entry.kind != "l" and entry.mode != mode
-            if new_mode and not 0 <= mode <= 0o7777:
-                raise Refusal("protocol", message=f"bad mode {mode:o}")
-            new_time = entry.mtime_ns != mtime
-            if new_mode or new_time:
-                replica.set_meta(join(item.path, rel), mode if new_mode else None,
-                                 mtime if new_time else None, retimed, held)
-                entry.mode, entry.mtime_ns = (mode if new_mode else entry.mode), mtime
-                changed += new_mode + new_time
+        for (entry, mode, mtime, fields), _ in zip(
+            changing, replica.set_meta_many(changes, retimed, held), strict=False
+        ):
+            entry.mode, entry.mtime_ns = mode, mtime
+            changed += fields
     finally:
         held.close()
         replica.record_times(retimed)

@@ -542,11 +542,15 @@ class IndexDatabase:
             (mtime_ns(st), st.st_ino, st.st_mode, file_id),
         )
 
-    def restamp_many(self, rows: list[tuple[int, os.stat_result]]) -> None:
-        """`restamp` of each (id, lstat), in one statement."""
+    def restamp_many(self, changed: list[tuple[str, FileStat, FileStat]]) -> None:
+        """`restamp` of each (path, lstat before, lstat after) whose row described the file
+        before (`IndexedFile.describes`), in one statement: rdc changed its metadata."""
         self.conn.executemany(
-            "UPDATE file SET mtime_ns = ?, inode = ?, mode = ? WHERE id = ?",
-            [(mtime_ns(st), st.st_ino, st.st_mode, file_id) for file_id, st in rows],
+            "UPDATE file SET mtime_ns = ?, inode = ?, mode = ? "
+            "WHERE path = ? AND racy = 0 AND size = ? AND mtime_ns = ? AND inode = ?",
+            [(mtime_ns(after), after.st_ino, after.st_mode, os.fsencode(path),
+              before.st_size, mtime_ns(before), before.st_ino)
+             for path, before, after in changed],
         )
 
     def delete(self, file_id: int) -> None:

@@ -15,20 +15,28 @@ import os
 import sqlite3
 import stat
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from rdc.content.signature import FileSignature, signature_of_bytes, signature_of_file
-from rdc.local.filestat import FileStat, mtime_ns, stamp
+from rdc import _native
+from rdc.content.signature import (
+    FileSignature,
+    signature_of_bytes,
+    signature_of_file,
+    signatures_of_files,
+)
+from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
 from rdc.local.index.db import IndexDatabase, Stamped, unusable
-from rdc.local.paths import PathError, is_temporary
+from rdc.local.paths import PathError, is_temporary, name, parent
 
 RACY_NS = 2_000_000_000
 BATCH_SECONDS = 0.5
 BATCH_FILES = 256
 INLINE_BYTES = 256 << 10  # files smaller than this are signed on the refreshing thread
+BULK_FILES = 64  # small files read and signed in one native call
 STAMPS_AT_ONCE = 4096  # rows read at once by `refresh_some`
 
 
@@ -89,6 +97,9 @@ Opener = Callable[[str], BinaryIO]
 # it has more than ``limit`` bytes (`rdc.local.fs.SafeRoot.read_whole`).
 Reader = Callable[[str, int], tuple[os.stat_result, bytes, os.stat_result] | None]
 Signed = tuple[os.stat_result, FileSignature, os.stat_result]
+# A directory (relative path, "" the root) opened for reading the files in it by name: a
+# new descriptor, the caller's to close (`rdc.local.fs.SafeRoot.open_dir`).
+DirOpener = Callable[[str], int]
 
 
 def _sign(opener: Opener, rel: str) -> Signed:
@@ -124,27 +135,31 @@ def refresh(
     opener: Opener | None = None,
     checksum: bool = False,
     reader: Reader | None = None,
+    open_dir: DirOpener | None = None,
 ) -> RefreshStats:
     """Update ``db`` to describe the regular files under ``root``. ``files``: their lstat
     by relative path, if the caller walked the tree already; ``opener``: how to open one
-    (default: by its full path), and ``reader``: how to read a small one whole (default:
-    opened); ``checksum``: read every file again, also those whose stamp matches its
-    row."""
+    (default: by its full path), ``reader``: how to read a small one whole (default:
+    opened), and ``open_dir``: how to open a directory, to read many small files of it
+    natively (default: one file at a time); ``checksum``: read every file again, also
+    those whose stamp matches its row."""
     def by_path(rel: str) -> BinaryIO:
         return open(os.path.join(root, rel), "rb")
 
     opener = opener or by_path
     try:
-        return _refresh(db, root, workers, exclude, progress, files, opener, checksum, reader)
+        return _refresh(db, root, workers, exclude, progress, files, opener, checksum, reader,
+                        open_dir)
     except sqlite3.DatabaseError as exc:
         if not unusable(exc):
             raise
         db.rebuild()
-        return _refresh(db, root, workers, exclude, progress, files, opener, checksum, reader)
+        return _refresh(db, root, workers, exclude, progress, files, opener, checksum, reader,
+                        open_dir)
 
 
-def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False, reader=None
-             ) -> RefreshStats:
+def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False, reader=None,
+             open_dir=None) -> RefreshStats:
     stats = RefreshStats()
     started = time.time_ns()
     # The index inside the tree (with its -wal and -shm files) is not indexed.
@@ -197,7 +212,8 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
             db.delete(row.id)
             stats.deleted += 1
     old_roots = db.roots() if checksum else {}
-    _sign_all(db, opener, reader, still_changed, on_disk, workers, racy, stats, progress)
+    _sign_all(db, opener, reader, still_changed, on_disk, workers, racy, stats, progress,
+              open_dir)
     if checksum:
         for rel in still_changed:
             old, new = rows.get(rel), db.get(rel)
@@ -208,7 +224,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
 
 def refresh_some(
     db: IndexDatabase, files: Mapping[str, FileStat], gone: list[str], opener: Opener,
-    moves: bool = False, reader: Reader | None = None,
+    moves: bool = False, reader: Reader | None = None, open_dir: DirOpener | None = None,
 ) -> RefreshStats:
     """Bring the rows of some paths up to date, for a caller that knows what else did not
     change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
@@ -229,7 +245,7 @@ def refresh_some(
                                                             racy, stats)]
         for path in gone:
             db.delete_tree(path)
-    _sign_all(db, opener, reader, changed, files, 1, racy, stats, None)
+    _sign_all(db, opener, reader, changed, files, 1, racy, stats, None, open_dir)
     return stats
 
 
@@ -268,16 +284,20 @@ def _changed(db: IndexDatabase, files: Mapping[str, FileStat], stats: RefreshSta
     return changed
 
 
-def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress) -> None:
+def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress,
+              open_dir=None) -> None:
     total_bytes = sum(on_disk[p].st_size for p in paths)
     done_bytes = 0
     pending: dict[Future, str] = {}
     # Small files are signed on this thread: their cost is mostly Python, and two threads
     # contending for the GIL cost more than they save (docs/formats.md section 7). Larger
-    # ones go to the pool, where the chunker and BLAKE3 run without the GIL.
+    # ones go to the pool, where the chunker and BLAKE3 run without the GIL. With
+    # ``open_dir`` and native code, small files go to the pool too, BULK_FILES in one call
+    # that reads and signs them all without the GIL (`_Bulk`).
     small = [p for p in reversed(paths) if on_disk[p].st_size < INLINE_BYTES]
     large = [p for p in reversed(paths) if on_disk[p].st_size >= INLINE_BYTES]
-    batch: list[tuple[str, os.stat_result, FileSignature, bool]] = []
+    bulk = _Bulk(small, open_dir) if open_dir is not None and _native.sign_files else None
+    batch: list[tuple[str, FileStat, FileSignature, bool]] = []
     last_commit = time.monotonic()
 
     def flush() -> None:
@@ -305,19 +325,96 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress
         if progress:
             progress(Progress(stats.signed, len(paths), done_bytes, total_bytes, rel))
 
+    def one_by_one(rel: str) -> None:
+        signed(rel, functools.partial(_sign_small, opener, reader, rel))
+
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        while small or large or pending:
-            while large and len(pending) < 2 * max(1, workers):
-                rel = large.pop()
-                pending[pool.submit(_sign, opener, rel)] = rel
-            if small:
-                rel = small.pop()
-                signed(rel, functools.partial(_sign_small, opener, reader, rel))
-                finished = [future for future in pending if future.done()]
-            else:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                signed(pending.pop(future), future.result)
-            if len(batch) >= BATCH_FILES or time.monotonic() - last_commit > BATCH_SECONDS:
-                flush()
+        try:
+            while small or large or pending or (bulk and bulk.busy):
+                while large and len(pending) < 2 * max(1, workers):
+                    rel = large.pop()
+                    pending[pool.submit(_sign, opener, rel)] = rel
+                if bulk:
+                    bulk.submit(pool)
+                    wait([*pending, *bulk.oldest()], return_when=FIRST_COMPLETED)
+                    bulk.take(signed, one_by_one)
+                    finished = [future for future in pending if future.done()]
+                elif small:
+                    one_by_one(small.pop())
+                    finished = [future for future in pending if future.done()]
+                else:
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    signed(pending.pop(future), future.result)
+                if len(batch) >= BATCH_FILES or time.monotonic() - last_commit > BATCH_SECONDS:
+                    flush()
+        finally:
+            if bulk:
+                bulk.close()
     flush()
+
+
+class _Bulk:
+    """Small files read and signed BULK_FILES at a time on a worker thread
+    (`signatures_of_files`), while this thread opens the directories of the next group
+    and records the last one: a cold scan of a source tree spent two thirds of its time in
+    Python around each file's read and signature. Each group's directories are opened
+    once (``open_dir``, beneath the root) and closed when its results are taken. A file
+    the native call leaves (not a regular file of under INLINE_BYTES read cleanly, a
+    directory that did not open) is read again the one-file way, which says why."""
+
+    def __init__(self, small: list[str], open_dir: Callable[[str], int]) -> None:
+        self._small = small  # (popped from the end)
+        self._open_dir = open_dir
+        self._groups: deque[tuple[Future, list[str], list[int]]] = deque()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._small or self._groups)
+
+    def submit(self, pool: ThreadPoolExecutor) -> None:
+        """Start groups until two are in flight (one signed while the other is recorded)."""
+        while self._small and len(self._groups) < 2:
+            group = [self._small.pop() for _ in range(min(BULK_FILES, len(self._small)))]
+            fds: dict[str, int] = {}
+            files = []
+            for rel in group:
+                where = parent(rel)
+                if where not in fds:
+                    try:
+                        fds[where] = self._open_dir(where)
+                    except (OSError, PathError):
+                        fds[where] = -1  # (its files fail natively, then one by one)
+                files.append((fds[where], os.fsencode(name(rel))))
+            future = pool.submit(signatures_of_files, files, INLINE_BYTES)
+            self._groups.append((future, group, [fd for fd in fds.values() if fd >= 0]))
+
+    def oldest(self) -> list[Future]:
+        """The future of the group to be recorded next, if any (groups are taken in order)."""
+        return [self._groups[0][0]] if self._groups else []
+
+    def take(self, signed: Callable, one_by_one: Callable[[str], None]) -> None:
+        """Record the files of the groups done, oldest first."""
+        while self._groups and self._groups[0][0].done():
+            future, group, fds = self._groups.popleft()
+            try:
+                results = future.result()
+            finally:
+                _close_all(fds)
+            for rel, one in zip(group, results, strict=True):
+                if one is None:
+                    one_by_one(rel)
+                else:
+                    signed(rel, lambda one=one: (Seen(*one[0]), one[1], Seen(*one[2])))
+
+    def close(self) -> None:
+        """Wait for the groups in flight and close their directories (on an error)."""
+        while self._groups:
+            future, _, fds = self._groups.popleft()
+            wait([future])
+            _close_all(fds)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
