@@ -809,8 +809,16 @@ class SafeRoot:
         does more (a hard-linked file replaced by a copy)."""
         at = 0
         while at < len(changes):
-            rels, run = self._native_run(changes, at, held)
-            done = _native.set_meta(run, ALLOW_SETID) if run else []
+            stop = at  # (a time out of 64-bit range: set_meta refuses it)
+            while stop < len(changes) and (
+                (t := changes[stop][2]) is None or NS_MIN <= t <= NS_MAX
+            ):
+                stop += 1
+            rels, run = held.run([rel for rel, _, _ in changes[at:stop]]) if (
+                _native.set_meta is not None) else ([], [])
+            done = _native.set_meta([(dfd, leaf, mode, mtime) for (dfd, leaf), (_, mode, mtime)
+                                     in zip(run, changes[at:], strict=False)],
+                                    ALLOW_SETID) if run else []
             for rel, one in zip(rels, done, strict=False):
                 if one is None:
                     yield None, None
@@ -823,32 +831,6 @@ class SafeRoot:
             if at < len(changes):
                 yield self.set_meta(*changes[at], held)
                 at += 1
-
-    def _native_run(self, changes: Sequence[tuple[str | bytes, int | None, int | None]], at: int,
-                    held: HeldDirs
-                    ) -> tuple[list[str], list[tuple[int, bytes, int | None, int | None]]]:
-        """The entries of ``changes`` from ``at`` on that the native call can take, up to
-        one it cannot: the root, a path or directory `set_meta` refuses (it says why), a
-        time out of 64-bit range, or a directory past what ``held`` holds at once. Their
-        paths, and the native call's arguments."""
-        rels: list[str] = []
-        run: list[tuple[int, bytes, int | None, int | None]] = []
-        if _native.set_meta is None:
-            return rels, run
-        for rel, mode, mtime_ns in changes[at:]:
-            try:
-                rel = check_relpath(rel)  # (the root is refused here)
-                where = parent(rel)
-                if (mtime_ns is not None and not NS_MIN <= mtime_ns <= NS_MAX) or (
-                    not held.holds(where) and held.full
-                ):
-                    break
-                dfd = held.fd(where, rel)
-            except (OSError, PathError):
-                break
-            rels.append(rel)
-            run.append((dfd, os.fsencode(leaf_name(rel)), mode, mtime_ns))
-        return rels, run
 
     def _set_meta(
         self, rel: str, mode: int | None, mtime_ns: int | None, held: HeldDirs | None = None,
@@ -988,13 +970,25 @@ class HeldDirs:
         self._root = root
         self._fds: dict[str, int] = {}
 
-    def holds(self, rel_dir: str) -> bool:
-        return rel_dir in self._fds
-
-    @property
-    def full(self) -> bool:
-        """Whether the next new directory closes all the others first."""
-        return len(self._fds) >= self.LIMIT
+    def run(self, rels: Sequence[str | bytes]) -> tuple[list[str], list[tuple[int, bytes]]]:
+        """For a native call over many entries: (path, (directory descriptor, name)) of
+        ``rels`` in order, up to the first this cannot give: a path `check_relpath`
+        refuses (the root too), a directory that does not open (the caller's one-entry
+        path then says why), or one more directory than fit while all are in use."""
+        paths: list[str] = []
+        items: list[tuple[int, bytes]] = []
+        for rel in rels:
+            try:
+                rel = check_relpath(rel)
+                where = parent(rel)
+                if items and where not in self._fds and len(self._fds) >= self.LIMIT:
+                    break  # (a new one would close those the items use)
+                dfd = self.fd(where, rel)
+            except (OSError, PathError):
+                break
+            paths.append(rel)
+            items.append((dfd, os.fsencode(leaf_name(rel))))
+        return paths, items
 
     def fd(self, rel_dir: str, rel: str) -> int:
         """The descriptor of directory ``rel_dir`` (``rel``, inside it, names errors)."""
