@@ -84,8 +84,17 @@ def test_a_packed_tree_unpacks_to_itself_and_damage_is_refused(tmp_path) -> None
     def vouched(body: bytes) -> bytes:  # what a hash cannot catch: rdc's own mistakes
         return sealed.VERSION + blake3.blake3(body).digest() + body
 
-    for body in (packed[33:] + b"x", marshal.dumps((1, 2, 3)), marshal.dumps(None),
-                 marshal.dumps((0, 0, 0, b"c", b"m", b"s", 0, b"", (), ()))):
+    def record(value: object, short: int = 0) -> bytes:  # a length, then the marshal bytes
+        raw = marshal.dumps(value)
+        return (len(raw) - short).to_bytes(4, "little") + raw
+
+    ok = (0, 0, 0, b"c", b"m", b"s", 0, b"x", (), ())
+    assert sealed.unpack(vouched(record(ok))).content == b"c"
+    for body in (packed[33:] + b"x", record((1, 2, 3)), record(None),
+                 record((0, 0, 0, b"c", b"m", b"s", 0, b"", (), ())),
+                 record(ok)[:-1], record(ok, short=1), b"\0\0\0\0",
+                 record((0, 0, 0, b"c", b"m", b"s", 0, b"x", ("a",), (None,))),  # (no record)
+                 marshal.dumps(ok)):  # (version 2: records without lengths)
         with pytest.raises(sealed.Damaged):
             sealed.unpack(vouched(body))
 

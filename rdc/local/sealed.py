@@ -9,12 +9,16 @@ sealed last at hand, with its own stamps, only the directories whose stamps diff
 listed again (`rdc.local.rescan.patch`), and a tree whose top stamp is unchanged is taken
 as it is.
 
-The tree is packed one directory at a time, each a `marshal` record (C speed both ways:
-100,000 entries in about 0.1 s each way) in depth-first order, so that neither end holds
-more than the packed bytes and one directory's tuples besides the tree (one record of the
-whole tree was 30 MB of tuples for 100,000 files, on top of the tree, at a server's
-peak). The records go behind a version byte and a BLAKE3 hash of them, checked before
-anything is unpacked: the index is a cache, and a damaged one is dropped, never trusted.
+The tree is packed one directory at a time, each a `marshal` record behind its length (4
+bytes, little-endian), in depth-first order, so that neither end holds more than the
+packed bytes and one directory's tuples besides the tree (one record of the whole tree was
+30 MB of tuples for 100,000 files, on top of the tree, at a server's peak). The length
+lets each record be read by `marshal.loads` from a slice: `marshal.load` from a stream
+calls the stream's ``readinto`` for every field, which was two thirds of unpacking (20,000
+files: 0.105 -> 0.035 s; version 2 had no lengths). The records go behind a version byte
+and a BLAKE3 hash of them, checked before anything is unpacked: the index is a cache, and
+a damaged one is dropped, never trusted (a tree of an older version too: the next scan
+walks in full once).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import blake3
 
 from rdc.local.snapshot import Entry
 
-VERSION = b"\x02"
+VERSION = b"\x03"
 _MARSHAL = 4  # the marshal format (stable across the Pythons rdc runs on)
 
 
@@ -58,8 +62,10 @@ def _pack(d: Entry, out: io.BytesIO) -> None:
         else:
             items.append(None)
             below.append(e)
-    marshal.dump((d.mode, d.mtime_ns, d.ino, d.content, d.meta, d.smeta, d.count, d.seen,
-                  tuple(names), tuple(items)), out, _MARSHAL)
+    record = marshal.dumps((d.mode, d.mtime_ns, d.ino, d.content, d.meta, d.smeta, d.count,
+                            d.seen, tuple(names), tuple(items)), _MARSHAL)
+    out.write(len(record).to_bytes(4, "little"))
+    out.write(record)
     for e in below:
         _pack(e, out)
 
@@ -71,22 +77,37 @@ def unpack(data: bytes) -> Entry:
     body = memoryview(data)[33:]
     if blake3.blake3(body).digest() != data[1:33]:
         raise Damaged("its hash does not match")
-    stream = io.BytesIO(body)
+    records = _Records(body)
     try:
-        tree = _entry(stream)
+        tree = _entry(records)
     except (ValueError, TypeError, EOFError, IndexError) as exc:
         raise Damaged(str(exc) or type(exc).__name__) from None
-    if stream.read(1):
+    if records.at != len(body):
         raise Damaged("bytes after the tree")
     return tree
 
 
-def _entry(stream: io.BytesIO) -> Entry:
-    mode, mtime, ino, content, meta, smeta, count, seen, names, items = marshal.load(stream)
+class _Records:
+    """The length-prefixed records of a packed tree, one at a time."""
+
+    def __init__(self, body: memoryview) -> None:
+        self.body, self.at = body, 0
+
+    def next(self) -> tuple:
+        end = self.at + 4 + int.from_bytes(self.body[self.at : self.at + 4], "little")
+        if end > len(self.body) or end < self.at + 5:
+            raise EOFError("a record runs past the end")
+        record = marshal.loads(self.body[self.at + 4 : end])
+        self.at = end
+        return record
+
+
+def _entry(records: _Records) -> Entry:
+    mode, mtime, ino, content, meta, smeta, count, seen, names, items = records.next()
     children: dict[str, Entry] = {}
     for name, item in zip(names, items, strict=True):
         if item is None:
-            children[name] = _entry(stream)
+            children[name] = _entry(records)
         elif len(item) == 5:
             children[name] = Entry("f", item[0], item[1], item[2], item[3], ino=item[4])
         else:
