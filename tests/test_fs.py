@@ -1009,6 +1009,33 @@ def test_a_metadata_vector_goes_natively_up_to_what_it_cannot_do(tree: Tree, mon
     assert tree.outside_untouched()
 
 
+def test_a_metadata_vector_over_more_directories_than_are_held_at_once(
+    tree: Tree, monkeypatch
+) -> None:
+    """A vector whose entries span more directories than `HeldDirs` keeps open is cut into
+    runs there (a descriptor in use is never closed under a run): every entry is set."""
+    from rdc import _native
+
+    calls: list[int] = []
+    real = _native.set_meta
+    if real is not None:
+        monkeypatch.setattr(_native, "set_meta",
+                            lambda run, setid: calls.append(len(run)) or real(run, setid))
+    changes = []
+    for i in range(fs.HeldDirs.LIMIT + 10):
+        (tree.root_path / f"d{i}").mkdir()
+        (tree.root_path / f"d{i}" / "f").write_bytes(b"x")
+        changes += [(f"d{i}/f", 0o600, T1 + i), (f"d{i}", 0o700, T2 + i)]
+    with fs.HeldDirs(tree.root) as dirs:
+        done = list(tree.root.set_meta_many(changes, dirs))
+    assert len(done) == len(changes) and all(after is not None for _, after in done)
+    for rel, mode, mtime in changes:
+        st = os.lstat(tree.root_path / rel)
+        assert (stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (mode, mtime)
+    if real is not None:
+        assert len(calls) >= 2 and max(calls) <= 2 * fs.HeldDirs.LIMIT
+
+
 # --- the walk -----------------------------------------------------------------------------
 
 
