@@ -220,6 +220,29 @@ static PyObject *signed_result(const struct signed_buffer *s) {
     return result;
 }
 
+/* The request of a call's parsed signing parameters (data not set): 0, or -1 with a
+ * ValueError set for parameters no signature can be made with. */
+static int request_of(struct request *r, const unsigned int chunks[3],
+                      const unsigned int subs[3], const unsigned int group[2],
+                      Py_ssize_t min_leaves, const char *context, Py_ssize_t context_len,
+                      int want_sketch) {
+    if (min_leaves < 0 || !(1 <= group[0] && group[0] < group[1] && group[1] <= RDC_MAX_GROUP)) {
+        PyErr_SetString(PyExc_ValueError, "bad group or sketch parameters");
+        return -1;
+    }
+    *r = (struct request){.chunks = {chunks[0], chunks[1], chunks[2]},
+                          .subs = {subs[0], subs[1], subs[2]}, .group = {group[0], group[1]},
+                          .sketch_min_leaves = (size_t)min_leaves,
+                          .content_limit = (size_t)min_leaves * chunks[2],
+                          .want_sketch = want_sketch};
+    if (rdc_b3_derive_context_key((const uint8_t *)context, (size_t)context_len, r->key)
+        != RDC_B3_OK) {
+        PyErr_SetString(PyExc_ValueError, "bad node context");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_sign(PyObject *module, PyObject *args, PyObject *kwds) {
     (void)module;
     static char *kwlist[] = {"data", "chunks", "subs", "groups", "sketch_min_leaves",
@@ -228,28 +251,18 @@ static PyObject *py_sign(PyObject *module, PyObject *args, PyObject *kwds) {
     Py_buffer view;
     const char *context;
     Py_ssize_t context_len;
-    unsigned int c0, c1, c2, s0, s1, s2, g0, g1;
+    unsigned int c[3], sub[3], g[2];
     Py_ssize_t min_leaves;
     int want_sketch = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*(III)(III)(II)ns#|p", kwlist, &view, &c0,
-                                     &c1, &c2, &s0, &s1, &s2, &g0, &g1, &min_leaves,
-                                     &context, &context_len, &want_sketch))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*(III)(III)(II)ns#|p", kwlist, &view, &c[0],
+                                     &c[1], &c[2], &sub[0], &sub[1], &sub[2], &g[0], &g[1],
+                                     &min_leaves, &context, &context_len, &want_sketch))
         return NULL;
     PyObject *result = NULL;
     struct signed_buffer s = {0};
-    if (min_leaves < 0 || !(1 <= g0 && g0 < g1 && g1 <= RDC_MAX_GROUP)) {
-        PyErr_SetString(PyExc_ValueError, "bad group or sketch parameters");
-        goto done;
-    }
-    r = (struct request){.data = view.buf, .len = (size_t)view.len,
-                         .chunks = {c0, c1, c2}, .subs = {s0, s1, s2}, .group = {g0, g1},
-                         .sketch_min_leaves = (size_t)min_leaves,
-                         .content_limit = (size_t)min_leaves * c2, .want_sketch = want_sketch};
-    if (rdc_b3_derive_context_key((const uint8_t *)context, (size_t)context_len, r.key)
-        != RDC_B3_OK) {
-        PyErr_SetString(PyExc_ValueError, "bad node context");
-        goto done;
-    }
+    if (request_of(&r, c, sub, g, min_leaves, context, context_len, want_sketch)) goto done;
+    r.data = view.buf;
+    r.len = (size_t)view.len;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = sign(&r, &s);
@@ -321,24 +334,19 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
     Py_ssize_t limit, min_leaves;
     const char *context;
     Py_ssize_t context_len;
-    unsigned int c0, c1, c2, s0, s1, s2, g0, g1;
+    unsigned int c[3], sub[3], g[2];
     int want_sketch = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "On(III)(III)(II)ns#|p", kwlist, &files,
-                                     &limit, &c0, &c1, &c2, &s0, &s1, &s2, &g0, &g1,
-                                     &min_leaves, &context, &context_len, &want_sketch))
+                                     &limit, &c[0], &c[1], &c[2], &sub[0], &sub[1], &sub[2],
+                                     &g[0], &g[1], &min_leaves, &context, &context_len,
+                                     &want_sketch))
         return NULL;
-    if (limit < 0 || min_leaves < 0 || !(1 <= g0 && g0 < g1 && g1 <= RDC_MAX_GROUP)) {
-        PyErr_SetString(PyExc_ValueError, "bad limit, group or sketch parameters");
-        return NULL;
-    }
-    struct request r = {.chunks = {c0, c1, c2}, .subs = {s0, s1, s2}, .group = {g0, g1},
-                        .sketch_min_leaves = (size_t)min_leaves,
-                        .content_limit = (size_t)min_leaves * c2, .want_sketch = want_sketch};
-    if (rdc_b3_derive_context_key((const uint8_t *)context, (size_t)context_len, r.key)
-        != RDC_B3_OK) {
-        PyErr_SetString(PyExc_ValueError, "bad node context");
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad limit");
         return NULL;
     }
+    struct request r;
+    if (request_of(&r, c, sub, g, min_leaves, context, context_len, want_sketch)) return NULL;
     /* A tuple of tuples: nothing another thread does to the caller's list while the GIL
      * is out can free a name borrowed below. */
     PyObject *seq = PySequence_Tuple(files);
