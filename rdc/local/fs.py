@@ -54,6 +54,9 @@ PARTIAL_SECONDS = 24 * 3600.0
 # Setuid and setgid bits from a peer are dropped on files, so a daemon running as root
 # cannot be made to plant a setuid program. Directories keep every bit.
 ALLOW_SETID = False
+# Entries of a metadata vector given to one native call (`SafeRoot.set_meta_many`): the
+# first run, and the most a run grows to.
+RUN_ENTRIES, RUN_ENTRIES_MAX = 64, 4096
 
 _R = TypeVar("_R")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -807,10 +810,11 @@ class SafeRoot:
         to one native call each (`rdc._native.set_meta`: the same steps, no Python between
         them); an entry it leaves, and the root, take `set_meta` itself, which says why or
         does more (a hard-linked file replaced by a copy)."""
-        at = 0
+        at, size = 0, RUN_ENTRIES
         while at < len(changes):
+            end = min(len(changes), at + size)
             stop = at  # (a time out of 64-bit range: set_meta refuses it)
-            while stop < len(changes) and (
+            while stop < end and (
                 (t := changes[stop][2]) is None or NS_MIN <= t <= NS_MAX
             ):
                 stop += 1
@@ -819,6 +823,10 @@ class SafeRoot:
             done = _native.set_meta([(dfd, leaf, mode, mtime) for (dfd, leaf), (_, mode, mtime)
                                      in zip(run, changes[at:], strict=False)],
                                     ALLOW_SETID) if run else []
+            # A run cut short by an entry for set_meta was prepared in vain past it: the
+            # next is one entry, doubling while whole, so that a vector of entries set_meta
+            # must do (hard-linked files) costs a run per entry, not the rest of the vector.
+            size = 1 if len(done) < len(run) else min(2 * size, RUN_ENTRIES_MAX)
             for rel, one in zip(rels, done, strict=False):
                 if one is None:
                     yield None, None
@@ -828,7 +836,7 @@ class SafeRoot:
                     self._note_retimed(rel, after)
                 yield before, after
             at += len(done)
-            if at < len(changes):
+            if at < end:  # an entry the native call left, or could not be given
                 yield self.set_meta(*changes[at], held)
                 at += 1
 
