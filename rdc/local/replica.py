@@ -721,11 +721,10 @@ class Replica:
 def _restamped(before: FileStat | None, after: FileStat | None) -> bool:
     """Whether setting metadata moved a regular file's stamp (its row to be restamped)."""
     return (before is not None and after is not None and stat.S_ISREG(before.st_mode)
-            and (before.st_mtime_ns != after.st_mtime_ns or before.st_ino != after.st_ino
-                 or before.st_size != after.st_size))
+            and _changed(before, after))
 
 
-def _changed(a: os.stat_result, b: os.stat_result) -> bool:
+def _changed(a: FileStat, b: FileStat) -> bool:
     return stamp(a) != stamp(b)
 
 
