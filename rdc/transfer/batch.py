@@ -242,7 +242,7 @@ def read_offered(replica: Replica, offer: m.FileOffer) -> bytes:
             data = f.read(SMALL_FILE)
     except _EXPECTED_ERRORS as exc:
         raise Refusal("vanished", message=f"{offer.path}: {exc}") from None
-    if len(data) != offer.size or not m.same_root(signature_of_bytes(data).root, offer.root):
+    if not _is_offered(data, offer):
         raise Refusal("vanished", message=f"{offer.path} changed while it was read; ask again")
     return data
 
@@ -320,7 +320,7 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         st = replica.fs.lstat(path)
         row = replica.indexed([path]).get(path)  # (holds() indexed it)
     current = row.root if st is not None and row is not None and row.describes(st) else None
-    if current is not None and m.same_root(current, offer.root):
+    if m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)
         return Decision("have", check)
     if offer.size < SMALL_FILE:
@@ -366,10 +366,13 @@ def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) ->
             content = f.read(SMALL_FILE + 1)
     except (OSError, PathError):
         return None
-    if len(content) != offer.size or not m.same_root(signature_of_bytes(content).root,
-                                                     offer.root):
-        return None
-    return content
+    return content if _is_offered(content, offer) else None
+
+
+def _is_offered(content: bytes, offer: m.FileOffer) -> bool:
+    """Whether ``content`` is the file ``offer`` describes (its size and root)."""
+    return len(content) == offer.size and m.same_root(signature_of_bytes(content).root,
+                                                      offer.root)
 
 
 WRITTEN = ("copy", "done", "send", "delta")  # the verdicts whose files write_batch writes

@@ -217,8 +217,7 @@ def settle(
         if not holds(replica, path, offer.root):
             raise
         check = None  # what was expected is gone, but what is there is what we want
-    current = replica.current_root(path)
-    if current is not None and m.same_root(current, offer.root):
+    if m.same_root(replica.current_root(path), offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check
     for holder in replica.holders(offer.root):

@@ -143,9 +143,10 @@ HASH = binary(HASH_BYTES, exact=HASH_BYTES)
 OFFERED_ROOT = binary(HASH_BYTES, low=OFFER_ROOT)
 
 
-def same_root(root: bytes, offered: bytes) -> bool:
-    """Whether a whole ``root`` is the one an offer names (whole, or its first bytes)."""
-    return len(offered) >= OFFER_ROOT and root[: len(offered)] == offered
+def same_root(root: bytes | None, offered: bytes) -> bool:
+    """Whether a whole ``root`` is the one an offer names (whole, or its first bytes); no
+    root (None: nothing known) is none."""
+    return root is not None and len(offered) >= OFFER_ROOT and root[: len(offered)] == offered
 MODE = uint(0o7777)
 def _sketch(v: Any, where: str) -> bytes:
     """12 traits of 6 bits, a byte each: a larger byte would index past the inverted
