@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rdc._native import stamp_tree
-from rdc.content.signature import FileSignature, signature_of_bytes, signature_of_file
+from rdc.content.check import matches
+from rdc.content.signature import (
+    FileSignature,
+    signature_of_bytes,
+    signature_of_file,
+    tree_of_bytes,
+)
 from rdc.content.tree import Tree, TreeFormatError
 from rdc.local import sealed
 from rdc.local.commits import GroupCommit
@@ -404,16 +410,19 @@ class Replica:
                    ) -> tuple[FileSignature, os.stat_result, bytes | None, bool]:
         """`sign` for a file that is likely small, given its index row (None: it has
         none): its signature, stat, content if it has at most ``limit`` bytes, and whether
-        the signature was stored (the caller checks the content against it, for bit rot).
-        A file signed now is signed from the bytes read: one read, and they are what the
-        signature describes, whatever happens to the file meanwhile. ``held``: the
-        caller's directory descriptors (`rdc.local.fs.HeldDirs`)."""
+        it is suspect: its row describes it (size, time, inode) but the bytes read are not
+        the content the row says (bit rot, or a change that kept the stamp; the caller
+        reads it again with `rdc.local.verify.recheck`). A file read whole is signed from
+        the bytes read, whatever its row says: one native call costs less than reading and
+        checking its stored tree, and they are what the signature describes, whatever
+        happens to the file meanwhile. ``held``: the caller's directory descriptors
+        (`rdc.local.fs.HeldDirs`)."""
         read = self.fs.read_whole(path, limit, held)
         if read is not None:
             st, data, after = read
-            stored = self._stored(row, st)
-            if stored is not None:
-                return stored, st, data, True
+            if row is not None and row.describes(st):  # (its sketch is the row's)
+                signature = FileSignature(tree_of_bytes(data), row.sketch)
+                return signature, st, data, signature.root != row.root
             signature = signature_of_bytes(data)
             self._signed(path, st, signature, after)
             return signature, st, data, False
@@ -421,8 +430,13 @@ class Replica:
             st = os.fstat(f.fileno())
             stored = self._stored(row, st)
             if stored is not None:
-                data = f.read(limit + 1) if stored.size <= limit else None
-                return stored, st, data if data is None or len(data) <= limit else None, True
+                # A file its row says has at most ``limit`` bytes is checked against it.
+                small = stored.size <= limit
+                data = f.read(limit + 1) if small else None
+                if data is not None and len(data) > limit:
+                    data = None
+                return stored, st, data, small and (data is None or not matches(stored.tree,
+                                                                                 data))
             data = f.read(limit + 1)
             if len(data) <= limit:
                 signature = signature_of_bytes(data)

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import trio
 
-from rdc.content.check import matches
 from rdc.content.signature import FileSignature, signature_of_bytes, tree_of_bytes
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
@@ -205,11 +204,9 @@ def _offer_each(
     rows = replica.indexed([path for path, _ in files])
     for path, expect in files:
         try:
-            signature, st, data, stored = replica.sign_small(path, rows.get(path),
-                                                             SMALL_FILE - 1, dirs)
-            small = signature.size < SMALL_FILE
-            if stored and small and (data is None or not matches(signature.tree, data)):
-                # Not what its index says: read again, signed from the bytes read.
+            signature, st, data, suspect = replica.sign_small(path, rows.get(path),
+                                                              SMALL_FILE - 1, dirs)
+            if suspect:  # not what its index says: read again, signed from the bytes read
                 replica.store_recorded()  # (recheck compares with the index)
                 if recheck(replica, path) is not None and changed is not None:
                     changed(path)
