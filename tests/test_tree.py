@@ -11,15 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rdc import _native
 from rdc.content.chunking import Chunk, chunks_of
 from rdc.content.signature import signature_of_bytes, signature_of_file
 from rdc.content.tree import (
     Level,
+    Tree,
     TreeFormatError,
     build_tree,
     group_cuts,
     node_hash,
     pack_tree,
+    packed_in_python,
     unpack_tree,
 )
 from rdc.params import DEFAULT_GROUPS, GroupParams
@@ -109,6 +112,26 @@ def test_pack_round_trip_and_corruption_is_detected() -> None:
     for bad in (b"", b"RDCT", blob[:-1], blob + b"\0", b"XXXX" + blob[4:]):
         with pytest.raises((TreeFormatError, ValueError)):
             unpack_tree(bad)
+
+
+@given(st.lists(st.lists(st.tuples(st.binary(min_size=32, max_size=32),
+                                    st.integers(0, (1 << 64) - 1)), max_size=40),
+                min_size=1, max_size=5))
+def test_packing_natively_gives_the_reference_bytes(levels: list) -> None:
+    """Any levels, lengths up to 64 bits (every varint width): the same bytes either way."""
+    tree = Tree(tuple(Level(b"".join(h for h, _ in level), array("Q", [n for _, n in level]))
+                      for level in levels))
+    assert pack_tree(tree) == packed_in_python(tree)
+
+
+@pytest.mark.skipif(_native.pack_tree is None, reason="no native code in the pure run")
+def test_native_packing_refuses_levels_that_do_not_add_up() -> None:
+    with pytest.raises(ValueError, match="multiple of 32"):
+        _native.pack_tree(b"RDCT\1", [Level(b"x" * 31, array("Q", [1]))])
+    with pytest.raises(ValueError, match="one length"):
+        _native.pack_tree(b"RDCT\1", [Level(b"x" * 32, array("Q", [1, 2]))])
+    with pytest.raises(AttributeError):
+        _native.pack_tree(b"RDCT\1", [object()])
 
 
 def test_empty_file_has_a_root() -> None:

@@ -1,7 +1,7 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
-sketch and tree grouping of signatures, a small buffer's whole signature in one call (and
-many small files' in another), the refinement encoder, the directory listing of walks, and
-a metadata vector's modes and times.
+sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
+call (and many small files' in another), the refinement encoder, the directory listing of
+walks, and a metadata vector's modes and times.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -33,6 +33,7 @@ if PURE_PYTHON:
     sign_buffer = None  # (the step-by-step path of rdc.content.signature is the reference)
     sign_files = None  # (files are then read and signed one at a time)
     set_meta = None  # (entries are then set one at a time)
+    pack_tree = None  # (rdc.content.tree packs in Python)
     IMPLEMENTATION = "python"
 else:
     try:
@@ -46,6 +47,7 @@ else:
         from rdc._native._signature import (
             group_cuts,
             next_level_payloads,
+            pack_tree,
             sketch,
             trait_buckets,
             trait_candidates,
@@ -78,6 +80,7 @@ __all__ = [
     "hash_chunks",
     "list_dir",
     "next_level_payloads",
+    "pack_tree",
     "refine_encode",
     "set_meta",
     "sign_buffer",

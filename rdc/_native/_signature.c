@@ -296,6 +296,78 @@ done:
     return result;
 }
 
+/* One level of a tree being packed: its hashes and lengths, held while the tree is packed. */
+typedef struct {
+    Py_buffer hashes, lengths;
+    size_t n;
+} packed_level;
+
+static PyObject *py_pack_tree(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer head;
+    PyObject *levels_obj;
+    if (!PyArg_ParseTuple(args, "y*O", &head, &levels_obj)) return NULL;
+    PyObject *levels = PySequence_Fast(levels_obj, "levels must be a sequence");
+    PyObject *result = NULL;
+    packed_level *got = NULL;
+    Py_ssize_t count = 0, taken = 0;
+    if (!levels) goto done;
+    count = PySequence_Fast_GET_SIZE(levels);
+    if (!(got = PyMem_Calloc(count ? (size_t)count : 1, sizeof(packed_level)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t size = (size_t)head.len + 10;
+    for (; taken < count; taken++) {
+        PyObject *level = PySequence_Fast_GET_ITEM(levels, taken);
+        PyObject *hashes = PyObject_GetAttrString(level, "hashes");
+        PyObject *lengths = hashes ? PyObject_GetAttrString(level, "lengths") : NULL;
+        int bad = !lengths || get_hashes(hashes, &got[taken].hashes, &got[taken].n) < 0;
+        if (!bad && PyObject_GetBuffer(lengths, &got[taken].lengths, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&got[taken].hashes);
+            bad = 1;
+        }
+        Py_XDECREF(hashes);
+        Py_XDECREF(lengths);
+        if (bad) goto done;
+        if ((size_t)got[taken].lengths.len != got[taken].n * sizeof(uint64_t)) {
+            taken++;
+            PyErr_SetString(PyExc_ValueError, "need one length (array('Q')) per hash");
+            goto done;
+        }
+        size += 10 + got[taken].n * (RDC_HASH_BYTES + 10);
+    }
+    uint8_t *buf = PyMem_Malloc(size), *at = buf;
+    if (!buf) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(at, head.buf, (size_t)head.len);
+    at += head.len;
+    at += rdc_put_varint((uint64_t)count, at);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const uint8_t *h = got[i].hashes.buf;
+        const uint64_t *lengths = got[i].lengths.buf;
+        at += rdc_put_varint(got[i].n, at);
+        for (size_t j = 0; j < got[i].n; j++) {
+            memcpy(at, h + j * RDC_HASH_BYTES, RDC_HASH_BYTES);
+            at += RDC_HASH_BYTES;
+            at += rdc_put_varint(lengths[j], at);
+        }
+    }
+    result = PyBytes_FromStringAndSize((const char *)buf, at - buf);
+    PyMem_Free(buf);
+done:
+    for (Py_ssize_t i = 0; i < taken; i++) {
+        PyBuffer_Release(&got[i].hashes);
+        PyBuffer_Release(&got[i].lengths);
+    }
+    PyMem_Free(got);
+    Py_XDECREF(levels);
+    PyBuffer_Release(&head);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"sketch", py_sketch, METH_O, "sketch(hashes) -> 12 trait bytes, or None for no hashes"},
     {"group_cuts", py_group_cuts, METH_VARARGS,
@@ -303,6 +375,9 @@ static PyMethodDef module_methods[] = {
     {"next_level_payloads", py_next_level_payloads, METH_VARARGS,
      "next_level_payloads(level, hashes, lengths, min_entries, max_entries) -> "
      "(payloads, end offsets, array('Q') of group lengths)"},
+    {"pack_tree", py_pack_tree, METH_VARARGS,
+     "pack_tree(head, levels) -> head, then the levels (each with .hashes and .lengths) "
+     "packed as docs/formats.md section 2 says"},
     {"salts", py_salts, METH_NOARGS, "salts() -> (SALT_H, SALT_G) as compiled in"},
     {"trait_candidates", py_trait_candidates, METH_VARARGS,
      "trait_candidates(lists, max_id, threshold, limit, exclude) -> [(id, count)], best "

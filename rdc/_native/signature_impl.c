@@ -158,3 +158,13 @@ long rdc_trait_candidates(const uint32_t *const *lists, const size_t *lens, size
     free(hits);
     return (long)n;
 }
+
+size_t rdc_put_varint(uint64_t value, uint8_t *out) {
+    size_t n = 0;
+    while (value >= 0x80) {
+        out[n++] = (uint8_t)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    out[n++] = (uint8_t)value;
+    return n;
+}

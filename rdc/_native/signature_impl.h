@@ -51,6 +51,9 @@ void rdc_node_payloads(uint8_t level, const uint8_t *hashes, const uint64_t *len
                        const uint64_t *cuts, size_t ncuts, uint8_t *payload, uint64_t *ends,
                        uint64_t *sums);
 
+/* Writes `value` as an LEB128 varint at out (room for 10 bytes); returns the bytes written. */
+size_t rdc_put_varint(uint64_t value, uint8_t *out);
+
 /* Similarity candidates: the file ids that occur in at least `threshold` of the lists
  * lists[0..nlists) (each lens[i] ids, every id <= max_id, no id twice in one list), best
  * first: by count descending, then id ascending; `exclude` is left out. Writes at most

@@ -118,9 +118,20 @@ class TreeFormatError(ValueError):
     """A packed tree that does not parse or does not add up."""
 
 
+_HEAD = MAGIC + bytes([FORMAT_VERSION])
+
+
 def pack_tree(tree: Tree) -> bytes:
     """Compact form: magic, version, level count, then per level its entry count and
-    entries (32-byte hash, varint length). docs/formats.md section 2."""
+    entries (32-byte hash, varint length). docs/formats.md section 2. Natively where it
+    can (`_native.pack_tree`: every file an index records is packed, 3 us each here)."""
+    if _native.pack_tree is not None:
+        return _native.pack_tree(_HEAD, tree.levels)
+    return packed_in_python(tree)
+
+
+def packed_in_python(tree: Tree) -> bytes:
+    """`pack_tree` step by step: the reference the native packer is tested against."""
     out = bytearray(MAGIC)
     out.append(FORMAT_VERSION)
     put_varint(len(tree.levels), out)
