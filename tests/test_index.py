@@ -299,8 +299,8 @@ def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monke
         return open(root / rel, "rb")
 
     bulk_calls: list[int] = []
-    many = module.signatures_of_files
-    monkeypatch.setattr(module, "signatures_of_files",
+    many = module.packed_signatures_of_files
+    monkeypatch.setattr(module, "packed_signatures_of_files",
                         lambda files, *a: bulk_calls.append(len(files)) or many(files, *a))
     results = []
     for directories in (open_dir, None):
@@ -329,14 +329,14 @@ def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
     monkeypatch.setattr(_native, "sign_files", _sign.sign_files)
     root = tmp_path / "data"
     make_tree(root, count=6, size=3000)
-    many = module.signatures_of_files
+    many = module.packed_signatures_of_files
 
     def moved_under_the_read(files, *args):
         out = many(files, *args)
         before, signature, after = out[0]
         return [(before, signature, (*after[:2], after[2] + 1, after[3])), *out[1:]]
 
-    monkeypatch.setattr(module, "signatures_of_files", moved_under_the_read)
+    monkeypatch.setattr(module, "packed_signatures_of_files", moved_under_the_read)
     db = IndexDatabase(tmp_path / "index.sqlite3")
 
     def open_dir(rel: str) -> int:
@@ -344,7 +344,7 @@ def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
 
     refresh(db, str(root), open_dir=open_dir)
     assert sum(f.racy for f in db.files()) == 1
-    monkeypatch.setattr(module, "signatures_of_files", many)
+    monkeypatch.setattr(module, "packed_signatures_of_files", many)
     assert refresh(db, str(root), open_dir=open_dir).signed == 1  # that one, read again
     assert not any(f.racy for f in db.files()) and contents(db) == expected(root)
     db.close()

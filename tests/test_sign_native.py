@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rdc import _native
 from rdc.content import signature
 from rdc.content.leaves import SEGMENT_SIZE, segments_of_buffer
-from rdc.content.tree import build_tree
+from rdc.content.tree import build_tree, pack_tree
 from rdc.params import (
     DEFAULT_SIGNATURE,
     MID_PARAMS,
@@ -128,6 +128,11 @@ def test_a_small_file_is_read_whole_and_signed_in_one_call(tmp_path, monkeypatch
     assert calls == [] and grown == step_by_step(path.read_bytes(), DEFAULT_SIGNATURE)
 
 
+def packed(signed: signature.FileSignature) -> tuple[bytes, bytes, bytes | None]:
+    """A signature as `packed_signatures_of_files` gives it."""
+    return signed.root, pack_tree(signed.tree), signed.sketch
+
+
 def _fields(path) -> tuple[int, int, int, int]:
     st = os.lstat(path)
     return st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino
@@ -160,13 +165,13 @@ def test_many_small_files_read_and_signed_at_once_are_signed_as_one_at_a_time(
                     contents.append(f.read())
             with pytest.MonkeyPatch.context() as patch:  # (also in the pure run)
                 patch.setattr(_native, "sign_files", _sign.sign_files)
-                got = signature.signatures_of_files(
+                got = signature.packed_signatures_of_files(
                     [(fds[d], name.encode()) for d, name in files], 40_000)
             assert got is not None and len(got) == len(files)
             for (d, name), data, one in zip(files, contents, got, strict=True):
                 assert one is not None
                 before, signed, after = one
-                assert signed == step_by_step(data, DEFAULT_SIGNATURE)
+                assert signed == packed(step_by_step(data, DEFAULT_SIGNATURE))
                 assert before == after == _fields(os.path.join(top, f"d{d}", name))
         finally:
             for fd in fds:
@@ -187,14 +192,15 @@ def test_sign_files_leaves_all_but_clean_small_regular_files_to_the_caller(tmp_p
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         names = [b"ok", b"big", b"link", b"sub", b"fifo", b"missing"]
-        got = signature.signatures_of_files([(fd, n) for n in names] + [(-1, b"ok")], 1000)
+        got = signature.packed_signatures_of_files(
+            [(fd, n) for n in names] + [(-1, b"ok")], 1000)
         assert got is not None
         assert [one is not None for one in got] == [True] + [False] * 6
-        assert got[0][1] == step_by_step(b"fine" * 100, DEFAULT_SIGNATURE)
+        assert got[0][1] == packed(step_by_step(b"fine" * 100, DEFAULT_SIGNATURE))
         for bad in (b"sub/x", b"", b"a\0b"):
             with pytest.raises(ValueError, match="one path component"):
-                signature.signatures_of_files([(fd, bad)], 1000)
+                signature.packed_signatures_of_files([(fd, bad)], 1000)
         with pytest.raises(TypeError):
-            signature.signatures_of_files([(fd, "ok")], 1000)  # type: ignore[list-item]
+            signature.packed_signatures_of_files([(fd, "ok")], 1000)  # type: ignore[list-item]
     finally:
         os.close(fd)

@@ -220,6 +220,34 @@ static PyObject *signed_result(const struct signed_buffer *s) {
     return result;
 }
 
+/* (root, packed tree, sketch) of a signature: what an index records of it, without the
+ * objects of each level (rdc.content.tree.pack_tree with `head`). */
+static PyObject *packed_result(const struct signed_buffer *s, const Py_buffer *head) {
+    const uint8_t *hashes[MAX_LEVELS];
+    const uint64_t *lengths[MAX_LEVELS];
+    size_t ns[MAX_LEVELS];
+    for (size_t i = 0; i < s->nlevels; i++) {
+        hashes[i] = s->levels[i].hashes;
+        lengths[i] = s->levels[i].lengths;
+        ns[i] = s->levels[i].n;
+    }
+    uint8_t *buf = malloc(rdc_packed_max((size_t)head->len, s->nlevels, ns));
+    if (!buf) return PyErr_NoMemory();
+    size_t size = rdc_pack_levels(head->buf, (size_t)head->len, s->nlevels, hashes, lengths,
+                                  ns, buf);
+    PyObject *blob = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)size);
+    free(buf);
+    const struct level *top = &s->levels[s->nlevels - 1];
+    PyObject *root = PyBytes_FromStringAndSize((const char *)top->hashes, RDC_HASH_BYTES);
+    PyObject *sketch = s->has_sketch
+        ? PyBytes_FromStringAndSize((const char *)s->sketch, RDC_TRAITS) : Py_NewRef(Py_None);
+    PyObject *result = blob && root && sketch ? PyTuple_Pack(3, root, blob, sketch) : NULL;
+    Py_XDECREF(blob);
+    Py_XDECREF(root);
+    Py_XDECREF(sketch);
+    return result;
+}
+
 /* The request of a call's parsed signing parameters (data not set): 0, or -1 with a
  * ValueError set for parameters no signature can be made with. */
 static int request_of(struct request *r, const unsigned int chunks[3],
@@ -328,29 +356,37 @@ static int sign_one(struct file_job *job, uint8_t *buf, size_t limit, struct req
 
 static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds) {
     (void)module;
-    static char *kwlist[] = {"files", "limit", "chunks", "subs", "groups", "sketch_min_leaves",
-                             "context", "sketch", NULL};
+    static char *kwlist[] = {"files", "limit", "head", "chunks", "subs", "groups",
+                             "sketch_min_leaves", "context", "sketch", NULL};
     PyObject *files;
     Py_ssize_t limit, min_leaves;
     const char *context;
     Py_ssize_t context_len;
     unsigned int c[3], sub[3], g[2];
     int want_sketch = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "On(III)(III)(II)ns#|p", kwlist, &files,
-                                     &limit, &c[0], &c[1], &c[2], &sub[0], &sub[1], &sub[2],
-                                     &g[0], &g[1], &min_leaves, &context, &context_len,
-                                     &want_sketch))
+    Py_buffer head;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|p", kwlist, &files,
+                                     &limit, &head, &c[0], &c[1], &c[2], &sub[0], &sub[1],
+                                     &sub[2], &g[0], &g[1], &min_leaves, &context,
+                                     &context_len, &want_sketch))
         return NULL;
+    struct request r;
     if (limit < 0) {
         PyErr_SetString(PyExc_ValueError, "bad limit");
+        PyBuffer_Release(&head);
         return NULL;
     }
-    struct request r;
-    if (request_of(&r, c, sub, g, min_leaves, context, context_len, want_sketch)) return NULL;
+    if (request_of(&r, c, sub, g, min_leaves, context, context_len, want_sketch)) {
+        PyBuffer_Release(&head);
+        return NULL;
+    }
     /* A tuple of tuples: nothing another thread does to the caller's list while the GIL
      * is out can free a name borrowed below. */
     PyObject *seq = PySequence_Tuple(files);
-    if (!seq) return NULL;
+    if (!seq) {
+        PyBuffer_Release(&head);
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     struct file_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
     uint8_t *buf = malloc((size_t)limit + 1);
@@ -388,7 +424,7 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
         if (jobs[i].ok) {
             Py_DECREF(one);
             PyObject *before = seen_tuple(&jobs[i].before), *after = seen_tuple(&jobs[i].after);
-            PyObject *sig = signed_result(&jobs[i].s);
+            PyObject *sig = packed_result(&jobs[i].s, &head);
             one = before && after && sig ? PyTuple_Pack(3, before, sig, after) : NULL;
             Py_XDECREF(before);
             Py_XDECREF(after);
@@ -402,6 +438,7 @@ done:
     free(jobs);
     free(buf);
     Py_DECREF(seq);
+    PyBuffer_Release(&head);
     return result;
 }
 
@@ -410,10 +447,11 @@ static PyMethodDef module_methods[] = {
      "sign(data, chunks, subs, groups, sketch_min_leaves, context, sketch=True) -> "
      "(levels, sketch): each level (hashes, lengths), the leaves first, the root last."},
     {"sign_files", (PyCFunction)(void (*)(void))py_sign_files, METH_VARARGS | METH_KEYWORDS,
-     "sign_files(files, limit, chunks, subs, groups, sketch_min_leaves, context, sketch=True)"
-     " -> [(before, (levels, sketch), after) or None]: each (dir_fd, name) of `files` read "
-     "and signed; before and after are (mode, size, mtime_ns, inode); None where the file "
-     "is not a regular file of at most `limit` bytes read cleanly."},
+     "sign_files(files, limit, head, chunks, subs, groups, sketch_min_leaves, context, "
+     "sketch=True) -> [(before, (root, packed tree, sketch), after) or None]: each "
+     "(dir_fd, name) of `files` read and signed, its tree packed after `head`; before and "
+     "after are (mode, size, mtime_ns, inode); None where the file is not a regular file "
+     "of at most `limit` bytes read cleanly."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -299,8 +299,7 @@ done:
 /* One level of a tree being packed: its hashes and lengths, held while the tree is packed. */
 typedef struct {
     Py_buffer hashes, lengths;
-    size_t n;
-} packed_level;
+} held_level;
 
 static PyObject *py_pack_tree(PyObject *module, PyObject *args) {
     (void)module;
@@ -309,60 +308,60 @@ static PyObject *py_pack_tree(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*O", &head, &levels_obj)) return NULL;
     PyObject *levels = PySequence_Fast(levels_obj, "levels must be a sequence");
     PyObject *result = NULL;
-    packed_level *got = NULL;
+    held_level *held = NULL;
+    const uint8_t **hashes = NULL;
+    const uint64_t **lengths = NULL;
+    size_t *ns = NULL;
     Py_ssize_t count = 0, taken = 0;
     if (!levels) goto done;
     count = PySequence_Fast_GET_SIZE(levels);
-    if (!(got = PyMem_Calloc(count ? (size_t)count : 1, sizeof(packed_level)))) {
+    size_t slots = count ? (size_t)count : 1;
+    held = PyMem_Calloc(slots, sizeof *held);
+    hashes = PyMem_Calloc(slots, sizeof *hashes);
+    lengths = PyMem_Calloc(slots, sizeof *lengths);
+    ns = PyMem_Calloc(slots, sizeof *ns);
+    if (!held || !hashes || !lengths || !ns) {
         PyErr_NoMemory();
         goto done;
     }
-    size_t size = (size_t)head.len + 10;
     for (; taken < count; taken++) {
         PyObject *level = PySequence_Fast_GET_ITEM(levels, taken);
-        PyObject *hashes = PyObject_GetAttrString(level, "hashes");
-        PyObject *lengths = hashes ? PyObject_GetAttrString(level, "lengths") : NULL;
-        int bad = !lengths || get_hashes(hashes, &got[taken].hashes, &got[taken].n) < 0;
-        if (!bad && PyObject_GetBuffer(lengths, &got[taken].lengths, PyBUF_SIMPLE) < 0) {
-            PyBuffer_Release(&got[taken].hashes);
+        PyObject *h = PyObject_GetAttrString(level, "hashes");
+        PyObject *l = h ? PyObject_GetAttrString(level, "lengths") : NULL;
+        int bad = !l || get_hashes(h, &held[taken].hashes, &ns[taken]) < 0;
+        if (!bad && PyObject_GetBuffer(l, &held[taken].lengths, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&held[taken].hashes);
             bad = 1;
         }
-        Py_XDECREF(hashes);
-        Py_XDECREF(lengths);
+        Py_XDECREF(h);
+        Py_XDECREF(l);
         if (bad) goto done;
-        if ((size_t)got[taken].lengths.len != got[taken].n * sizeof(uint64_t)) {
+        hashes[taken] = held[taken].hashes.buf;
+        lengths[taken] = held[taken].lengths.buf;
+        if ((size_t)held[taken].lengths.len != ns[taken] * sizeof(uint64_t)) {
             taken++;
             PyErr_SetString(PyExc_ValueError, "need one length (array('Q')) per hash");
             goto done;
         }
-        size += 10 + got[taken].n * (RDC_HASH_BYTES + 10);
     }
-    uint8_t *buf = PyMem_Malloc(size), *at = buf;
+    uint8_t *buf = PyMem_Malloc(rdc_packed_max((size_t)head.len, (size_t)count, ns));
     if (!buf) {
         PyErr_NoMemory();
         goto done;
     }
-    memcpy(at, head.buf, (size_t)head.len);
-    at += head.len;
-    at += rdc_put_varint((uint64_t)count, at);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const uint8_t *h = got[i].hashes.buf;
-        const uint64_t *lengths = got[i].lengths.buf;
-        at += rdc_put_varint(got[i].n, at);
-        for (size_t j = 0; j < got[i].n; j++) {
-            memcpy(at, h + j * RDC_HASH_BYTES, RDC_HASH_BYTES);
-            at += RDC_HASH_BYTES;
-            at += rdc_put_varint(lengths[j], at);
-        }
-    }
-    result = PyBytes_FromStringAndSize((const char *)buf, at - buf);
+    size_t size = rdc_pack_levels(head.buf, (size_t)head.len, (size_t)count, hashes, lengths,
+                                  ns, buf);
+    result = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)size);
     PyMem_Free(buf);
 done:
     for (Py_ssize_t i = 0; i < taken; i++) {
-        PyBuffer_Release(&got[i].hashes);
-        PyBuffer_Release(&got[i].lengths);
+        PyBuffer_Release(&held[i].hashes);
+        PyBuffer_Release(&held[i].lengths);
     }
-    PyMem_Free(got);
+    PyMem_Free(held);
+    PyMem_Free(hashes);
+    PyMem_Free(lengths);
+    PyMem_Free(ns);
     Py_XDECREF(levels);
     PyBuffer_Release(&head);
     return result;

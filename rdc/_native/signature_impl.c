@@ -159,7 +159,7 @@ long rdc_trait_candidates(const uint32_t *const *lists, const size_t *lens, size
     return (long)n;
 }
 
-size_t rdc_put_varint(uint64_t value, uint8_t *out) {
+static size_t put_varint(uint64_t value, uint8_t *out) {
     size_t n = 0;
     while (value >= 0x80) {
         out[n++] = (uint8_t)((value & 0x7F) | 0x80);
@@ -167,4 +167,28 @@ size_t rdc_put_varint(uint64_t value, uint8_t *out) {
     }
     out[n++] = (uint8_t)value;
     return n;
+}
+
+size_t rdc_packed_max(size_t head_len, size_t nlevels, const size_t *ns) {
+    size_t size = head_len + 10;
+    for (size_t i = 0; i < nlevels; i++) size += 10 + ns[i] * (RDC_HASH_BYTES + 10);
+    return size;
+}
+
+size_t rdc_pack_levels(const uint8_t *head, size_t head_len, size_t nlevels,
+                       const uint8_t *const *hashes, const uint64_t *const *lengths,
+                       const size_t *ns, uint8_t *out) {
+    uint8_t *at = out;
+    memcpy(at, head, head_len);
+    at += head_len;
+    at += put_varint(nlevels, at);
+    for (size_t i = 0; i < nlevels; i++) {
+        at += put_varint(ns[i], at);
+        for (size_t j = 0; j < ns[i]; j++) {
+            memcpy(at, hashes[i] + j * RDC_HASH_BYTES, RDC_HASH_BYTES);
+            at += RDC_HASH_BYTES;
+            at += put_varint(lengths[i][j], at);
+        }
+    }
+    return (size_t)(at - out);
 }

@@ -51,8 +51,14 @@ void rdc_node_payloads(uint8_t level, const uint8_t *hashes, const uint64_t *len
                        const uint64_t *cuts, size_t ncuts, uint8_t *payload, uint64_t *ends,
                        uint64_t *sums);
 
-/* Writes `value` as an LEB128 varint at out (room for 10 bytes); returns the bytes written. */
-size_t rdc_put_varint(uint64_t value, uint8_t *out);
+/* A packed tree (docs/formats.md section 2): `head` (magic and version), the level count,
+ * then per level its entry count and entries (32-byte hash, length), counts and lengths as
+ * LEB128 varints. rdc_packed_max is the most bytes it takes; rdc_pack_levels writes it to
+ * out and returns the bytes written. Level i has ns[i] entries: hashes[i], lengths[i]. */
+size_t rdc_packed_max(size_t head_len, size_t nlevels, const size_t *ns);
+size_t rdc_pack_levels(const uint8_t *head, size_t head_len, size_t nlevels,
+                       const uint8_t *const *hashes, const uint64_t *const *lengths,
+                       const size_t *ns, uint8_t *out);
 
 /* Similarity candidates: the file ids that occur in at least `threshold` of the lists
  * lists[0..nlists) (each lens[i] ids, every id <= max_id, no id twice in one list), best

@@ -118,7 +118,7 @@ class TreeFormatError(ValueError):
     """A packed tree that does not parse or does not add up."""
 
 
-_HEAD = MAGIC + bytes([FORMAT_VERSION])
+PACKED_HEAD = MAGIC + bytes([FORMAT_VERSION])  # what every packed tree begins with
 
 
 def pack_tree(tree: Tree) -> bytes:
@@ -126,7 +126,7 @@ def pack_tree(tree: Tree) -> bytes:
     entries (32-byte hash, varint length). docs/formats.md section 2. Natively where it
     can (`_native.pack_tree`: every file an index records is packed, 3 us each here)."""
     if _native.pack_tree is not None:
-        return _native.pack_tree(_HEAD, tree.levels)
+        return _native.pack_tree(PACKED_HEAD, tree.levels)
     return packed_in_python(tree)
 
 

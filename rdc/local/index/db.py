@@ -90,6 +90,17 @@ class Stamped(NamedTuple):
             st.st_size, mtime_ns(st), st.st_ino)
 
 
+# A file's row as written (`IndexDatabase.put_rows`): path (bytes), size, mtime_ns, inode,
+# mode, root, sketch, packed tree, racy (0 or 1).
+Row = tuple[bytes, int, int, int, int, bytes, bytes | None, bytes, int]
+
+
+def row_of(path: str, st: FileStat, signature: FileSignature, racy: bool) -> Row:
+    """The row of the file at ``path``, stat ``st``, signed as ``signature``."""
+    return (os.fsencode(path), st.st_size, mtime_ns(st), st.st_ino, st.st_mode,
+            signature.root, signature.sketch, pack_tree(signature.tree), int(racy))
+
+
 _STAMPED = "path, id, size, mtime_ns, inode, mode, racy"  # a path, then a `Stamped`
 
 # ``os.fsdecode`` of bytes, without its dispatch on the argument's type (a large tree's
@@ -497,23 +508,23 @@ class IndexDatabase:
 
     def put_many(self, files: Sequence[tuple[str, os.stat_result, FileSignature, bool]]
                  ) -> None:
-        """`put` of each (path, stat, signature, racy), a few statements for them all (two
-        statements a file were a tenth of a first copy's index work); of a path given twice,
-        the last. A path's old row is replaced by the insert (a new id, as after a delete);
-        its traits are looked up first only where the lists are loaded (a scan's refresh
-        needs no lists, and looking up and deleting rows first was a fifth of its writes)."""
-        last = {os.fsencode(path): (st, signature, racy) for path, st, signature, racy in files}
+        """Record each (path, stat, signature, racy): `put_rows` of their rows."""
+        self.put_rows([row_of(path, st, signature, racy) for path, st, signature, racy in files])
+
+    def put_rows(self, rows: Sequence[Row]) -> None:
+        """A row for each file, a few statements for them all (two statements a file were a
+        tenth of a first copy's index work); of a path given twice, the last. A path's old
+        row is replaced by the insert (a new id, as after a delete); its traits are looked
+        up first only where the lists are loaded (a scan's refresh needs no lists, and
+        looking up and deleting rows first was a fifth of its writes)."""
+        last = {row[0]: row for row in rows}
         encoded = list(last)
         if self._traits is not None:
             self._forget_traits(list(self._by_encoded("id, sketch", encoded)))
         self.conn.executemany(
             "INSERT OR REPLACE INTO file "
             "(path, size, mtime_ns, inode, mode, root, sketch, tree, racy) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(e, st.st_size, mtime_ns(st), st.st_ino, st.st_mode, signature.root,
-              signature.sketch, pack_tree(signature.tree), int(racy))
-             for e, (st, signature, racy) in last.items()],
-        )
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", list(last.values()))
         if self._traits is not None:  # in id order, as the lists keep them
             for file_id, sketch in sorted(self._by_encoded("id, sketch", encoded)):
                 if sketch is not None:

@@ -24,12 +24,14 @@ from typing import BinaryIO
 from rdc import _native
 from rdc.content.signature import (
     FileSignature,
+    Packed,
+    StatFields,
+    packed_signatures_of_files,
     signature_of_bytes,
     signature_of_file,
-    signatures_of_files,
 )
 from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
-from rdc.local.index.db import IndexDatabase, Stamped, unusable
+from rdc.local.index.db import IndexDatabase, Row, Stamped, row_of, unusable
 from rdc.local.paths import PathError, is_temporary, name, parent
 
 RACY_NS = 2_000_000_000
@@ -297,19 +299,18 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress
     small = [p for p in reversed(paths) if on_disk[p].st_size < INLINE_BYTES]
     large = [p for p in reversed(paths) if on_disk[p].st_size >= INLINE_BYTES]
     bulk = _Bulk(small, open_dir) if open_dir is not None and _native.sign_files else None
-    batch: list[tuple[str, FileStat, FileSignature, bool]] = []
+    batch: list[Row] = []
     last_commit = time.monotonic()
 
     def flush() -> None:
         nonlocal last_commit
         if batch:
             with db.transaction():
-                db.put_many(batch)
+                db.put_rows(batch)
             batch.clear()
         last_commit = time.monotonic()
 
     def signed(rel: str, outcome: Callable[[], tuple]) -> None:
-        nonlocal done_bytes
         try:
             before, signature, after = outcome()
         except OSError as exc:
@@ -318,12 +319,22 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress
         except PathError as exc:  # a directory on the way became a symlink meanwhile
             stats.errors.append((rel, exc.fields["reason"]))
             return
-        batch.append((rel, before, signature, racy(before) or not _same(before, after)))
+        recorded(rel, row_of(rel, before, signature, racy(before) or not _same(before, after)))
+
+    def recorded(rel: str, row: Row) -> None:
+        nonlocal done_bytes
+        batch.append(row)
         stats.signed += 1
-        stats.signed_bytes += signature.size
+        stats.signed_bytes += row[1]
         done_bytes += on_disk[rel].st_size
         if progress:
             progress(Progress(stats.signed, len(paths), done_bytes, total_bytes, rel))
+
+    def signed_packed(rel: str, one: tuple[StatFields, Packed, StatFields]) -> None:
+        (mode, size, mtime, inode), (root, tree, sketch), after = one
+        unsure = racy(Seen(mode, size, mtime, inode)) or (size, mtime, inode) != after[1:]
+        recorded(rel, (os.fsencode(rel), size, mtime, inode, mode, root, sketch, tree,
+                       int(unsure)))
 
     def one_by_one(rel: str) -> None:
         signed(rel, functools.partial(_sign_small, opener, reader, rel))
@@ -337,7 +348,7 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress
                 if bulk:
                     bulk.submit(pool)
                     wait([*pending, *bulk.oldest()], return_when=FIRST_COMPLETED)
-                    bulk.take(signed, one_by_one)
+                    bulk.take(signed_packed, one_by_one)
                     finished = [future for future in pending if future.done()]
                 elif small:
                     one_by_one(small.pop())
@@ -356,7 +367,7 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy, stats, progress
 
 class _Bulk:
     """Small files read and signed BULK_FILES at a time on a worker thread
-    (`signatures_of_files`), while this thread opens the directories of the next group
+    (`packed_signatures_of_files`), while this thread opens the directories of the next group
     and records the last one: a cold scan of a source tree spent two thirds of its time in
     Python around each file's read and signature. Each group's directories are opened
     once (``open_dir``, beneath the root) and closed when its results are taken. A file
@@ -386,7 +397,7 @@ class _Bulk:
                     except (OSError, PathError):
                         fds[where] = -1  # (its files fail natively, then one by one)
                 files.append((fds[where], os.fsencode(name(rel))))
-            future = pool.submit(signatures_of_files, files, INLINE_BYTES)
+            future = pool.submit(packed_signatures_of_files, files, INLINE_BYTES)
             self._groups.append((future, group, [fd for fd in fds.values() if fd >= 0]))
 
     def oldest(self) -> list[Future]:
@@ -405,7 +416,7 @@ class _Bulk:
                 if one is None:
                     one_by_one(rel)
                 else:
-                    signed(rel, lambda one=one: (Seen(*one[0]), one[1], Seen(*one[2])))
+                    signed(rel, one)
 
     def close(self) -> None:
         """Wait for the groups in flight and close their directories (on an error)."""
