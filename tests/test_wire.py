@@ -626,3 +626,25 @@ async def test_a_client_takes_a_welcome_without_format_only_if_vouched_for() -> 
             else:
                 with pytest.raises(ProtocolError, match="other format parameters"):
                     await handshake.client_handshake(frames, "t")
+
+
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=600),
+       st.integers(1, 400))
+def test_a_vector_gives_back_its_values(values: list[int], distinct: int) -> None:
+    """Any values, few distinct (one byte an index) or many (two): decoded as they were
+    encoded."""
+    values = [values[i % distinct] for i in range(len(values))]
+    vector = m.Vector.encode(values)
+    assert vector.decode() == values
+    assert len(vector.index) == len(values) * (1 if len(vector.table) <= 256 else 2)
+
+
+@pytest.mark.parametrize(("table", "index", "why"), [
+    ([7], b"\x01", "past its table"),
+    ([], b"\x00", "past its table"),
+    (list(range(300)), b"\x01\x2c", "past its table"),  # 300
+    (list(range(300)), b"\x00\x01\x02", "partial"),
+])
+def test_a_vector_that_does_not_fit_its_table_is_refused(table, index, why) -> None:
+    with pytest.raises(ValueError, match=why):
+        m.Vector(table, index).decode()

@@ -14,6 +14,7 @@ field: the connection adds and strips it (`encode`, `decode`).
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -279,23 +280,25 @@ class Vector:
     @classmethod
     def encode(cls, values: Sequence[int]) -> Vector:
         table = sorted(set(values))
-        at = {t: i for i, t in enumerate(table)}
+        keys = list(map({t: i for i, t in enumerate(table)}.__getitem__, values))
         if len(table) <= 256:
-            return cls(table, bytes(at[t] for t in values))
-        return cls(table, b"".join(at[t].to_bytes(2, "big") for t in values))
+            return cls(table, bytes(keys))
+        return cls(table, struct.pack(f">{len(keys)}H", *keys))
 
     def decode(self) -> list[int]:
-        """The values; ValueError if the index does not fit the table."""
-        width = 1 if len(self.table) <= 256 else 2
-        if len(self.index) % width:
+        """The values; ValueError if the index does not fit the table. (A vector per
+        directory each way, both sides: one element at a time this was a tenth of the
+        metadata pass.)"""
+        table, index = self.table, self.index
+        if len(table) <= 256:
+            keys: Sequence[int] = index
+        elif len(index) % 2:
             raise ValueError("vector index has a partial entry")
-        out = []
-        for i in range(0, len(self.index), width):
-            k = int.from_bytes(self.index[i : i + width], "big")
-            if k >= len(self.table):
-                raise ValueError("vector index points past its table")
-            out.append(self.table[k])
-        return out
+        else:
+            keys = struct.unpack(f">{len(index) // 2}H", index)
+        if keys and max(keys) >= len(table):
+            raise ValueError("vector index points past its table")
+        return list(map(table.__getitem__, keys))
 
 
 @dataclass(frozen=True, slots=True)
