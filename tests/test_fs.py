@@ -1112,7 +1112,7 @@ def test_a_tree_deeper_than_the_limit_is_walked_without_its_deepest_part(
     """A peer can make 2,048 levels within the path limit (``open`` with create): the walk
     leaves out what is below MAX_DEPTH, with an error, and every pass over the tree works
     (it raised RecursionError in the walk's stamp, and every later open failed)."""
-    from rdc.local.snapshot import MAX_DEPTH, fingerprint, iter_entries, seal, walk
+    from rdc.local.snapshot import MAX_DEPTH, entries_below, fingerprint, seal, walk
     from tests.attack.world import make_deep, remove
 
     (tmp_path / "t").mkdir()
@@ -1120,7 +1120,7 @@ def test_a_tree_deeper_than_the_limit_is_walked_without_its_deepest_part(
     try:
         walked = walk(str(tmp_path / "t"))
         assert walked.errors == [("a/" * MAX_DEPTH + "a", f"more than {MAX_DEPTH} levels deep")]
-        assert len(list(iter_entries(walked.tree))) == MAX_DEPTH
+        assert len(list(entries_below(walked.tree))) == MAX_DEPTH
         seal(walked.tree)
         assert walked.tree.count == MAX_DEPTH
         assert fingerprint(walked.tree, b"") == walked.fingerprint

@@ -16,7 +16,7 @@ from rdc.local import replica as replica_module
 from rdc.local import rescan as rescan_module
 from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, Scan, fingerprint, iter_entries
+from rdc.local.snapshot import Entry, Scan, entries_below, fingerprint
 
 OLD = 1_600_000_000 * 10**9
 NAMES = ["a", "b", "c", "é"]
@@ -74,7 +74,7 @@ def apply(replica: Replica, step: tuple) -> None:
 def described(tree: Entry) -> list[tuple]:
     top = [("", tree.mode, tree.mtime_ns, tree.ino)]
     return top + [(path, e.kind, e.mode, e.mtime_ns, e.size, e.root, e.target, e.content,
-                   e.meta, e.smeta, e.count, e.ino) for path, e in iter_entries(tree)]
+                   e.meta, e.smeta, e.count, e.ino) for path, e in entries_below(tree)]
 
 
 def full_scan(root: str, index: Path, excludes: Excludes) -> tuple[Entry, bytes]:
@@ -164,7 +164,7 @@ def test_modes_and_times_set_in_place_are_patched_in_without_a_listing(
     replica = Replica(str(root), tmp_path / "index.sqlite3")
     before = replica.scan()
     listed = _count_listings(monkeypatch)
-    for path, entry in reversed(list(iter_entries(before))):
+    for path, entry in reversed(entries_below(before)):
         mode = None if entry.kind == "l" else (0o700 if entry.kind == "d" else 0o600)
         replica.set_meta(path, mode, OLD + len(path))
     tree = replica.rescan()

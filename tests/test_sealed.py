@@ -68,11 +68,11 @@ def test_a_packed_tree_unpacks_to_itself_and_damage_is_refused(tmp_path) -> None
     packed = sealed.pack(tree)
     back = sealed.unpack(packed)
     assert same(back, tree) and back.seen == tree.seen
-    assert snapshot.iter_entries(back) is not None
+    assert snapshot.entries_below(back) is not None
     assert [(p, e.kind, e.root, e.target, e.mode, e.mtime_ns, e.size, e.ino)
-            for p, e in snapshot.iter_entries(back)] == [
+            for p, e in snapshot.entries_below(back)] == [
         (p, e.kind, e.root, e.target, e.mode, e.mtime_ns, e.size, e.ino)
-        for p, e in snapshot.iter_entries(tree)]
+        for p, e in snapshot.entries_below(tree)]
     for damaged in (packed[:-1], packed[:40], bytes([packed[0] ^ 0xFF]) + packed[1:],
                     packed[:60] + bytes([packed[60] ^ 1]) + packed[61:]):
         with pytest.raises(sealed.Damaged):
@@ -183,12 +183,12 @@ def test_a_scan_from_the_kept_tree_is_the_full_scan(tmp_path_factory, ops) -> No
     walks: list[int] = []
     tree, again = kept_scan(root, index, walks)
     INCREMENTAL.append(not walks)
-    roots = {p: e.root for p, e in snapshot.iter_entries(tree) if e.kind == "f"}
+    roots = {p: e.root for p, e in snapshot.entries_below(tree) if e.kind == "f"}
     rows = {p: again.db.get(p).root for p in roots}
     again.close()
     reference = full_scan(root, base / "ref" / "index.sqlite3")
     assert same(tree, reference)
-    assert roots == rows == {p: e.root for p, e in snapshot.iter_entries(reference)
+    assert roots == rows == {p: e.root for p, e in snapshot.entries_below(reference)
                              if e.kind == "f"}
 
 

@@ -191,14 +191,21 @@ def lookup(root: Entry, path: str) -> Entry | None:
     return entry
 
 
-def iter_entries(directory: Entry, prefix: str = "") -> Iterator[tuple[str, Entry]]:
+def entries_below(directory: Entry, prefix: str = "") -> list[tuple[str, Entry]]:
     """Every entry below ``directory`` in depth-first name order: an entry, then, for a
-    directory, its subtree. This is the order of a whole-subtree metadata vector."""
+    directory, its subtree. This is the order of a whole-subtree metadata vector. (A
+    list: nested generators resumed a frame per level for every entry.)"""
+    out: list[tuple[str, Entry]] = []
+    _below(directory, prefix, out)
+    return out
+
+
+def _below(directory: Entry, prefix: str, out: list[tuple[str, Entry]]) -> None:
     for name, entry in directory.sorted_children():
         path = f"{prefix}/{name}" if prefix else name
-        yield path, entry
+        out.append((path, entry))
         if entry.kind == "d":
-            yield from iter_entries(entry, path)
+            _below(entry, path, out)
 
 
 # ---------------------------------------------------------------- building from disk
@@ -429,7 +436,7 @@ def set_roots(tree: Entry, roots: Iterable[tuple[str, bytes]]) -> None:
 
 def iter_files(tree: Entry) -> Iterator[tuple[Entry, str, Entry, str]]:
     """(directory, name, entry, path) of each file, in no order: one pass over the
-    directories' own dicts, not `iter_entries`, whose nested generators and sorting cost
+    directories' own dicts, not `entries_below`, whose sorting of every directory cost
     a third of a large tree's scan."""
     stack = [("", tree)]
     while stack:
@@ -466,7 +473,7 @@ def meta_of(directory: Entry, whole: bool) -> tuple[list[int], list[int]]:
     """Modification times and modes of a directory's entries in name order, or of its whole
     subtree in depth-first name order."""
     if whole:
-        entries = [entry for _, entry in iter_entries(directory)]
+        entries = [entry for _, entry in entries_below(directory)]
     else:
         entries = [entry for _, entry in directory.sorted_children()]
     return [e.mtime_ns for e in entries], [e.mode for e in entries]

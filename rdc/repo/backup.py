@@ -35,7 +35,7 @@ from rdc.local.ignore import Excludes
 from rdc.local.index import Progress
 from rdc.local.paths import PathError, join, parent
 from rdc.local.paths import name as leaf_name
-from rdc.local.snapshot import Entry, fill_roots, iter_entries, seal, walk
+from rdc.local.snapshot import Entry, entries_below, fill_roots, seal, walk
 from rdc.repo.blobs import Kind
 from rdc.repo.cache import CachedFile
 from rdc.repo.dirs import HeldDirs
@@ -374,7 +374,7 @@ def backup(
             writer.abandon()
             raise
         lock.check()
-        for _, entry in iter_entries(root):
+        for _, entry in entries_below(root):
             result.files += entry.kind == "f"
             result.dirs += entry.kind == "d"
             result.links += entry.kind == "l"

@@ -20,7 +20,7 @@ import blake3
 from rdc import _native
 from rdc.content.tree import HASH_BYTES, Tree, node_hash
 from rdc.local.paths import PathError, check_relpath
-from rdc.local.snapshot import Entry, iter_entries
+from rdc.local.snapshot import Entry, entries_below
 from rdc.params import CONTENT_CONTEXT, DEFAULT_GROUPS
 from rdc.repo import msg
 from rdc.repo.blobs import Kind, meta_id, read_varint
@@ -268,7 +268,7 @@ def leaves(ref: FileRef, loader: BlobLoader) -> tuple[bytes, list[int]]:
 def encode_meta(root: Entry) -> tuple[bytes, bytes]:
     """(plain id, meta blob) of a walked tree: every entry's mtime and mode below ``root``
     in depth-first name order."""
-    entries = [entry for _, entry in iter_entries(root)]
+    entries = [entry for _, entry in entries_below(root)]
     mtimes, mtime_index = encode_values([e.mtime_ns for e in entries])
     modes, mode_index = encode_values([e.mode for e in entries])
     data = msg.pack([1, mtimes, mtime_index, modes, mode_index])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rdc.local.paths import join
-from rdc.local.snapshot import Entry, iter_entries, lookup, meta_of
+from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
 from rdc.transfer.sides import Local, Remote
 from rdc.wire import messages as m
 
@@ -89,7 +89,7 @@ def differences(vectors: list[tuple[m.MetaDir, Entry]], singles: list[Single]
             theirs = list(zip(item.times.decode(), item.modes.decode(), strict=True))
         except ValueError:
             continue
-        entries = list(iter_entries(local)) if item.whole else local.sorted_children()
+        entries = entries_below(local) if item.whole else local.sorted_children()
         if len(entries) != len(theirs):
             continue
         for (rel, entry), (mtime, mode) in zip(entries, theirs, strict=True):

@@ -13,7 +13,7 @@ from rdc.local.ignore import Excludes
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError, join
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, iter_entries, lookup, meta_of
+from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
 from rdc.wire import messages as m
 
 # A subtree with at most this many entries travels as one metadata vector.
@@ -222,7 +222,7 @@ def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir) -> tuple[int, int
         new_times, new_modes = item.times.decode(), item.modes.decode()
     except ValueError as exc:
         raise Refusal("protocol", message=f"bad metadata vector: {exc}") from None
-    entries = list(iter_entries(directory)) if item.whole else directory.sorted_children()
+    entries = entries_below(directory) if item.whole else directory.sorted_children()
     if not len(new_times) == len(new_modes) == len(entries):
         return 0, 1
     changes: list[tuple[str, int | None, int | None]] = []  # (path, mode, mtime_ns) to set

@@ -188,6 +188,6 @@ class Progress:
 
 def count_files(tree: Entry) -> int:
     """The files in ``tree``, by `iter_files`'s one pass over the directories (over a tree
-    of 20,000 files, `iter_entries`, which sorts, spent a tenth of a 1%-edited push's
+    of 20,000 files, `entries_below`, which sorts, spent a tenth of a 1%-edited push's
     client CPU on it)."""
     return sum(1 for _ in iter_files(tree))
