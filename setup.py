@@ -76,6 +76,11 @@ setup(
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(
+            "rdc._native._temps",
+            sources=["rdc/_native/_temps.c"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
+        ),
+        Extension(
             "rdc._native._meta",
             sources=["rdc/_native/_meta.c"],
             depends=["rdc/_native/seen.h"],

@@ -451,6 +451,22 @@ def test_enospc_on_a_full_file_system(small_fs: Path) -> None:
         assert os.listdir(small_fs) == ["f"]
 
 
+def test_a_batch_of_temporaries_on_a_full_file_system(small_fs: Path) -> None:
+    """A file that does not fit gets ENOSPC and leaves nothing behind; the files around it
+    in the batch are made (in one native call where there is one)."""
+    with SafeRoot(small_fs) as root, fs.HeldDirs(root) as dirs:
+        made = list(root.create_temps([("a", b"a" * 100, 0o644, T1),
+                                       ("big", os.urandom(1 << 20), 0o644, T1),
+                                       ("b", b"b" * 100, 0o600, T2)], dirs))
+        assert isinstance(made[1], OSError) and made[1].errno == errno.ENOSPC
+        assert made[1].filename == "big"
+        for temp in (made[0], made[2]):
+            assert isinstance(temp, fs.TempFile)
+            temp.install(Expect.absent())
+        assert sorted(os.listdir(small_fs)) == ["a", "b"]
+        assert (small_fs / "b").read_bytes() == b"b" * 100
+
+
 def test_remove_does_not_cross_into_a_mount(tree: Tree, small_fs: Path) -> None:
     tree.root.makedirs("d/m", 0o755)
     subprocess.run(["mount", "--bind", str(small_fs), str(tree.root_path / "d" / "m")],
@@ -1063,6 +1079,67 @@ def test_a_metadata_vector_over_more_directories_than_are_held_at_once(
         assert (stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (mode, mtime)
     if real is not None:
         assert len(calls) >= 2 and max(calls) <= 2 * fs.HeldDirs.LIMIT
+
+
+def test_a_batch_of_temporaries_is_made_as_one_at_a_time_would(tree: Tree, monkeypatch
+                                                                ) -> None:
+    """`create_temps` (natively, a run at a time) against `create_temp`, `write` and
+    `prepare`: the same temporaries (name, content, mode without set-id bits, times before
+    1970 too), each installed; over more directories than are held at once; a file whose
+    directory is gone says why, and the others are made."""
+    from rdc import _native
+    from rdc.local.paths import MAX_NAME
+
+    calls: list[int] = []
+    real = _native.make_temps
+    if real is not None:
+        monkeypatch.setattr(_native, "make_temps",
+                            lambda run, *a: calls.append(len(run)) or real(run, *a))
+    long = "n" * MAX_NAME  # (cut to fit the temporary's name)
+    files = []
+    for i in range(fs.HeldDirs.LIMIT + 6):
+        (tree.root_path / f"d{i}").mkdir()
+        files.append((f"d{i}/{long if i == 3 else 'f'}", b"%d" % i * i, 0o4755 if i == 5
+                      else 0o640, -T1 - i if i == 7 else T1 + i))
+    files.insert(10, ("gone/f", b"x", 0o644, T1))
+    with fs.HeldDirs(tree.root) as dirs:
+        made = list(tree.root.create_temps(files, dirs))
+    assert len(made) == len(files)
+    assert isinstance(made[10], FileNotFoundError) and made[10].filename == "gone/f"
+    for (rel, data, mode, mtime), temp in zip(files, made, strict=True):
+        if rel == "gone/f":
+            continue
+        assert isinstance(temp, fs.TempFile) and temp.path == rel
+        name = temp.temp_name
+        assert is_temporary(name) and len(os.fsencode(name)) <= MAX_NAME
+        st = os.lstat(tree.root_path / os.path.dirname(rel) / name)
+        assert (stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (mode & 0o777, mtime)
+        assert temp.install(Expect.absent()).st_ino == st.st_ino
+        assert (tree.root_path / rel).read_bytes() == data
+    assert not tree.temporaries() and tree.outside_untouched()
+    if real is not None:
+        assert len(calls) >= 2 and max(calls) <= fs.HeldDirs.LIMIT
+
+
+def test_native_temporaries_refuse_what_is_not_one_name(tmp_path: Path) -> None:
+    """The native call takes one path component and gives a failed file's errno (here: a
+    directory descriptor that is not one), leaving nothing behind."""
+    from rdc import _native
+
+    if _native.make_temps is None:
+        pytest.skip("no native code in the pure run")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for bad in (b"a/b", b"", b"a\0b"):
+            with pytest.raises(ValueError, match="one path component"):
+                _native.make_temps([(fd, bad, b"x", 0o644, T1)], b".rdc-tmp-", 255)
+        assert _native.make_temps([(-1, b"f", b"x", 0o644, T1)], b".rdc-tmp-", 255) == [
+            errno.EBADF]
+        with pytest.raises(ValueError, match="no room"):
+            _native.make_temps([], b".rdc-tmp-", 20)
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path) == []
 
 
 # --- the walk -----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
 sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
 call (and many small files' in another), the refinement encoder, the directory listing of
-walks, and a metadata vector's modes and times.
+walks, a metadata vector's modes and times, and a batch's temporary files.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -34,6 +34,7 @@ if PURE_PYTHON:
     sign_files = None  # (files are then read and signed one at a time)
     set_meta = None  # (entries are then set one at a time)
     pack_tree = None  # (rdc.content.tree packs in Python)
+    make_temps = None  # (temporaries are then made one at a time)
     IMPLEMENTATION = "python"
 else:
     try:
@@ -52,6 +53,7 @@ else:
             trait_buckets,
             trait_candidates,
         )
+        from rdc._native._temps import make_temps
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -79,6 +81,7 @@ __all__ = [
     "group_cuts",
     "hash_chunks",
     "list_dir",
+    "make_temps",
     "next_level_payloads",
     "pack_tree",
     "refine_encode",

@@ -38,7 +38,16 @@ from rdc import _native
 from rdc.errors import RdcError
 from rdc.local import beneath, faults
 from rdc.local.filestat import NS_MAX, NS_MIN, FileStat, Seen
-from rdc.local.paths import PathError, check_relpath, is_temporary, join, parent, temporary_name
+from rdc.local.paths import (
+    MAX_NAME,
+    TEMP_PREFIX,
+    PathError,
+    check_relpath,
+    is_temporary,
+    join,
+    parent,
+    temporary_name,
+)
 from rdc.local.paths import name as leaf_name
 
 # A temporary whose owner is alive is locked, so a regular temporary that is not locked is
@@ -60,6 +69,7 @@ RUN_ENTRIES, RUN_ENTRIES_MAX = 64, 4096
 
 _R = TypeVar("_R")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_TEMP_PREFIX = TEMP_PREFIX.encode()
 # Called with (directory descriptor, name in it, relative path, its lstat) just before an
 # entry is replaced or removed, to keep what is there (rdc.local.versions); an OSError it
 # raises fails the change, which then leaves the entry as it was.
@@ -606,6 +616,49 @@ class SafeRoot:
                     raise
             raise FileExistsError(errno.EEXIST, "no free temporary name", rel)
 
+    def create_temps(
+        self, files: Sequence[tuple[str, bytes, int, int]], held: HeldDirs,
+    ) -> Iterator[TempFile | OSError | PathError]:
+        """For each (rel, data, mode, mtime_ns) of ``files``, in order: a temporary beside
+        ``rel`` (`create_temp`) holding ``data``, given ``mode`` and ``mtime_ns``
+        (`TempFile.write`, `TempFile.prepare`: not yet durable), or the error that stopped
+        it (nothing is left of that one). Runs of files go to one native call each
+        (`rdc._native.make_temps`: the same steps, without the GIL, no Python between
+        them); a file it cannot be given takes the steps one by one, which say why."""
+        native = _native.make_temps is not None and faults.FULL_DIR is None
+        at = 0
+        while at < len(files):
+            rels, run = held.run([rel for rel, _, _, _ in files[at:]]) if native else ([], [])
+            if not run:
+                yield self._temp_of(*files[at], held)
+                at += 1
+                continue
+            made = _native.make_temps(
+                [(dfd, leaf, data, _file_mode(mode), mtime) for (dfd, leaf), (_, data, mode, mtime)
+                 in zip(run, files[at:], strict=False)], _TEMP_PREFIX, MAX_NAME)
+            for rel, one in zip(rels, made, strict=True):
+                if isinstance(one, int):
+                    yield OSError(one, os.strerror(one), rel)
+                    continue
+                fd, dfd, tmp, st = one
+                if self.changed is not None:
+                    self.changed.add(parent(rel))  # the directory's time moved
+                temp = TempFile(dfd, rel, os.fsdecode(tmp), fd, self.changed, os.stat_result(st))
+                temp.keeper = self.keeper
+                yield temp
+            at += len(run)
+
+    def _temp_of(self, rel: str, data: bytes, mode: int, mtime_ns: int, held: HeldDirs
+                 ) -> TempFile | OSError | PathError:
+        """`create_temps` of one file, step by step."""
+        try:
+            temp = self.create_temp(rel, held)
+            temp.write(data)
+            temp.prepare(mode, mtime_ns)
+        except (OSError, PathError) as exc:
+            return exc
+        return temp
+
     @_changes(0)
     def mkdir(
         self, rel: str | bytes, mode: int, *, exist_ok: bool = True, sync: bool = True
@@ -1135,14 +1188,16 @@ class TempFile:
     process killed meanwhile leaves only the temporary, for ``clean_temporaries``."""
 
     def __init__(self, dfd: int, rel: str, temp_name: str, fd: int,
-                 changed: set[str] | None = None) -> None:
+                 changed: set[str] | None = None, st: os.stat_result | None = None) -> None:
         """``changed``: the root's `SafeRoot.changed`, noted when the temporary leaves
-        its directory (installed or removed): the directory's time moves each time."""
+        its directory (installed or removed): the directory's time moves each time.
+        ``st``: the file's fstat, if the caller has it (its inode is what says later
+        that the temporary is still ours)."""
         self.path = rel
         self.temp_name = temp_name
         self._dfd = dfd
         self._fd = fd
-        self._st = os.fstat(fd)
+        self._st = os.fstat(fd) if st is None else st
         self._changed = changed
         self.keeper: Keeper | None = None  # as SafeRoot.keeper
         self.full = False  # a test's full disk (rdc.local.faults)

@@ -389,24 +389,26 @@ def write_batch(
     it only steers the choice of seeds, whose bytes are checked as they are used)."""
     results: list[m.Failure | None] = [None] * len(files)
     prepared: list[tuple[int, TempFile, FileSignature]] = []
+    checked: list[tuple[int, FileSignature]] = []
+    for i, (offer, _, data) in enumerate(files):
+        made = signatures[i] if i < len(signatures) else None
+        signature = made if made is not None else FileSignature(tree_of_bytes(data),
+                                                                offer.sketch)
+        if m.same_root(signature.root, offer.root):
+            checked.append((i, signature))
+        else:
+            results[i] = m.Failure("verify", f"{offer.path}: the content does not have "
+                                   "the offered root (it changed at the source?)")
     dirs = HeldDirs(replica.fs)
     try:
-        for i, (offer, _, data) in enumerate(files):
-            made = signatures[i] if i < len(signatures) else None
-            signature = (made if made is not None
-                         else FileSignature(tree_of_bytes(data), offer.sketch))
-            if not m.same_root(signature.root, offer.root):
-                results[i] = m.Failure("verify", f"{offer.path}: the content does not have "
-                                       "the offered root (it changed at the source?)")
-                continue
-            try:
-                temp = replica.fs.create_temp(offer.path, dirs)
-                temp.write(data)
-                temp.prepare(offer.mode, offer.mtime_ns)
-            except _EXPECTED_ERRORS as exc:
-                results[i] = _failure(exc, offer.path)
-                continue
-            prepared.append((i, temp, signature))
+        temps = replica.fs.create_temps(
+            [(files[i][0].path, files[i][2], files[i][0].mode, files[i][0].mtime_ns)
+             for i, _ in checked], dirs)
+        for (i, signature), temp in zip(checked, temps, strict=True):
+            if isinstance(temp, TempFile):
+                prepared.append((i, temp, signature))
+            else:
+                results[i] = _failure(temp, files[i][0].path)
         dirs.close()  # (each temporary holds its own)
         sync_all(replica.fs, [temp for _, temp, _ in prepared])
         recorded = []
