@@ -1121,6 +1121,47 @@ def test_a_batch_of_temporaries_is_made_as_one_at_a_time_would(tree: Tree, monke
         assert len(calls) >= 2 and max(calls) <= fs.HeldDirs.LIMIT
 
 
+def test_temporaries_installed_together_as_one_at_a_time(tree: Tree, monkeypatch) -> None:
+    """`install_all`: where nothing may be, linked into place in one native call, with
+    the stat after; something there meanwhile, or a temporary swapped for another file,
+    fails as `TempFile.install` says (nothing replaced); other expectations replace what
+    is there. No descriptor or temporary is left."""
+    from rdc import _native
+
+    calls: list[int] = []
+    real = _native.install_new
+    if real is not None:
+        monkeypatch.setattr(_native, "install_new",
+                            lambda items: calls.append(len(items)) or real(items))
+    (tree.root_path / "d").mkdir()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    names = ["d/new1", "d/taken", "d/swapped", "d/new2", "d/over"]
+    with fs.HeldDirs(tree.root) as dirs:
+        temps = list(tree.root.create_temps([(rel, rel.encode(), 0o644, T1) for rel in names],
+                                            dirs))
+    tree.put("d/taken", b"was here first")
+    tree.put("d/over", b"old")
+    swapped = tree.root_path / "d" / temps[2].temp_name
+    os.unlink(swapped)
+    swapped.write_bytes(b"someone else's")
+    absent = Expect.absent()
+    done = fs.install_all([(temps[0], absent), (temps[1], absent), (temps[2], absent),
+                           (temps[3], absent), (temps[4], None)])
+    for k in (0, 3, 4):
+        st = os.lstat(tree.root_path / names[k])
+        assert (done[k].st_ino, done[k].st_size, done[k].st_mtime_ns) == (
+            st.st_ino, st.st_size, T1)
+        assert (tree.root_path / names[k]).read_bytes() == names[k].encode()
+    assert isinstance(done[1], ConflictError) and isinstance(done[2], ConflictError)
+    assert (tree.root_path / "d" / "taken").read_bytes() == b"was here first"
+    assert not (tree.root_path / "d" / "swapped").exists()
+    assert all(temp.closed for temp in temps)
+    os.unlink(swapped)  # (not ours: left where it was)
+    assert not tree.temporaries() and len(os.listdir("/proc/self/fd")) == fds_before
+    if real is not None:
+        assert calls == [4]
+
+
 def test_native_temporaries_refuse_what_is_not_one_name(tmp_path: Path) -> None:
     """The native call takes one path component and gives a failed file's errno (here: a
     directory descriptor that is not one), leaving nothing behind."""

@@ -35,6 +35,7 @@ if PURE_PYTHON:
     set_meta = None  # (entries are then set one at a time)
     pack_tree = None  # (rdc.content.tree packs in Python)
     make_temps = None  # (temporaries are then made one at a time)
+    install_new = None  # (and installed one at a time)
     IMPLEMENTATION = "python"
 else:
     try:
@@ -53,7 +54,7 @@ else:
             trait_buckets,
             trait_candidates,
         )
-        from rdc._native._temps import make_temps
+        from rdc._native._temps import install_new, make_temps
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -80,6 +81,7 @@ __all__ = [
     "Scanner",
     "group_cuts",
     "hash_chunks",
+    "install_new",
     "list_dir",
     "make_temps",
     "next_level_payloads",

@@ -59,6 +59,11 @@ static int draw_name(struct temp_job *job, const char *prefix, size_t prefix_len
     return 0;
 }
 
+/* Whether name (len bytes) is one path component: not empty, no '/' and no NUL. */
+static int one_name(const char *name, Py_ssize_t len) {
+    return len > 0 && (size_t)len == strlen(name) && !memchr(name, '/', (size_t)len);
+}
+
 static int write_all(int fd, const char *data, size_t len) {
     while (len) {
         ssize_t done = write(fd, data, len);
@@ -152,8 +157,7 @@ static PyObject *py_make_temps(PyObject *module, PyObject *args) {
         job->mode = (mode_t)mode;
         job->leaf = PyBytes_AS_STRING(name);
         job->leaf_len = PyBytes_GET_SIZE(name);
-        if (job->leaf_len == 0 || (size_t)job->leaf_len != strlen(job->leaf)
-            || memchr(job->leaf, '/', (size_t)job->leaf_len)) {
+        if (!one_name(job->leaf, job->leaf_len)) {
             held++;
             PyErr_SetString(PyExc_ValueError, "a name must be one path component");
             goto done;
@@ -191,7 +195,101 @@ done:
     return result;
 }
 
+/* ---- Temporaries put where nothing is yet (install_new) ---- */
+
+struct install_job {
+    int dfd, fd;
+    const char *tmp, *leaf;
+    unsigned long long ino, dev;
+    int done;
+    struct stat st; /* out: the installed file's fstat */
+};
+
+/* The steps of TempFile.install for Expect.absent: the temporary is still ours, link(2)
+ * puts it in place only if nothing is there, then the temporary name goes. Anything else
+ * (it was swapped, something is there, no hard links here) is left to Python (done = 0),
+ * which says why or renames instead; nothing has changed then. */
+static void install_one(struct install_job *job) {
+    struct stat now;
+    job->done = 0;
+    if (fstatat(job->dfd, job->tmp, &now, AT_SYMLINK_NOFOLLOW)
+        || (unsigned long long)now.st_ino != job->ino
+        || (unsigned long long)now.st_dev != job->dev)
+        return;
+    if (linkat(job->dfd, job->tmp, job->dfd, job->leaf, 0)) return;
+    unlinkat(job->dfd, job->tmp, 0); /* (a name left over is clean_temporaries' to remove) */
+    if (fstat(job->fd, &job->st)) memset(&job->st, 0, sizeof job->st);
+    close(job->fd);
+    close(job->dfd);
+    job->done = 1;
+}
+
+/* (mode, size, mtime_ns, inode) of st, as rdc.local.filestat.Seen: the time clamped to
+ * signed 64-bit nanoseconds, as rdc.local.filestat.mtime_ns does. */
+static PyObject *seen_tuple_of(const struct stat *st) {
+    __int128 ns = (__int128)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    long long mtime = ns > INT64_MAX ? INT64_MAX : ns < INT64_MIN ? INT64_MIN : (long long)ns;
+    return Py_BuildValue("(ILLK)", (unsigned int)st->st_mode, (long long)st->st_size, mtime,
+                         (unsigned long long)st->st_ino);
+}
+
+static PyObject *py_install_new(PyObject *module, PyObject *arg) {
+    (void)module;
+    PyObject *seq = PySequence_Tuple(arg); /* (the names borrowed below outlive the call) */
+    if (!seq) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    struct install_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
+    PyObject *result = NULL;
+    if (!jobs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        struct install_job *job = &jobs[i];
+        PyObject *tmp, *leaf;
+        if (!PyTuple_Check(PyTuple_GET_ITEM(seq, i))
+            || !PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "iSSiKK", &job->dfd, &tmp, &leaf,
+                                 &job->fd, &job->ino, &job->dev)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError,
+                                "each must be (dir_fd, temporary, name, fd, inode, device)");
+            goto done;
+        }
+        job->tmp = PyBytes_AS_STRING(tmp);
+        job->leaf = PyBytes_AS_STRING(leaf);
+        if (!one_name(job->tmp, PyBytes_GET_SIZE(tmp))
+            || !one_name(job->leaf, PyBytes_GET_SIZE(leaf))) {
+            PyErr_SetString(PyExc_ValueError, "a name must be one path component");
+            goto done;
+        }
+    }
+    /* Made before anything is installed: once a job is done (its descriptors closed), its
+     * result must reach the caller. */
+    if (!(result = PyList_New(n))) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) install_one(&jobs[i]);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *one = jobs[i].done ? seen_tuple_of(&jobs[i].st) : Py_NewRef(Py_None);
+        if (!one) { /* (no memory for its stat: installed all the same) */
+            PyErr_Clear();
+            one = Py_NewRef(Py_True);
+        }
+        PyList_SET_ITEM(result, i, one);
+    }
+done:
+    free(jobs);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"install_new", py_install_new, METH_O,
+     "install_new(temps) -> [stat or None]: each (dir_fd, temporary, name, fd, inode, device) "
+     "linked into place where nothing is, its temporary name removed, fd and dir_fd closed; "
+     "stat is its (mode, size, mtime_ns, inode) after (True if there was no memory for "
+     "it). None for one left as it was (not the temporary made, something there, no hard "
+     "links): the caller's to install."},
     {"make_temps", py_make_temps, METH_VARARGS,
      "make_temps(files, prefix, max_name) -> [(fd, dir_fd, name, stat) or errno]: for each "
      "(dir_fd, name, data, mode, mtime_ns) of `files`, a new temporary (prefix, random, the "

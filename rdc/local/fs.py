@@ -1160,6 +1160,31 @@ def sync_all(root: SafeRoot, temps: list[TempFile]) -> None:
         os.fsync(temp.fileno())
 
 
+def install_all(items: Sequence[tuple[TempFile, Expect | None]]
+                ) -> list[FileStat | OSError | PathError | ConflictError]:
+    """`TempFile.install` of each (temporary, expectation), in order, leaving the fsync of
+    their directories to the caller (``sync_dir=False``): the installed file's stat, or
+    the error that left its destination as it was. Those whose destination must be empty
+    (`Expect.absent`: a first copy's files) are linked into place in one native call
+    (`rdc._native.install_new`: the same steps, without the GIL); the rest, and any it
+    leaves (something there, no hard links), one by one, which says why."""
+    out: list[FileStat | OSError | PathError | ConflictError | None] = [None] * len(items)
+    new = [k for k, (temp, expect) in enumerate(items) if _native.install_new is not None
+           and expect is not None and expect.kind == "absent" and not temp.closed]
+    if new:
+        done = _native.install_new([items[k][0].pinned() for k in new])
+        for k, st in zip(new, done, strict=True):
+            if st is not None:
+                out[k] = items[k][0].installed_natively(st)
+    for k, (temp, expect) in enumerate(items):
+        if out[k] is None:
+            try:
+                out[k] = temp.install(expect, sync_dir=False)
+            except (OSError, PathError, ConflictError) as exc:
+                out[k] = exc
+    return out  # type: ignore[return-value]
+
+
 def sync_filesystem(root: SafeRoot) -> bool:
     """``syncfs`` of the file system ``root`` is on: everything written to it, data and
     metadata, durable at once. False where there is no syncfs (the caller fsyncs what it
@@ -1277,6 +1302,24 @@ class TempFile:
             raise
         self._close()
         return final
+
+    def pinned(self) -> tuple[int, bytes, bytes, int, int, int]:
+        """(directory descriptor, temporary name, destination name, descriptor, inode,
+        device): what `rdc._native.install_new` installs it by."""
+        self._check_open()
+        return (self._dfd, os.fsencode(self.temp_name), os.fsencode(leaf_name(self.path)),
+                self._fd, self._st.st_ino, self._st.st_dev)
+
+    def installed_natively(self, seen: tuple[int, int, int, int] | bool) -> FileStat:
+        """Note an install `rdc._native.install_new` made (it closed both descriptors), and
+        return the file's stat after (``seen``: its `Seen` fields; True where there was no
+        memory for them)."""
+        if self._changed is not None:
+            self._changed.add(parent(self.path))
+        self._fd = self._dfd = -1
+        if seen is True:
+            raise MemoryError(f"{self.path}: installed, but no memory for its stat")
+        return Seen(*seen)
 
     def abort(self) -> None:
         """Remove the temporary (if it is still ours) and close; idempotent."""

@@ -36,6 +36,7 @@ from rdc.local.fs import (
     HeldDirs,
     SafeRoot,
     TempFile,
+    install_all,
     sync_filesystem,
 )
 from rdc.local.ignore import Excludes
@@ -601,12 +602,12 @@ class Replica:
             records.clear()
 
     def record_many(
-        self, files: list[tuple[str, os.stat_result, FileSignature]], racy: bool | None = None
+        self, files: list[tuple[str, FileStat, FileSignature]], racy: bool | None = None
     ) -> None:
         """Store the signatures of files just written or read, in one transaction."""
         self._store([(path, st, signature, racy) for path, st, signature in files])
 
-    def _store(self, files: list[tuple[str, os.stat_result, FileSignature, bool | None]]
+    def _store(self, files: list[tuple[str, FileStat, FileSignature, bool | None]]
                ) -> None:
         if not files:
             return
@@ -645,6 +646,15 @@ class Replica:
         st = temp.install(expect, sync_dir=False)
         self._installed(path)
         return st
+
+    def install_all(self, items: Sequence[tuple[TempFile, Expect | None]]
+                    ) -> list[FileStat | OSError | PathError | ConflictError]:
+        """`install` of each (temporary, expectation): `rdc.local.fs.install_all`."""
+        out = install_all(items)
+        for (temp, _), st in zip(items, out, strict=True):
+            if not isinstance(st, BaseException):
+                self._installed(temp.path)
+        return out
 
     def _installed(self, path: str) -> None:
         with self._unsynced_lock:

@@ -412,20 +412,18 @@ def write_batch(
         dirs.close()  # (each temporary holds its own)
         sync_all(replica.fs, [temp for _, temp, _ in prepared])
         recorded = []
-        for i, temp, signature in prepared:
-            offer, check, _ = files[i]
-            try:
-                st = replica.install(temp, offer.path, check)
-            except ConflictError as exc:
+        installed = replica.install_all([(temp, files[i][1]) for i, temp, _ in prepared])
+        for (i, _, signature), st in zip(prepared, installed, strict=True):
+            offer = files[i][0]
+            if isinstance(st, ConflictError):
                 if holds(replica, offer.path, offer.root):  # another writer got there first
                     replica.set_meta(offer.path, offer.mode, offer.mtime_ns)
                 else:
-                    results[i] = _failure(exc, offer.path)
-                continue
-            except _EXPECTED_ERRORS as exc:
-                results[i] = _failure(exc, offer.path)
-                continue
-            recorded.append((offer.path, st, signature))
+                    results[i] = _failure(st, offer.path)
+            elif isinstance(st, _EXPECTED_ERRORS):
+                results[i] = _failure(st, offer.path)
+            else:
+                recorded.append((offer.path, st, signature))
         replica.record_many(recorded)
     finally:
         dirs.close()
