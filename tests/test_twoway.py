@@ -147,6 +147,7 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch, failure: str)
     write(local / "a.txt", b"edited here\n", T0 + 300)
     write(pair.share / "dir" / "b.txt", b"edited there\n", T0 + 400)
     real_commit, real_install = Replica.commit, Replica.install
+    real_install_all = Replica.install_all
 
     def full(path: str) -> None:
         if path == "a.txt":  # wherever a.txt is put in place (batched, inline or alone)
@@ -161,8 +162,20 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch, failure: str)
         full(path)
         return real_install(self, temp, path, *args)
 
+    def install_all(self, items):
+        failed = {}
+        for k, (temp, _) in enumerate(items):
+            try:
+                full(temp.path)
+            except OSError as exc:
+                failed[k] = exc
+        rest = iter(real_install_all(self, [item for k, item in enumerate(items)
+                                            if k not in failed]))
+        return [failed[k] if k in failed else next(rest) for k in range(len(items))]
+
     monkeypatch.setattr(Replica, "commit", commit)
     monkeypatch.setattr(Replica, "install", install)
+    monkeypatch.setattr(Replica, "install_all", install_all)
     if failure == "ENOSPC":
         with pytest.raises(RemoteError) as ended:
             await pair.run("sync", local)
@@ -173,6 +186,7 @@ async def test_a_failed_round_loses_nothing(tmp_path, monkeypatch, failure: str)
         assert (local / "dir" / "b.txt").read_bytes() == b"edited there\n"
     monkeypatch.setattr(Replica, "commit", real_commit)
     monkeypatch.setattr(Replica, "install", real_install)
+    monkeypatch.setattr(Replica, "install_all", real_install_all)
     stats = await pair.run("sync", local)
     assert stats.in_step and not stats.failed and not stats.conflicts
     assert (pair.share / "a.txt").read_bytes() == b"edited here\n"
