@@ -78,6 +78,7 @@ setup(
         Extension(
             "rdc._native._temps",
             sources=["rdc/_native/_temps.c"],
+            depends=["rdc/_native/seen.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(

@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "seen.h"
+
 #define NAME_TRIES 3 /* as SafeRoot.create_temp: a name taken meanwhile is drawn again */
 
 struct temp_job {
@@ -57,11 +59,6 @@ static int draw_name(struct temp_job *job, const char *prefix, size_t prefix_len
     memcpy(job->name + head, job->leaf, leaf);
     job->name[head + leaf] = '\0';
     return 0;
-}
-
-/* Whether name (len bytes) is one path component: not empty, no '/' and no NUL. */
-static int one_name(const char *name, Py_ssize_t len) {
-    return len > 0 && (size_t)len == strlen(name) && !memchr(name, '/', (size_t)len);
 }
 
 static int write_all(int fd, const char *data, size_t len) {
@@ -157,7 +154,7 @@ static PyObject *py_make_temps(PyObject *module, PyObject *args) {
         job->mode = (mode_t)mode;
         job->leaf = PyBytes_AS_STRING(name);
         job->leaf_len = PyBytes_GET_SIZE(name);
-        if (!one_name(job->leaf, job->leaf_len)) {
+        if (!one_component(job->leaf, job->leaf_len)) {
             held++;
             PyErr_SetString(PyExc_ValueError, "a name must be one path component");
             goto done;
@@ -224,15 +221,6 @@ static void install_one(struct install_job *job) {
     job->done = 1;
 }
 
-/* (mode, size, mtime_ns, inode) of st, as rdc.local.filestat.Seen: the time clamped to
- * signed 64-bit nanoseconds, as rdc.local.filestat.mtime_ns does. */
-static PyObject *seen_tuple_of(const struct stat *st) {
-    __int128 ns = (__int128)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-    long long mtime = ns > INT64_MAX ? INT64_MAX : ns < INT64_MIN ? INT64_MIN : (long long)ns;
-    return Py_BuildValue("(ILLK)", (unsigned int)st->st_mode, (long long)st->st_size, mtime,
-                         (unsigned long long)st->st_ino);
-}
-
 static PyObject *py_install_new(PyObject *module, PyObject *arg) {
     (void)module;
     PyObject *seq = PySequence_Tuple(arg); /* (the names borrowed below outlive the call) */
@@ -257,8 +245,8 @@ static PyObject *py_install_new(PyObject *module, PyObject *arg) {
         }
         job->tmp = PyBytes_AS_STRING(tmp);
         job->leaf = PyBytes_AS_STRING(leaf);
-        if (!one_name(job->tmp, PyBytes_GET_SIZE(tmp))
-            || !one_name(job->leaf, PyBytes_GET_SIZE(leaf))) {
+        if (!one_component(job->tmp, PyBytes_GET_SIZE(tmp))
+            || !one_component(job->leaf, PyBytes_GET_SIZE(leaf))) {
             PyErr_SetString(PyExc_ValueError, "a name must be one path component");
             goto done;
         }
@@ -270,7 +258,8 @@ static PyObject *py_install_new(PyObject *module, PyObject *arg) {
     for (Py_ssize_t i = 0; i < n; i++) install_one(&jobs[i]);
     Py_END_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *one = jobs[i].done ? seen_tuple_of(&jobs[i].st) : Py_NewRef(Py_None);
+        struct seen after = seen_clamped(&jobs[i].st);
+        PyObject *one = jobs[i].done ? seen_tuple(&after) : Py_NewRef(Py_None);
         if (!one) { /* (no memory for its stat: installed all the same) */
             PyErr_Clear();
             one = Py_NewRef(Py_True);

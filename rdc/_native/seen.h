@@ -1,5 +1,6 @@
 /* What the native file calls keep of a stat, and how they check a name: shared by _sign
- * (sign_files) and _meta (set_meta). Include after Python.h. */
+ * (sign_files), _meta (set_meta) and _temps (make_temps, install_new). Include after
+ * Python.h. */
 #ifndef RDC_SEEN_H
 #define RDC_SEEN_H
 
@@ -20,6 +21,17 @@ static inline int seen_of(const struct stat *st, struct seen *out) {
     *out = (struct seen){.mode = st->st_mode, .size = st->st_size, .mtime_ns = (long long)ns,
                          .ino = st->st_ino};
     return 1;
+}
+
+/* st as a `struct seen`, its time clamped to signed 64-bit nanoseconds as
+ * rdc.local.filestat.mtime_ns does (for a file rdc has already changed: refusing it, as
+ * seen_of does, would lose what was done). */
+static inline struct seen seen_clamped(const struct stat *st) {
+    __int128 ns = (__int128)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    return (struct seen){.mode = st->st_mode, .size = st->st_size,
+                         .mtime_ns = ns > INT64_MAX ? INT64_MAX
+                             : ns < INT64_MIN ? INT64_MIN : (long long)ns,
+                         .ino = st->st_ino};
 }
 
 static inline PyObject *seen_tuple(const struct seen *s) {
