@@ -4,6 +4,7 @@ connection do."""
 from __future__ import annotations
 
 import contextlib
+import random
 import struct
 
 import msgpack
@@ -11,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 import zstandard
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdc.errors import ProtocolError, Refusal
@@ -43,6 +44,55 @@ async def test_batches_round_trip_compressed_as_one_stream(monkeypatch) -> None:
             assert await receiver.receive() == batch
     assert sender.plain_sent > 100_000
     assert sender.stream.bytes_sent < sender.plain_sent // 20
+
+
+class _Recorded(trio.abc.Stream):
+    """A stream that keeps what is sent, and gives back ``bytes`` in pieces of ``piece``."""
+
+    def __init__(self, data: bytes = b"", piece: int = 1) -> None:
+        self.sent, self.data, self.piece = bytearray(), data, piece
+
+    async def send_all(self, data) -> None:
+        self.sent += data
+
+    async def wait_send_all_might_not_block(self) -> None:
+        pass
+
+    async def receive_some(self, max_bytes=None) -> bytes:
+        await trio.lowlevel.checkpoint()
+        out = self.data[: min(self.piece, max_bytes or self.piece)]
+        self.data = self.data[len(out):]
+        return out
+
+    async def aclose(self) -> None:
+        pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 70_000), min_size=1, max_size=6),
+       piece=st.integers(1, 150_000), compress=st.booleans())
+def test_frames_arrive_whole_however_the_bytes_are_cut(sizes: list[int], piece: int,
+                                                       compress: bool) -> None:
+    """Frames sent back to back (small and large, compressible and not, compressed or
+    not) come out as sent whatever pieces the stream delivers: a read that stops inside a
+    frame, or one that takes the next frame's first bytes with it."""
+    batches = [[{"t": "data", "id": i + 1,
+                 "d": [random.Random(i).randbytes(size) if i % 2 else bytes([i]) * size]}]
+               for i, size in enumerate(sizes)]
+
+    async def main() -> None:
+        sender = FrameStream(_Recorded())
+        sender.compress = compress
+        for batch in batches:
+            await sender.send(batch)
+        receiver = FrameStream(_Recorded(bytes(sender.stream.sent), piece))
+        receiver.compress = compress
+        for batch in batches:
+            assert await receiver.receive() == batch
+        with pytest.raises(ConnectionClosed):
+            await receiver.receive()
+
+    trio.run(main)
 
 
 def _compressed_frame(plain_size: int, zstd_bytes: bytes) -> bytes:

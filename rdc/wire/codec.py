@@ -69,7 +69,7 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
         raise ProtocolError(message=f"malformed msgpack: {exc}") from None
 
 
-def unpack_array(data: bytes, limit: int) -> list[tuple[Any, int]]:
+def unpack_array(data: bytes | bytearray | memoryview, limit: int) -> list[tuple[Any, int]]:
     """The items of one msgpack array from a peer (1 to ``limit`` of them), each with the
     number of bytes it took: what a message weighs is known exactly, not guessed from its
     unpacked objects. ProtocolError as for `unpack`."""
