@@ -404,3 +404,49 @@ async def test_a_push_sends_its_times_for_changed_subtrees_without_the_servers(
     assert all(bool(item.times.index) == old_server for item in wholes)
     assert sorted(item.path for item in sent) == ["top1/sub0", "top1/sub1"]
     pair.close()
+
+
+@pytest.mark.parametrize("subdirs, files, walked", [(4, 30, False), (12, 2, True)])
+async def test_a_push_sets_the_directories_it_wrote_in_before_the_metadata_walk(
+        tmp_path, monkeypatch, subdirs: int, files: int, walked: bool) -> None:
+    """Every entry with a time of its own, and one file edited in each subdirectory: the
+    push sets the times of the directories it wrote in first, so the metadata walk finds
+    the tree in step and sends no vectors (which would carry every entry's time). Where
+    it wrote in most directories of a small tree, it leaves them to the walk's vectors,
+    which cost less than an op per directory."""
+    from rdc.transfer import metadata, sides
+
+    src = tmp_path / "src"
+    for d in range(subdirs):
+        for i in range(files):
+            write(src / "top" / f"sub{d}" / f"f{i}", b"x" * (d * files + i), OLD + d * files + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    for d in range(subdirs):
+        write(src / "top" / f"sub{d}" / "f0", b"edited", OLD - d)
+        os.utime(src / "top" / f"sub{d}", ns=(OLD + 7 * d, OLD + 7 * d))
+    sent: list[m.MetaDir] = []
+    ops: list[m.Op] = []
+    real_set, real_apply = sides.Remote.set_vectors, sides.Remote.apply
+
+    async def recording_vectors(self, items):
+        sent.extend(items)
+        return await real_set(self, items)
+
+    async def recording_ops(self, batch):
+        ops.extend(batch)
+        return await real_apply(self, batch)
+
+    monkeypatch.setattr(sides.Remote, "set_vectors", recording_vectors)
+    monkeypatch.setattr(sides.Remote, "apply", recording_ops)
+    stats = await pair.run("push", src)
+    assert not stats.failed and stats.in_step and stats.files_transferred == subdirs
+    assert tree_state(pair.share) == tree_state(src)
+    set_first = {op.path for op in ops if op.kind == "meta"}
+    if walked:
+        assert sent and not set_first & {f"top/sub{d}" for d in range(subdirs)}
+    else:
+        assert not sent
+        assert set_first == {f"top/sub{d}" for d in range(subdirs)}
+    assert metadata.touched(stats.carried[-1]) == sorted(f"top/sub{d}" for d in range(subdirs))
+    pair.close()

@@ -5,16 +5,42 @@ sides, its entries' times and modes travel as vectors without names (cheap: Djan
 entries cost a few KB). Where it is not (the receiver keeps extra entries, without
 ``--delete``), that directory is listed with its entries' times and modes instead, and the
 entries both sides have are set one by one.
+
+Before the walk, a push sets the times and modes of the directories whose entries it wrote
+(`touched`): each install moved such a directory's time on the target, and where few files
+changed they are most of what differs. Set first, they leave the walk nothing to send for
+a subtree whose other entries kept their metadata, where it would otherwise send vectors
+of the whole subtree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rdc.local.paths import join
+from rdc.local.paths import join, parent
 from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
+from rdc.transfer.compare import Changes
 from rdc.transfer.sides import Local, Remote
 from rdc.wire import messages as m
+
+# An op names its directory (a path and a score of bytes); a whole subtree's vectors cost
+# a byte or more per entry. Directories set one by one pay where they are at most one in
+# this many of the tree's entries (a 1% edit of 100,000 files in 4,165 directories:
+# 1,170 KB of vectors became 49 KB of ops; a first copy of Django, whose 3,222
+# directories are a third of its entries, keeps its 25 KB of vectors).
+TOUCHED_SHARE = 16
+
+
+def touched(changes: Changes) -> list[str]:
+    """The directories below the top whose entries ``changes`` writes: those created and
+    the parents of every entry created, replaced or removed, parents first."""
+    paths = [path for path, _ in changes.replace] + [path for path, _ in changes.mkdirs]
+    paths += [path for path, _ in changes.files] + [path for path, _, _ in changes.links]
+    paths += [path for path, _ in changes.removals]
+    dirs = {parent(path) for path in paths} | {path for path, _ in changes.mkdirs}
+    dirs.discard("")
+    return sorted(dirs, key=lambda path: (path.count("/"), path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +133,20 @@ def what(mode: bool, time: bool) -> str:
 
 
 async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.Op],
-                        hb: int) -> tuple[list[m.Op], list[m.Failure | None]]:
+                        hb: int, dirs: Sequence[str] = ()
+                        ) -> tuple[list[m.Op], list[m.Failure | None]]:
     """Bring the target's modes and times (the server's in a push, else this side's) to
     the source's. ``last`` ops go after all others (the opened directory's own time, which
-    the others may move); ``hb``: as for `walk`. Returns the per-entry ops and their
-    results."""
+    the others may move); ``hb``: as for `walk`; ``dirs``: the directories the content
+    phase wrote in (`touched`), set first in a push where they are few. Returns the
+    per-entry ops and their results."""
+    first: list[m.Op] = []
+    if push and len(dirs) * TOUCHED_SHARE <= local.tree.count:
+        for path in dirs:
+            entry = lookup(local.tree, path)
+            if entry is not None and entry.kind == "d":
+                first.append(m.Op("meta", path, mode=entry.mode, mtime_ns=entry.mtime_ns))
+    done = await remote.apply(first) if first else []
     vectors, singles = await walk(remote, local.tree, their_vectors=not push, hb=hb)
     if push:
         updates = []
@@ -134,4 +169,4 @@ async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.O
                for s in singles]
         target = local  # type: ignore[assignment]
     ops += last
-    return ops, await target.apply(ops)
+    return first + ops, done + await target.apply(ops)
