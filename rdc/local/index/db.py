@@ -183,6 +183,10 @@ def _migrations() -> list[tuple[int, str]]:
     return sorted(out)
 
 
+_INSERT = ("INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
 class IndexDatabase:
     """Connection and queries. Paths are relative, '/'-separated ``str`` (surrogate-escaped
     like ``os.fsdecode``), stored as the bytes on disk."""
@@ -518,20 +522,25 @@ class IndexDatabase:
         the lists are loaded (a scan's refresh needs no lists, and looking up and deleting
         each row first was a fifth of its writes)."""
         last = {row[0]: row for row in rows}
-        encoded = list(last)
-        if self._traits is not None:
-            self._forget_traits(list(self._by_encoded("id, sketch", encoded)))
+        encoded, fresh = list(last), list(last.values())
+        # Old rows go with their traits in the same statement (RETURNING).
+        returning = " RETURNING id, sketch" if self._traits is not None else ""
         for i in range(0, len(encoded), 500):
             some = encoded[i : i + 500]
-            self.conn.execute(f"DELETE FROM file WHERE path IN ({','.join('?' * len(some))})",
-                              some)
-        self.conn.executemany(
-            "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", list(last.values()))
-        if self._traits is not None:  # in id order, as the lists keep them
-            for file_id, sketch in sorted(self._by_encoded("id, sketch", encoded)):
-                if sketch is not None:
-                    self._traits.add(file_id, sketch)
+            gone = self.conn.execute(
+                f"DELETE FROM file WHERE path IN ({','.join('?' * len(some))}){returning}", some)
+            self._forget_traits(gone.fetchall())
+        if self._traits is None:
+            self.conn.executemany(_INSERT, fresh)
+            return
+        # A new row's id is one past the largest (SQLite's rule, which the lists' id order
+        # rests on too: `TraitLists.remove`), so a batch's ids follow on from it, and no
+        # second look-up of every path is needed for its traits.
+        first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM file").fetchone()[0]
+        self.conn.executemany(_INSERT, fresh)
+        for k, row in enumerate(fresh):  # in id order, as the lists keep them
+            if row[6] is not None:  # (its sketch)
+                self._traits.add(first + k, row[6])
 
     def move(self, file_id: int, path: str, st: FileStat, racy: bool) -> None:
         """A file renamed without a content change keeps its signature."""
