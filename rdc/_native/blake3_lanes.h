@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define B3_BLOCK 64
 #define B3_CHUNK 1024
@@ -62,7 +63,10 @@ static const uint8_t b3_schedule[7][16] = {
 static inline const uint8_t *b3_block(const b3_job *job, uint32_t b, uint8_t pad[B3_BLOCK]) {
     const uint8_t *p = job->input + (size_t)B3_BLOCK * b;
     if (b + 1 == job->nblocks && job->last_len < B3_BLOCK) {
-        for (uint32_t i = 0; i < B3_BLOCK; i++) pad[i] = i < job->last_len ? p[i] : 0;
+        /* Not a byte loop: small chunks (sub-chunks of ~200 bytes) pad one block in four,
+         * and the loop cost a third of their kernel time. */
+        memcpy(pad, p, job->last_len);
+        memset(pad + job->last_len, 0, B3_BLOCK - job->last_len);
         return pad;
     }
     return p;
