@@ -2,7 +2,8 @@
  *
  * Filter path. Positions up to p + min_size are never candidates and never rolled (after a
  * cut the roll restarts from scratch on the window bytes before p + min_size + 1); every
- * other position is rolled once. Rolling is the bulk of the work, and it runs in one of two
+ * other position is rolled once. (A chunker that never rolls sparse rolls ahead instead,
+ * every position once: roll_target.) Rolling is the bulk of the work, and it runs in one of two
  * modes, switched per window; neither changes a cut. Its loops run two or three
  * independent gear chains over parts of a run (the later parts started from scratch: the
  * gear hash forgets all but its window), unrolled eight times, and ask for the bytes of
@@ -108,6 +109,8 @@ typedef unsigned __int128 rdc_key; /* (lead << 64) | ext: compares like the pair
 /* After a sparse window misses, dense windows for a while: 1, 3, 7, ... up to this many
  * after misses in a row; eight sparse windows without a miss halve the wait. A miss costs
  * about one window rolled again, a dense window about a sixth more than a sparse one. */
+/* Rolling ahead (roll_target) fills at least this much of the ring at a time. */
+#define AHEAD_RING 8192
 #define PENALTY_MAX 63u
 #define PENALTY_DECAY 8u
 
@@ -210,7 +213,7 @@ int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint3
     c->kern = rdc_scan_kernel_of(c->path);
     /* The rings hold the positions of one window, (lo, hi], at least. */
     size_t ring = 64;
-    while (ring < (size_t)max_size + 64) ring <<= 1;
+    while (ring < (size_t)max_size + 64 || (c->filter && ring < AHEAD_RING)) ring <<= 1;
     c->mask = ring - 1;
     if (c->filter) {
         c->leads = malloc(ring);
@@ -281,49 +284,40 @@ ALWAYS_INLINE uint64_t warm_up(const uint8_t *src, const unsigned S, size_t w) {
 
 /* Dense: leads of n consecutive positions into dst[0..n): src[k] is the byte that makes
  * position k from position k - 1, whose state is *hp, or with `scratch` the gear of the
- * window bytes before src. The gear hash forgets everything older than its window, so the
- * second half can start from scratch too and be rolled in the same loop as the first
- * half: two independent dependency chains, each one shift-and-add per byte. Unrolled
- * eight times, as the sparse loop below. */
+ * window bytes before src. The gear hash forgets everything older than its window, so a
+ * long run is cut into DENSE_CHAINS parts, the later ones started from scratch too, and
+ * rolled in one loop: independent dependency chains, each one shift-and-add per byte.
+ * Unrolled eight times, as the sparse loop below. */
+#define DENSE_CHAINS 4
 ALWAYS_INLINE void roll_run(const uint8_t *src, size_t n, uint64_t *hp, int scratch,
                             uint8_t *dst, const unsigned S, size_t w) {
     const uint64_t *gear = rdc_gear;
     uint64_t h = scratch ? warm_up(src, S, w) : *hp;
     size_t k = 0;
     if (n >= SPLIT_MIN) {
-        size_t half = n / 2, stop = half - half % 8;
-        const uint8_t *src2 = src + half;
-        uint8_t *dst2 = dst + half;
-        uint64_t g = warm_up(src2, S, w);
-#define DENSE_STEP(u)                             \
-    h = (h << S) + gear[src[k + (u)]];            \
-    g = (g << S) + gear[src2[k + (u)]];           \
-    dst[k + (u)] = (uint8_t)(h >> 56);            \
-    dst2[k + (u)] = (uint8_t)(g >> 56)
+        size_t part = n / DENSE_CHAINS, stop = part - part % 8;
+        uint64_t st[DENSE_CHAINS];
+        st[0] = h;
+        for (size_t i = 1; i < DENSE_CHAINS; i++) st[i] = warm_up(src + i * part, S, w);
         const uint8_t *ahead = src + n;
         for (; k < stop; k += 8, ahead += 32) {
             __builtin_prefetch(ahead);
-            DENSE_STEP(0);
-            DENSE_STEP(1);
-            DENSE_STEP(2);
-            DENSE_STEP(3);
-            DENSE_STEP(4);
-            DENSE_STEP(5);
-            DENSE_STEP(6);
-            DENSE_STEP(7);
+            _Pragma("GCC unroll 8") for (size_t u = 0; u < 8; u++)
+                _Pragma("GCC unroll 4") for (size_t i = 0; i < DENSE_CHAINS; i++) {
+                    st[i] = (st[i] << S) + gear[src[i * part + k + u]];
+                    dst[i * part + k + u] = (uint8_t)(st[i] >> 56);
+                }
         }
-#undef DENSE_STEP
-        for (; k < half; k++) {
-            h = (h << S) + gear[src[k]];
-            dst[k] = (uint8_t)(h >> 56);
-            g = (g << S) + gear[src2[k]];
-            dst2[k] = (uint8_t)(g >> 56);
-        }
-        /* The second half continues to the end. */
-        h = g;
-        src = src2;
-        dst = dst2;
-        n -= half;
+        for (size_t i = 0; i + 1 < DENSE_CHAINS; i++)
+            for (size_t j = k; j < part; j++) {
+                st[i] = (st[i] << S) + gear[src[i * part + j]];
+                dst[i * part + j] = (uint8_t)(st[i] >> 56);
+            }
+        /* The last part continues to the end. */
+        h = st[DENSE_CHAINS - 1];
+        src += (DENSE_CHAINS - 1) * part;
+        dst += (DENSE_CHAINS - 1) * part;
+        n -= (DENSE_CHAINS - 1) * part;
     }
     for (; k < n; k++) {
         h = (h << S) + gear[src[k]];
@@ -558,6 +552,17 @@ static void roll_to(rdc_chunker *c, const uint8_t *data, uint64_t base, uint64_t
     } else {
         roll_leads(c, data, base, target, scratch);
     }
+}
+
+/* How far to roll for a decision over (lo, hi] with data up to end. A chunker that never
+ * rolls sparse rolls ahead as far as the ring and the data allow: a lead does not depend
+ * on where the last cut was (the gear hash forgets all but its window), and so small
+ * chunks (sub-chunks of ~200 bytes) roll in runs long enough to split into chains, without
+ * a restart per window. The ring keeps (lo, target]: it holds ring positions. */
+static uint64_t roll_target(const rdc_chunker *c, uint64_t lo, uint64_t hi, uint64_t end) {
+    if (!c->filter || c->sparse_lead >= 0 || hi <= c->rolled) return hi;
+    uint64_t far = lo + c->mask + 1;
+    return far < end ? far : end;
 }
 
 /* ------------------------------------------------------------------ decisions */
@@ -900,7 +905,7 @@ int rdc_chunker_scan(rdc_chunker *c, const uint8_t *data, size_t len, uint64_t b
         if (hi <= lo) {
             cut = end;
         } else {
-            roll_to(c, data, base, hi);
+            roll_to(c, data, base, roll_target(c, lo, hi, end));
             cut = c->filter ? decide_filter(c, data, base, lo, hi) : decide_baseline(c, lo, hi);
         }
         cuts[(*ncuts)++] = cut;
