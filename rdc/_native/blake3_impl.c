@@ -89,7 +89,9 @@ int rdc_b3_path_available(int path) {
     case RDC_B3_SSE2: __builtin_cpu_init(); return __builtin_cpu_supports("sse2");
     case RDC_B3_SSE41: __builtin_cpu_init(); return __builtin_cpu_supports("sse4.1");
     case RDC_B3_AVX2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2");
-    case RDC_B3_AVX512: __builtin_cpu_init(); return __builtin_cpu_supports("avx512f");
+    case RDC_B3_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #endif
     default: return 0;
     }

@@ -8,6 +8,8 @@
  *   V_ADD, V_XOR (a, b)  V_ROR16, V_ROR12, V_ROR8, V_ROR7 (x)  rotations right
  *   V_SET1(u32)  V_LOAD(const uint32_t *p: LANES words)  V_SELECT(mask, new, old)
  *   LOAD_MSG(rows, m)  m[w] lane l = little-endian word w of the 64-byte block rows[l]
+ *   LOAD_MSG_LENS(rows, lens, m), optional: the same of the lens[l] bytes at rows[l], zero
+ *                padded, without reading past them (no copy into a padded block)
  *   STORE_CV(h, outs)  the 8 words of lane l of h[0..8) to outs[l], little-endian
  */
 
@@ -57,7 +59,9 @@
 
 TARGET void KERNEL(const b3_job *jobs, size_t count, const uint32_t key[8]) {
     static const uint8_t idle_block[B3_BLOCK];
+#ifndef LOAD_MSG_LENS
     uint8_t pad[LANES][B3_BLOCK];
+#endif
     uint8_t idle_out[RDC_B3_OUT_BYTES];
     const uint8_t *rows[LANES];
     uint8_t *outs[LANES];
@@ -98,7 +102,11 @@ TARGET void KERNEL(const b3_job *jobs, size_t count, const uint32_t key[8]) {
         for (size_t l = 0; l < LANES; l++) {
             const b3_job *job = l < count ? &jobs[l] : NULL;
             if (job && b < job->nblocks) {
+#ifdef LOAD_MSG_LENS
+                rows[l] = job->input + (size_t)B3_BLOCK * b;
+#else
                 rows[l] = b3_block(job, b, pad[l]);
+#endif
                 lens[l] = b3_block_len(job, b);
                 flags[l] = b3_block_flags(job, b);
                 live[l] = ~0u;
@@ -108,7 +116,11 @@ TARGET void KERNEL(const b3_job *jobs, size_t count, const uint32_t key[8]) {
                 all_live = 0;
             }
         }
+#ifdef LOAD_MSG_LENS
+        LOAD_MSG_LENS(rows, lens, m);
+#else
         LOAD_MSG(rows, m);
+#endif
         COMPRESS(V_LOAD(lens), V_LOAD(flags), V_LOAD(live), all_live);
     }
     STORE_CV(h, outs);
@@ -131,4 +143,5 @@ TARGET void KERNEL(const b3_job *jobs, size_t count, const uint32_t key[8]) {
 #undef V_LOAD
 #undef V_SELECT
 #undef LOAD_MSG
+#undef LOAD_MSG_LENS
 #undef STORE_CV
