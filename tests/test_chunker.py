@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from rdc import _native
 from rdc._native import chunker_ref
 from rdc.content.chunking import Chunker, boundaries, chunks_of
-from rdc.params import DEFAULT_CHUNKS, ChunkParams
+from rdc.params import DEFAULT_CHUNKS, SUB_PARAMS, ChunkParams
 
 from .conftest import PURE, scaled
 
@@ -446,6 +446,47 @@ def test_every_path_matches_reference_on_mixed_segments(seed, size, params, conf
 )
 def test_every_path_streams_to_the_same_cuts(data, splits, params, config) -> None:
     assert config_stream_cuts(data, splits, params, *config) == reference_cuts(data, params)
+
+
+# Windows too short to roll sparse (the sub-chunks among them) roll their leads ahead, a
+# ring of 8 KiB or more at a time, whatever the last cut: buffers of several rings, and
+# buffers shorter than the window or the minimum size, whole and streamed.
+AHEAD_PARAMS = [
+    SUB_PARAMS,
+    ChunkParams(16, 16, 17),
+    ChunkParams(32, 40, 900),
+    ChunkParams(64, 64, 2000),
+]
+AHEAD_CONFIGS = [(path, sparse) for path in PATHS for sparse in (None, -1)]
+
+
+@st.composite
+def ring_sized_data(draw) -> bytes:
+    size = draw(st.one_of(st.integers(0, 70), st.integers(0, 40_000)))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    kind = draw(st.sampled_from(["random", "zeros", "periodic", "sorted", "mixed"]))
+    if kind == "random":
+        return rng.randbytes(size)
+    if kind == "zeros":
+        return bytes(size)
+    if kind == "periodic":
+        return (rng.randbytes(rng.randrange(1, 80)) * size)[:size]
+    if kind == "sorted":
+        return bytes(sorted(rng.randbytes(size)))
+    return mixed_segments(rng.randrange(2**32), size, random_run=3000)
+
+
+@C_ONLY
+@given(
+    ring_sized_data(),
+    st.sampled_from(AHEAD_PARAMS),
+    st.lists(st.integers(0, 9000), max_size=8),
+    st.sampled_from(AHEAD_CONFIGS or [("portable", None)]),
+)
+def test_rolling_ahead_matches_reference(data, params, splits, config) -> None:
+    expected = reference_cuts(data, params)
+    assert config_cuts(data, params, *config) == expected
+    assert config_stream_cuts(data, splits, params, *config) == expected
 
 
 @C_ONLY
