@@ -644,6 +644,8 @@ static inline uint64_t ext_at(rdc_chunker *c, uint64_t j, const uint8_t *window)
  * other or on comparisons), then one pass. */
 static uint64_t decide_batch(rdc_chunker *c, const uint8_t *data, uint64_t base,
                              const uint64_t *cand, size_t n) {
+    /* A lone minimal lead wins without ext: most windows of sub-chunk size have one. */
+    if (n == 1) return cand[0];
     uint64_t e[BATCH_MAX], fresh[BATCH_MAX];
     const uint8_t *todo[BATCH_MAX];
     size_t slot[BATCH_MAX], nt = 0, w = c->window;
