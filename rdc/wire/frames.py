@@ -137,7 +137,7 @@ class FrameStream:
             # Once in the stream, a frame goes compressed whatever it saved: the peer's
             # decoder must see every byte the encoder took in.
             head, compressor = self._stream()
-            plain = header + b"".join(packed)
+            plain = b"".join([header, *packed])
             if length >= THREAD_FROM:
                 squeezed = await trio.to_thread.run_sync(_squeeze, compressor, plain)
             else:
@@ -228,7 +228,7 @@ class FrameStream:
         if not 1 <= size <= MAX_FRAME:
             raise ProtocolError(message=f"compressed frame content size {size} not in "
                                 f"1..{MAX_FRAME}")
-        self._source.add(memoryview(body)[PLAIN_SIZE.size :])
+        self._source.add(body[PLAIN_SIZE.size :])
 
         def run() -> bytearray:
             out = bytearray(size)
