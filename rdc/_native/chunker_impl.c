@@ -106,11 +106,11 @@ typedef unsigned __int128 rdc_key; /* (lead << 64) | ext: compares like the pair
 /* Sparse rolling is automatic for windows of at least this many positions: with a lead of
  * 0 at one position in 256, a window without one is then rarer than 1 in 3,000. */
 #define SPARSE_MIN_SPAN 2048
+/* Rolling ahead (roll_target) fills at least this much of the ring at a time. */
+#define AHEAD_RING 8192
 /* After a sparse window misses, dense windows for a while: 1, 3, 7, ... up to this many
  * after misses in a row; eight sparse windows without a miss halve the wait. A miss costs
  * about one window rolled again, a dense window about a sixth more than a sparse one. */
-/* Rolling ahead (roll_target) fills at least this much of the ring at a time. */
-#define AHEAD_RING 8192
 #define PENALTY_MAX 63u
 #define PENALTY_DECAY 8u
 
