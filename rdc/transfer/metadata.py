@@ -15,7 +15,6 @@ of the whole subtree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rdc.local.paths import join, parent
@@ -138,15 +137,16 @@ def what(mode: bool, time: bool) -> str:
 
 
 async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.Op],
-                        hb: int, dirs: Sequence[str] = ()
+                        hb: int, changes: Changes | None = None
                         ) -> tuple[list[m.Op], list[m.Failure | None]]:
     """Bring the target's modes and times (the server's in a push, else this side's) to
     the source's. ``last`` ops go after all others (the opened directory's own time, which
-    the others may move); ``hb``: as for `walk`; ``dirs``: the directories the content
-    phase wrote in (`touched`), set first in a push where they are few. Returns the
-    per-entry ops and their results."""
+    the others may move); ``hb``: as for `walk`; ``changes``: what the content phase
+    wrote, whose directories (`touched`) a push sets first where they are few. Returns
+    the per-entry ops and their results."""
     first: list[m.Op] = []
-    if push and len(dirs) * TOUCHED_SHARE <= local.tree.count:
+    dirs = touched(changes) if push and changes is not None else []
+    if dirs and len(dirs) * TOUCHED_SHARE <= local.tree.count:
         for path in dirs:
             entry = lookup(local.tree, path)
             if entry is not None and entry.kind == "d":
