@@ -61,9 +61,6 @@ class Daemon:
         """Listen until cancelled; ``task_status.started`` gets the listeners (so tests and
         the log know the bound port)."""
         listeners = await open_listeners(self.config.host, self.config.port)
-        for listener in listeners:
-            host, port = listener.socket.getsockname()[:2]
-            log.info("listening on %s:%d%s", host, port, " (TLS)" if self.tls else "")
         for name, share in sorted(self.config.shares.items()):
             log.info("share %s = %s%s", name, share.path, " (read-only)" if share.readonly else "")
             if share.versions is not None:
@@ -84,6 +81,11 @@ class Daemon:
                 if any(share.versions for share in self.config.shares.values()):
                     nursery.start_soon(self.registry.prune_versions)
                 nursery.start_soon(self.registry.board.log_summaries)
+                # Logged last: scripts and tests take this line to mean ready, so every
+                # share's marker is in place by then.
+                for listener in listeners:
+                    host, port = listener.socket.getsockname()[:2]
+                    log.info("listening on %s:%d%s", host, port, " (TLS)" if self.tls else "")
                 task_status.started(listeners)
                 if self.config.scrub_every is not None:
                     log.info("scrubbing every share every %g s", self.config.scrub_every)
