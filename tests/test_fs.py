@@ -30,6 +30,8 @@ from rdc.local import beneath, fs
 from rdc.local.fs import ConflictError, Expect, SafeRoot
 from rdc.local.paths import PathError, is_temporary
 
+from .conftest import PURE
+
 T1 = 1_234_567_891_234_567_891  # ns: exercises every digit of mtime_ns
 T2 = 1_600_000_000_000_000_007
 
@@ -1285,3 +1287,45 @@ def test_open_beneath_refuses_links_and_escapes(tmp_path: Path) -> None:
             beneath.open_dir(held, "a/missing/c")
     finally:
         os.close(held)
+
+
+def test_a_large_temporary_starts_its_writeback_in_steps_and_keeps_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each WRITEBACK_STEP written starts the writeback of exactly the range not started
+    yet; the hint changes no byte of the file (with the real call, where there is one)."""
+    from rdc import _native
+
+    real = _native.start_writeback
+    started: list[tuple[int, int]] = []
+
+    def record(fd: int, offset: int, length: int) -> bool:
+        started.append((offset, length))
+        return real(fd, offset, length) if real else False
+
+    monkeypatch.setattr(fs, "WRITEBACK_STEP", 1000)
+    monkeypatch.setattr(_native, "start_writeback", record)
+    root = SafeRoot(tmp_path)
+    data = os.urandom(4500)
+    with root.create_temp("big") as tmp:
+        for at in range(0, len(data), 700):
+            tmp.write(data[at : at + 700])
+        tmp.commit(0o644, T1)
+    root.close()
+    assert started == [(0, 1400), (1400, 1400), (2800, 1400)]
+    assert (tmp_path / "big").read_bytes() == data
+
+
+@pytest.mark.skipif(PURE or sys.platform != "linux", reason="Linux's sync_file_range, native")
+def test_start_writeback_is_taken_on_a_regular_file(tmp_path: Path) -> None:
+    from rdc import _native
+
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"x" * 65536)
+        assert _native.start_writeback(fd, 0, 65536) is True
+        assert _native.start_writeback(-1, 0, 1) is False  # a hint: never raises
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"x" * 65536

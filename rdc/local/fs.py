@@ -60,6 +60,9 @@ FRESH_SECONDS = 1.0
 # transfer's partial file, kept for resuming it (rdc.transfer.resume) for PARTIAL_SECONDS.
 PARTIAL_BYTES = 1 << 20
 PARTIAL_SECONDS = 24 * 3600.0
+# A temporary's pages are sent toward the disk every WRITEBACK_STEP bytes written, so the
+# commit's fsync waits for the last few only (`_native.start_writeback`).
+WRITEBACK_STEP = 8 << 20
 # Setuid and setgid bits from a peer are dropped on files, so a daemon running as root
 # cannot be made to plant a setuid program. Directories keep every bit.
 ALLOW_SETID = False
@@ -1226,6 +1229,8 @@ class TempFile:
         self._changed = changed
         self.keeper: Keeper | None = None  # as SafeRoot.keeper
         self.full = False  # a test's full disk (rdc.local.faults)
+        self._written = 0  # bytes appended by `write`
+        self._flushed = 0  # of those, how many have had their writeback started
 
     @property
     def closed(self) -> bool:
@@ -1248,6 +1253,10 @@ class TempFile:
         except BaseException as exc:
             self._fail(exc)
             raise
+        self._written += total
+        if self._written - self._flushed >= WRITEBACK_STEP and _native.start_writeback:
+            _native.start_writeback(self._fd, self._flushed, self._written - self._flushed)
+            self._flushed = self._written
         return total
 
     def commit(
