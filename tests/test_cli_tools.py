@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 
+from rdc.content.chunking import chunks_of
 from rdc.content.signature import signature_of_bytes
 from rdc_client.cli import main
 
@@ -104,3 +107,37 @@ def test_an_index_another_rdc_keeps_locked_is_a_clear_error(tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.startswith("rdc: the signature index: ") and "locked" in err, err
     assert main(["similar", str(data)]) == 0  # nothing was lost: the index is still there
+
+
+def _program(*args: str, **kw) -> subprocess.CompletedProcess:
+    """The ``rdc`` program itself (`rdc_client.cli.entry`), as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "rdc_client", *args], timeout=60, **kw)
+
+
+def test_the_program_writes_all_its_output_and_keeps_its_exit_code(tmp_path) -> None:
+    """It ends without Python's teardown: what it printed must still all arrive, and its
+    exit code must be main's."""
+    (tmp_path / "f").write_bytes(random.Random(4).randbytes(2_000_000))
+    expected = [f"{c.offset} {c.length}" for c in chunks_of((tmp_path / "f").read_bytes())]
+    done = _program("chunk", "--list", *[str(tmp_path / "f")] * 40, capture_output=True,
+                    text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line and not line.startswith("==> ")] == expected * 40
+    assert sum(line.startswith("==> ") for line in lines) == 40
+    missing = _program("sig", str(tmp_path / "nope"), capture_output=True, text=True)
+    assert missing.returncode == 3
+    assert missing.stderr.startswith("rdc: cannot read")
+
+
+def test_the_program_stops_quietly_when_its_reader_goes_away(tmp_path) -> None:
+    (tmp_path / "f").write_bytes(random.Random(5).randbytes(2_000_000))
+    with subprocess.Popen([sys.executable, "-m", "rdc_client", "chunk", "--list",
+                           *[str(tmp_path / "f")] * 200],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith(b"==> ")
+        proc.stdout.close()  # as `| head -1` does
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 0
+    assert b"Traceback" not in err and b"Exception ignored" not in err

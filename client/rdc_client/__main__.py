@@ -1,5 +1,5 @@
 """``python -m rdc_client`` runs the ``rdc`` command."""
 
-from rdc_client.cli import main
+from rdc_client.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import io
 import os
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from rdc.allocator import tune_allocator
 from rdc.errors import RdcError
@@ -129,6 +132,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, ConnectionClosed):
             return _fatal(args, f"{exc or 'the connection was closed'}", 5)
         raise
+
+
+def entry() -> NoReturn:
+    """The ``rdc`` program: `main`, then an exit without Python's teardown, which frees
+    every module and object one by one (50-75 ms of a 0.4 s push that found nothing to
+    do). Whatever must reach the disk or the peer is done when `main` returns, and rdc is
+    built to lose nothing when killed at any point; what Python's exit would still do
+    (join the threads, run the atexit handlers, such as logging's flush, flush the
+    streams) is done here first."""
+    code = main()
+    shutdown = getattr(threading, "_shutdown", None)  # (joins threads as Python's exit)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            pass  # the reader went away: quietly, as main treats it
+        except (OSError, ValueError):
+            code = code or 120  # what Python's exit gives when it cannot flush stdout
+    os._exit(code)
 
 
 def _fatal(args: argparse.Namespace, message: str, exit_code: int) -> int:
