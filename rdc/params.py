@@ -8,15 +8,14 @@ docs/formats.md says how each value was chosen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rdc._native import constants as _native
 from rdc._native.constants import check_limits
+from rdc.records import record
 
 MAX_CHUNK_LIMIT = _native.MAX_CHUNK_LIMIT  # the largest chunk any parameters allow
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChunkParams:
     """Winnowing parameters (DESIGN.md section 1).
 
@@ -42,7 +41,7 @@ class ChunkParams:
         return f"{self.window}/{self.min_size}/{self.max_size}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GroupParams:
     """Group sizes of the tree's recursion: between ``min_entries + 1`` and
     ``max_entries`` entries, but for the last group of a level."""
@@ -71,7 +70,7 @@ FINE_PARAMS = SUB_PARAMS
 SKETCH_MIN_LEAVES = 8
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SignatureParams:
     chunks: ChunkParams = DEFAULT_CHUNKS
     groups: GroupParams = DEFAULT_GROUPS

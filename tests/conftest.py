@@ -6,10 +6,17 @@ from __future__ import annotations
 import os
 import signal
 
+# Before rdc is imported, here and in every server and client the tests start: records
+# are truly frozen under test (rdc.records).
+os.environ["RDC_CHECK_RECORDS"] = "1"
+
 import pytest
 from hypothesis import settings
 
-from rdc import _native
+from rdc import _native, records
+
+if not records.CHECKED:
+    raise RuntimeError("rdc.records was imported before tests/conftest.py set RDC_CHECK_RECORDS")
 
 # The end-to-end fixture (the real `rdc serve` and `rdc` processes) of tests/test_e2e_*.py.
 from .e2e_support import e2e  # noqa: F401

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import BinaryIO
 
 import blake3
@@ -37,9 +36,10 @@ from rdc.params import (
     ChunkParams,
     SignatureParams,
 )
+from rdc.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileSignature:
     tree: Tree
     sketch: Sketch | None

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from rdc import _native
 from rdc._native.constants import TRAIT_BITS, TRAITS
+from rdc.records import record
 
 TRAIT_VALUES = 1 << TRAIT_BITS
 
@@ -34,7 +34,7 @@ def matching_traits(a: Sketch, b: Sketch) -> int:
     return sum(x == y for x, y in zip(a, b, strict=True))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Resemblance:
     """Estimated Jaccard similarity of two leaf sets, with one standard error."""
 

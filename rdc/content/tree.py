@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import blake3
 
@@ -20,11 +19,12 @@ from rdc import _native
 from rdc._native import signature_ref
 from rdc.content.entries import put_varint, read_varint
 from rdc.params import DEFAULT_GROUPS, NODE_CONTEXT, GroupParams
+from rdc.records import record
 
 HASH_BYTES = 32
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Level:
     """Entries of one tree level: ``hashes`` is ``32 * n`` bytes, ``lengths`` n lengths."""
 
@@ -76,7 +76,7 @@ def next_level(level_number: int, below: Level, params: GroupParams) -> Level:
     return Level(hashes, lengths)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Tree:
     """All levels of a file's tree, ``levels[0]`` the leaves and ``levels[-1]`` the root."""
 

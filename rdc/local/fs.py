@@ -31,7 +31,6 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, TypeVar
 
 from rdc import _native
@@ -49,6 +48,7 @@ from rdc.local.paths import (
     temporary_name,
 )
 from rdc.local.paths import name as leaf_name
+from rdc.records import record
 
 # A temporary whose owner is alive is locked, so a regular temporary that is not locked is
 # stale at once. The grace period covers what a lock cannot: symlink temporaries (never
@@ -90,7 +90,7 @@ class ConflictError(RdcError):
     exit_code = 3
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Expect:
     """What the caller believes is at a path now. A write or removal given one goes ahead only
     if it still holds (compare and swap), so a concurrent change is not silently lost. Fields

@@ -17,12 +17,12 @@ import contextlib
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 import blake3
 
 from rdc.local.paths import is_temporary
+from rdc.records import record
 
 MARKER = ".rdc-folder"
 TEXT = (
@@ -37,7 +37,7 @@ TEXT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RootState:
     """What the marker says of a root: ``marked`` (it has one now) and ``lost`` (it had
     one, as rdc remembers, and has not now)."""

@@ -21,11 +21,12 @@ from rdc.local.filestat import stamp
 from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.records import record
 
 CHANGED = "content changed without an mtime change"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finding:
     """A file whose content differs from its index though its size, mtime and inode are
     what the index recorded: ``indexed`` the root the index had, ``found`` the root of

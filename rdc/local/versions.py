@@ -27,7 +27,6 @@ import re
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import blake3
@@ -35,6 +34,7 @@ import blake3
 from rdc.errors import UsageError
 from rdc.local.fs import Keeper, SafeRoot
 from rdc.local.paths import is_temporary
+from rdc.records import record
 
 MARKER = ".rdc-versions"  # in the store's top directory: which tree it belongs to
 FORMAT = 1
@@ -52,7 +52,7 @@ class VersionKeepError(OSError):
     """A version could not be kept: the change that would have lost the file fails."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Retention:
     """How many versions of a file are kept: ``keep`` the newest N, ``staggered`` (at most
     one per 30 s for the first hour, per hour for the first day, per day for the first 30
@@ -117,7 +117,7 @@ def stagger_step(age: float) -> float:
     return STAGGER_STEPS[-1][1]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Version:
     """One kept version: the path it had in the tree, when it was kept (seconds since the
     epoch), and where it is in the store."""

@@ -4,9 +4,10 @@ describes one record in a pack's trailer and in index objects (docs/formats.md s
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 import blake3
+
+from rdc.records import record
 
 ID_BYTES = 32
 SKETCH_BYTES = 12
@@ -33,7 +34,7 @@ class Encoding(enum.IntEnum):
     DELTA = 2
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Entry:
     """One record: where it is in its pack and what it holds."""
 

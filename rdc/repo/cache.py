@@ -12,10 +12,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from rdc.records import record
 from rdc.repo.blobs import Encoding, Entry, Kind
 from rdc.repo.indexfile import PackInfo
 from rdc.repo.similarity import features
@@ -38,7 +38,7 @@ def default_location(repo_id: str) -> Path:
     return Path(base) / "rdc" / "repo" / f"{repo_id}.sqlite3"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Location:
     """Where a blob's record is."""
 
@@ -46,7 +46,7 @@ class Location:
     entry: Entry
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CachedFile:
     size: int
     mtime_ns: int

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
 import blake3
@@ -22,6 +21,7 @@ from rdc.content.tree import HASH_BYTES, Tree, node_hash
 from rdc.local.paths import PathError, check_relpath
 from rdc.local.snapshot import Entry, entries_below
 from rdc.params import CONTENT_CONTEXT, DEFAULT_GROUPS
+from rdc.records import record
 from rdc.repo import msg
 from rdc.repo.blobs import Kind, meta_id, read_varint
 
@@ -65,7 +65,7 @@ class BlobLoader(Protocol):
     def load_dir(self, plain_id: bytes) -> list[DirEntry]: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileRef:
     """A file's content as a dir blob holds it: the children of its tree's root."""
 
@@ -90,7 +90,7 @@ class FileRef:
         return cls(len(tree.levels), below.hashes, tuple(below.lengths))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DirEntry:
     """One entry of a dir blob. ``name`` is fsdecoded (surrogate escapes for non-UTF-8)."""
 
@@ -293,7 +293,7 @@ def decode_meta(data: bytes) -> tuple[list[int], list[int]]:
 # ---------------------------------------------------------------- reading a snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Item:
     """One entry of a snapshot with its path, mode and mtime."""
 

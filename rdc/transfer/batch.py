@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import trio
 
@@ -41,6 +40,7 @@ from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.verify import CHANGED, recheck
 from rdc.params import OFFER_ROOT
+from rdc.records import record
 from rdc.transfer import lockstep
 from rdc.transfer.compare import SHORT_DIGESTS
 from rdc.transfer.descent import SUBS_FROM, WHOLE_BELOW, SourceFile, whole_is_best
@@ -244,7 +244,7 @@ def read_offered(replica: Replica, offer: m.FileOffer) -> bytes:
     return data
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     """The target's verdict on one offered file, the check of what must still be at its
     path when its content is put there, and the content when this side has it (a local

@@ -31,6 +31,7 @@ from rdc.params import (
     WIRE_PREFIX,
     ChunkParams,
 )
+from rdc.records import record
 from rdc.wire.codec import pack
 from rdc.wire.messages import (
     Data,
@@ -92,7 +93,7 @@ def wire_size(message: Message) -> int:
 # ---------------------------------------------------------------- the target's side
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SeedFile:
     tree: Tree
     read: Callable[[int, int], bytes]  # (offset, length) -> bytes
@@ -123,7 +124,7 @@ class SeedMap:
         return hit[0], hit[1]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Piece:
     """``length`` bytes of the new file at ``offset``: from a seed (``seed``,
     ``seed_offset``) or, with ``seed == -1``, literal: the data of fetch item ``item``."""
@@ -135,7 +136,7 @@ class Piece:
     item: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FetchItem:
     """Literal data to ask the source for: ``length`` bytes of a leaf from ``start``;
     with ``old`` (seed, offset, length), described against those old bytes, whose block

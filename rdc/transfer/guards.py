@@ -17,10 +17,9 @@ and exits with its own code (`rdc.errors.EXIT_DELETE_REFUSED`). ``--force`` lift
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rdc.local.marker import MARKER
 from rdc.local.paths import join
+from rdc.records import record
 from rdc.transfer.sides import Side
 from rdc.transfer.stats import Options
 from rdc.wire import messages as m
@@ -29,7 +28,7 @@ DELETE_SHARE = 0.5  # of the receiving side's files, at most, in one run ...
 DELETE_FREE = 10  # ... unless it deletes at most this many files
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Source:
     """The side whose state a deletion follows: how to name it, whether it lost its
     marker, whether it is empty."""
@@ -39,7 +38,7 @@ class Source:
     empty: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Size:
     """What a set of deletions would remove: entries (every file, link and directory, a
     directory's whole subtree included) and, among them, regular files."""

@@ -33,6 +33,7 @@ from rdc.errors import ProtocolError, Refusal
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.params import SUB_PREFIX
+from rdc.records import record
 from rdc.transfer.descent import (
     Plan,
     Reply,
@@ -108,7 +109,7 @@ class _Descent:
     plan: Plan | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rebuilt:
     """A ``delta`` file's outcome: its content (None: it did not check out, and goes by the
     per-file exchange) and signature, and the bytes that came as literal data and from

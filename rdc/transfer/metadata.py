@@ -15,10 +15,9 @@ of the whole subtree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rdc.local.paths import join, parent
 from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
+from rdc.records import record
 from rdc.transfer.compare import Changes
 from rdc.transfer.sides import Local, Remote
 from rdc.wire import messages as m
@@ -47,7 +46,7 @@ def touched(changes: Changes) -> list[str]:
     return sorted(dirs, key=lambda path: (path.count("/"), path))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Single:
     """One entry whose mode or time differs, in a directory whose content differs."""
 

@@ -17,7 +17,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import trio
 
@@ -26,6 +25,7 @@ from rdc.local.marker import RootState, settle
 from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
 from rdc.local.verify import CHANGED
+from rdc.records import record
 from rdc.transfer import guards, metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch, takes_deltas
 from rdc.transfer.compare import Changes, compare, everything, first_prefix, moves
@@ -368,7 +368,7 @@ async def _move_instead(target: Side, changes: Changes, stats: Stats) -> list[tu
     return done
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Deletion:
     """What the deletion guards weigh (`rdc.transfer.guards`): the source, and the files
     of the target and how to name it."""

@@ -7,13 +7,13 @@ differs. Sending and receiving files is not a side's: it needs both (`rdc.transf
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import trio
 
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
+from rdc.records import record
 from rdc.transfer.ops import apply_meta, apply_ops, listing
 from rdc.transfer.reconcile import (
     HAVE_BUDGET,
@@ -34,7 +34,7 @@ MSET_BATCH = 256
 Listings = dict[str, dict[str, m.Listed] | None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Hashes:
     """A side's root hashes (docs/formats.md section 5), its top directory's own mode and
     time (None where they are not synced), and what its scan could not read."""

@@ -10,13 +10,14 @@ from typing import Any
 
 from rdc.local.marker import MarkerBook
 from rdc.local.snapshot import Entry, iter_files
+from rdc.records import record
 from rdc.transfer.compare import Changes
 from rdc.wire import messages as m
 
 CONCURRENT_FILES = 32
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Event:
     """Progress of a transfer: files and bytes done of those planned."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -21,6 +20,7 @@ from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import PARTIAL_BYTES, ConflictError, Expect
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.records import record
 from rdc.transfer.descent import (
     Plan,
     SeedChanged,
@@ -43,7 +43,7 @@ THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
 WANT_ITEMS = 1024
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outcome:
     """How a file arrived: ``have`` (nothing to do), ``copy`` (from another local file),
     ``whole`` or ``delta``; with the literal and matched bytes."""

@@ -41,6 +41,7 @@ from rdc.local.paths import join, to_wire
 from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, lookup
 from rdc.local.verify import CHANGED
+from rdc.records import record
 from rdc.transfer import guards
 from rdc.transfer import sync_base as base_store
 from rdc.transfer.oneway import local_marker, move_files, request_open, scan_while_opening
@@ -56,7 +57,7 @@ TWO_WAY, SEND_ONLY, RECEIVE_ONLY = "two-way", "send-only", "receive-only"
 MODES = (TWO_WAY, SEND_ONLY, RECEIVE_ONLY)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class State:
     """An entry as the three-way comparison sees it."""
 

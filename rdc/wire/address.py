@@ -3,15 +3,15 @@ section 1): what ``rdc`` commands take and what a server's replica follows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from rdc.errors import UsageError
 from rdc.local.paths import PathError, check_relpath
+from rdc.records import record
 from rdc.wire import DEFAULT_PORT
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RemoteURL:
     host: str
     port: int

@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, TypeVar
 
+from rdc import records
 from rdc.content.refine import MAX_HASHES, REFINE_LIMIT
 from rdc.content.sketch import TRAIT_VALUES, TRAITS
 from rdc.content.subchunks import SHORT_PREFIXES
@@ -178,7 +179,7 @@ def record(cls: type[T]) -> Check:
     return cls.from_wire  # type: ignore[attr-defined]
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Top:
     """The opened directory's own mode and mtime."""
 
@@ -194,7 +195,7 @@ class Top:
         return [self.mode, self.mtime_ns]
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Listed:
     """A directory entry as a listing describes it: kind (f, d, l), mode, and hash
     prefix (a link's whole target); with ``sizes`` listings also a file's size; with
@@ -234,7 +235,7 @@ class Listed:
         return item
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Listing:
     """One directory of a ``listing``: its entries, or None if it is not a directory."""
 
@@ -260,7 +261,7 @@ class Listing:
         return item if self.matched is None else [*item, self.matched]
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Vector:
     """Integers as a table of the distinct values and one index per value (1 byte each
     for at most 256 distinct values, else 2 bytes big-endian)."""
@@ -301,7 +302,7 @@ class Vector:
         return list(map(table.__getitem__, keys))
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class MetaDir:
     """One directory of an ``mlisting`` (``metas`` set) or an ``mset`` (empty)."""
 
@@ -329,7 +330,7 @@ class MetaDir:
         return [*item, self.metas] if with_metas else item
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Expected:
     """What a request expects at a path (docs/protocol.md ``expect``): nothing there
     (``kind`` ""), or an entry as a listing showed it (kind and hash prefix; a link's
@@ -353,7 +354,7 @@ class Expected:
 NOTHING = Expected()
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Op:
     """One operation of ``ops``: what it does (``kind``), where, with what, and what it
     expects to find there first."""
@@ -404,7 +405,7 @@ class Op:
         return [self.kind, to_wire(self.path), arg, expect]
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class Failure:
     """Why one op (or one file of a batch) failed: an error code and a message."""
 
@@ -420,7 +421,7 @@ class Failure:
         return [self.code, self.msg]
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class EntryList:
     """Entries as they travel: hash prefixes, concatenated, and their lengths as LEB128
     varints. ``first`` is the index of the first one in its level (0 for sub-chunks)."""
@@ -495,7 +496,7 @@ _BY_TYPE: dict[str, type[Message] | dict[str, type[Message]]] = {}
 
 def message(t: str, kind: str | None = None) -> Callable[[type[M]], type[M]]:
     def register(cls: type[M]) -> type[M]:
-        cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+        cls = records.record(kw_only=True)(cls)
         cls.TYPE, cls.KIND = t, kind
         if kind is None:
             _BY_TYPE[t] = cls
@@ -874,7 +875,7 @@ def _expect_out(expect: Expected | None) -> bytes | None:
     return None if expect is None else expect.digest
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class FileOffer:
     """One file of a batch, as an ``offer`` describes it. Its ``root`` is the whole root
     or (``short-digests``) its first OFFER_ROOT bytes: compare with `same_root`."""
@@ -911,7 +912,7 @@ class FileOffer:
                      expect=self.expect, data=self.data)
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class FileRequest:
     """One file of a ``gets``: its path and what the client holds there."""
 
@@ -962,7 +963,7 @@ _WANT_KINDS: dict[str, Check] = {"expand": array(node), "subs": array(uint()),
                                 "fine": array(mid)}
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class FileWant:
     """One ``delta`` file's want in a batch's round: ``file``, its number among the
     batch's offers; ``kind`` (``expand``, ``subs``, ``fine``) and its nodes, leaves or mids,
@@ -995,7 +996,7 @@ class FileWant:
         return WantFine(mids=self.asked, prefix=self.prefix)
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class FileFetch:
     """One ``delta`` file's literal data in a batch: its number and ``fetch`` items."""
 
@@ -1039,7 +1040,7 @@ class Results(Message):
 # -- health: rdc status
 
 
-@dataclass(frozen=True, slots=True)
+@records.record
 class PeerHealth:
     """How one replica or watcher is doing, as ``report`` tells the server and ``health``
     tells ``rdc status``. Times are ages in milliseconds at the moment the message is sent

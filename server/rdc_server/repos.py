@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
 
 import trio
 
 from rdc.errors import Refusal, UsageError
+from rdc.records import record
 from rdc.storage import Store, StoreError, open_store
 from rdc.storage.location import S3_SCHEMES
 from rdc_server.shares import Rights
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Repo:
     """An exported repository: its name, where its store is, and whether it is read-only
     for everyone (a token's grant can only narrow it)."""
@@ -74,7 +74,7 @@ class RepoRegistry:
         return ClientRepos(self, rights)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OpenedRepo:
     """One connection's repository: its store and whether this token may write it."""
 

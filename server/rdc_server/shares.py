@@ -23,12 +23,13 @@ from rdc.local.marker import MarkerBook, settle
 from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.versions import PRUNE_SECONDS, Retention, VersionStore
+from rdc.records import record
 from rdc.wire import messages as m
 from rdc_server.health import Board
 from rdc_server.watcher import ShareWatcher
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Share:
     name: str
     path: str  # absolute, resolved at start-up
@@ -38,7 +39,7 @@ class Share:
     versions_dir: str = ""  # where (default: the state directory's versions/NAME)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rights:
     """What one token may do: ``shares`` maps a share name to "rw" or "ro"; None means every
     share, with the share's own mode."""

@@ -33,6 +33,7 @@ from rdc.content.signature import (
 from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
 from rdc.local.index.db import IndexDatabase, Row, Stamped, row_of, unusable
 from rdc.local.paths import PathError, is_temporary, name, parent
+from rdc.records import record
 
 RACY_NS = 2_000_000_000
 BATCH_SECONDS = 0.5
@@ -56,7 +57,7 @@ class RefreshStats:
     mismatched: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Progress:
     """A refresh event: how much of the reading is done."""
 
