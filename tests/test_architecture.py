@@ -20,7 +20,7 @@ PACKAGES = {"rdc": TOP / "rdc", "rdc_server": TOP / "server" / "rdc_server",
 # Layer of each part of rdc, lowest first; a module may import from its own layer's
 # package and from the packages of lower layers (and the shared leaves).
 LAYERS = ["rdc._native", "rdc.content", "rdc.local", "rdc.wire", "rdc.transfer"]
-LEAVES = {"rdc", "rdc.errors", "rdc.params"}  # importable from everywhere in rdc
+LEAVES = {"rdc", "rdc.errors", "rdc.params", "rdc.records"}  # importable from everywhere in rdc
 SIDE_PACKAGES = {  # packages beside the layers, with what they may import
     "rdc.storage": {"rdc.storage"},
     "rdc.repo": {"rdc.repo", "rdc.storage", *LAYERS},
