@@ -22,14 +22,15 @@ class Chunk(NamedTuple):
     length: int
 
 
-def _scanner(params: ChunkParams, filter: bool = True) -> _native.Scanner:
+def scanner_for(params: ChunkParams, filter: bool = True) -> _native.Scanner:
+    """A scanner of one stream, cutting with ``params``."""
     return _native.Scanner(params.window, params.min_size, params.max_size, filter)
 
 
 def boundaries(data: Buffer, params: ChunkParams = DEFAULT_CHUNKS) -> list[int]:
     """End offsets of the chunks of ``data`` taken as a whole stream (the last is
     ``len(data)``; empty data has no chunks)."""
-    return _scanner(params).scan(data, 0, True)
+    return scanner_for(params).scan(data, 0, True)
 
 
 def chunks_of(data: Buffer, params: ChunkParams = DEFAULT_CHUNKS) -> list[Chunk]:
@@ -44,7 +45,7 @@ class Chunker:
 
     def __init__(self, params: ChunkParams = DEFAULT_CHUNKS) -> None:
         self.params = params
-        self._scanner = _scanner(params)
+        self._scanner = scanner_for(params)
         self._pending = bytearray()
         self._base = 0  # stream offset of _pending[0]
         self._finished = False
@@ -76,7 +77,7 @@ def iter_chunk_views(
 ) -> Iterator[tuple[int, memoryview]]:
     """(offset, bytes) of each chunk of a binary file, reading it once in bounded memory
     (about ``read_size + max_size``). Each view is valid only until the next item."""
-    scanner = _scanner(params)
+    scanner = scanner_for(params)
     buf = bytearray(read_size + params.max_size)
     view = memoryview(buf)
     base = 0  # stream offset of buf[0]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from rdc import _native
+from rdc.content.chunking import scanner_for
 from rdc.content.tree import HASH_BYTES, Level
 from rdc.params import ChunkParams
 
@@ -65,10 +66,6 @@ def segment_size_for(total: int, segment_size: int) -> int:
     return max(segment_size, LARGE_SEGMENT_SIZE) if total >= LARGE_STREAM else segment_size
 
 
-def _scanner(params: ChunkParams) -> _native.Scanner:
-    return _native.Scanner(params.window, params.min_size, params.max_size)
-
-
 @dataclass
 class Segment:
     start: int  # stream offset of data[0]
@@ -95,7 +92,7 @@ class OwnChain:
 def own_chain(seg: Segment, params: ChunkParams) -> OwnChain:
     """Chunk and hash a segment from its first byte, then on into the bytes ahead of it.
     Runs on a worker: the chunker and the hashes release the GIL."""
-    scanner = _scanner(params)
+    scanner = scanner_for(params)
     ends = scanner.scan(seg.data, 0, seg.final)
     hashes, lengths = hash_chunks(seg.data, ends)
     ahead_ends: list[int] = []
@@ -204,7 +201,7 @@ class _Leaves:
         offset = len(self.tail)  # data offset of the segment's first byte
         total = offset + len(seg.data)
         step = STEP_CHUNKS * self.params.max_size
-        scanner = _scanner(self.params)
+        scanner = scanner_for(self.params)
         data: Buffer = self.tail + memoryview(seg.data)[: 2 * step]
         true_ends: list[int] = []
         upto = j = 0
@@ -388,7 +385,7 @@ def leaf_level(
     ``content_limit`` bytes (small files are sketched over their sub-chunks)."""
     first = next(segments)
     if first.final:  # one segment: no threads
-        ends = _scanner(params).scan(first.data, 0, True)
+        ends = scanner_for(params).scan(first.data, 0, True)
         level = Level(*hash_chunks(first.data, ends))
         content = bytes(first.data) if len(first.data) <= content_limit else None
         if first.owned is not None:

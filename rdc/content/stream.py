@@ -6,7 +6,7 @@ from __future__ import annotations
 from array import array
 
 from rdc import _native
-from rdc.content.chunking import Buffer
+from rdc.content.chunking import Buffer, scanner_for
 from rdc.content.signature import FileSignature, sketch_for
 from rdc.content.tree import Level, build_tree
 from rdc.params import DEFAULT_SIGNATURE, SKETCH_MIN_LEAVES, SignatureParams
@@ -22,14 +22,13 @@ class StreamSigner:
 
     def __init__(self, params: SignatureParams = DEFAULT_SIGNATURE) -> None:
         self.params = params
-        chunks = params.chunks
-        self._scanner = _native.Scanner(chunks.window, chunks.min_size, chunks.max_size, True)
-        self._max = chunks.max_size
+        self._scanner = scanner_for(params.chunks)
+        self._max = params.chunks.max_size
         self._tail = bytearray()  # the stream from the last cut on
         self._hashes = bytearray()
         self._lengths = array("Q")
         self._head: bytearray | None = bytearray()
-        self._small_limit = SKETCH_MIN_LEAVES * chunks.max_size
+        self._small_limit = SKETCH_MIN_LEAVES * params.chunks.max_size
         self.size = 0
 
     def feed(self, data: Buffer) -> None:
@@ -39,28 +38,30 @@ class StreamSigner:
         if self._tail:
             # Enough of the piece to decide every cut up to it: cuts are decided with
             # max_size bytes in sight, so the rest of the piece starts past the last one.
+            base = start - len(self._tail)
             joint = self._tail + view[: self._max]
-            self._tail = self._take(joint, start - len(self._tail), final=False)
+            self._take(joint, base, final=False)
             if len(view) <= self._max:
+                self._tail = joint[self._scanner.last_cut - base :]
                 return
             view = view[self._scanner.last_cut - start :]
             start = self._scanner.last_cut
-        self._tail = self._take(view, start, final=False)
+        self._take(view, start, final=False)
+        self._tail = bytearray(view[self._scanner.last_cut - start :])
 
-    def _take(self, data: Buffer, base: int, final: bool) -> bytearray:
-        """Cut and hash ``data`` (the stream from ``base``, the last cut); returns a copy of
-        the bytes past its last cut."""
+    def _take(self, data: Buffer, base: int, final: bool) -> None:
+        """Cut and hash ``data``, the stream from ``base`` (the last cut); the bytes past
+        the new last cut (``self._scanner.last_cut``) are the caller's to keep."""
         cuts = self._scanner.scan(data, base, final)
-        done = cuts[-1] - base if cuts else 0
-        if cuts:
-            hashes, lengths = _native.hash_chunks(data, [c - base for c in cuts])
-            self._hashes += hashes
-            self._lengths.extend(lengths)
-            if self._head is not None:
-                self._head += memoryview(data)[:done]
-                if len(self._head) > self._small_limit:
-                    self._head = None
-        return bytearray(memoryview(data)[done:])
+        if not cuts:
+            return
+        hashes, lengths = _native.hash_chunks(data, [c - base for c in cuts])
+        self._hashes += hashes
+        self._lengths.extend(lengths)
+        if self._head is not None:
+            self._head += memoryview(data)[: cuts[-1] - base]
+            if len(self._head) > self._small_limit:
+                self._head = None
 
     def finish(self) -> FileSignature:
         self._take(self._tail, self.size - len(self._tail), final=True)
