@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 
 import pytest
 
 from rdc.content.chunking import chunks_of
 from rdc.content.signature import signature_of_bytes
 from rdc_client.cli import main
+
+from .e2e_support import RDC
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +112,7 @@ def test_an_index_another_rdc_keeps_locked_is_a_clear_error(tmp_path, capsys,
 
 def _program(*args: str, **kw) -> subprocess.CompletedProcess:
     """The ``rdc`` program itself (`rdc_client.cli.entry`), as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "rdc_client", *args], timeout=60, **kw)
+    return subprocess.run([*RDC, *args], timeout=60, **kw)
 
 
 def test_the_program_writes_all_its_output_and_keeps_its_exit_code(tmp_path) -> None:
@@ -132,8 +133,7 @@ def test_the_program_writes_all_its_output_and_keeps_its_exit_code(tmp_path) -> 
 
 def test_the_program_stops_quietly_when_its_reader_goes_away(tmp_path) -> None:
     (tmp_path / "f").write_bytes(random.Random(5).randbytes(2_000_000))
-    with subprocess.Popen([sys.executable, "-m", "rdc_client", "chunk", "--list",
-                           *[str(tmp_path / "f")] * 200],
+    with subprocess.Popen([*RDC, "chunk", "--list", *[str(tmp_path / "f")] * 200],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline().startswith(b"==> ")
