@@ -252,13 +252,23 @@ def _temporary(rel: bytes) -> bool:
     return TEMP.match(rel.rpartition(b"/")[2]) is not None
 
 
-def run(e2e: E2E, transfers: int, seconds: float, seed: int, big: int) -> Tally:
-    """Up to ``transfers`` killed transfers within about ``seconds``."""
+def run(e2e: E2E, transfers: int, seconds: float, seed: int, big: int,
+        at_least: int = 1) -> Tally:
+    """Up to ``transfers`` killed transfers within about ``seconds``; past that time, more
+    until there are ``at_least`` of them and one was killed while it ran (a slow machine
+    cuts the count, not the coverage)."""
     tally = Tally()
     started = time.monotonic()
     loop = CrashLoop(e2e, random.Random(seed), big)
+
+    def more() -> bool:
+        if tally.total >= transfers:
+            return False
+        return (time.monotonic() - started < seconds or tally.total < at_least
+                or not tally.mid_transfer)
+
     try:
-        while tally.total < transfers and time.monotonic() - started < seconds:
+        while more():
             loop.step(tally)
         loop.finish(tally)
     finally:

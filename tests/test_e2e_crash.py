@@ -223,7 +223,7 @@ def test_kills_at_random_points_leave_old_or_new_and_converge(e2e: E2E) -> None:
     file is its old or its new version, and the next run converges (tests/crash_support;
     bench/crash.py is the long run)."""
     tally = crash_support.run(e2e, transfers=KILLS, seconds=25, seed=13,
-                              big=scaled(4 << 20, 1 << 20))
+                              big=scaled(4 << 20, 1 << 20), at_least=2)
     assert not tally.problems, "\n".join(tally.problems)
-    assert tally.total >= 2, tally  # (the time bound may cut the count on a loaded machine)
+    assert tally.total >= 2, tally
     assert sum(tally.mid_transfer.values()) >= 1, tally  # not all after the end
