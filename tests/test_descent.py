@@ -22,7 +22,7 @@ from rdc.transfer.descent import (
     simulate,
     target_descent,
 )
-from rdc.wire.messages import EntryList, Offer, WantFetch, WantSubs
+from rdc.wire.messages import EntryList, Offer, WantFetch, WantFine, WantSubs
 
 from .conftest import scaled
 from .test_tree import ByteEdits
@@ -155,6 +155,46 @@ def test_text_with_moved_and_edited_lines_rebuilds() -> None:
     plan, report, seeds, literal = transfer(old, new)
     assert rebuild(plan, seeds, literal) == new
     assert report.matched_bytes > 0.9 * len(new)
+
+
+class AskedSource(SourceFile):
+    """A source that keeps the wants it answers."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.asked: list = []
+
+    def lists(self, request):
+        self.asked.append(request)
+        return super().lists(request)
+
+
+def fine_wants(old: bytes, new: bytes):
+    """The number of mids each fine want named, and the report; the plan rebuilds ``new``."""
+    old_sig, new_sig = signature_of_bytes(old), signature_of_bytes(new)
+    seeds = SeedMap([SeedFile(old_sig.tree, reader(old))])
+    source = AskedSource(new_sig.tree, reader(new))
+    plan, report, literal = simulate(source, seeds, False)
+    assert rebuild(plan, seeds, literal) == new
+    return [len(want.mids) for want in source.asked if isinstance(want, WantFine)], report
+
+
+@pytest.mark.parametrize("size", [100_000, scaled(1_000_000, 200_000)])
+def test_a_rewritten_file_costs_a_probe_of_fine_lists_not_all_of_them(size: int) -> None:
+    rng = random.Random(size)
+    asked, report = fine_wants(rng.randbytes(size), rng.randbytes(size))
+    assert asked == [descent.FINE_PROBE]
+    assert report.signature_bytes < 0.01 * size  # (all the fine lists: about 3%)
+
+
+def test_fines_found_by_the_probe_bring_the_rest() -> None:
+    """Old phrases in new surroundings: no mid and no leaf is found, but fine pieces are."""
+    rng = random.Random(4)
+    phrases = [rng.randbytes(400) for _ in range(250)]
+    new = b"".join(p + rng.randbytes(100) for p in phrases)
+    asked, report = fine_wants(b"".join(phrases), new)
+    assert asked[0] == descent.FINE_PROBE and len(asked) == 2 and asked[1] > 50
+    assert report.matched_bytes > 0.6 * len(new)
 
 
 def test_unchanged_content_is_had_not_sent() -> None:

@@ -52,6 +52,14 @@ from rdc.wire.messages import (
 WHOLE_BELOW = 256
 # An unknown leaf this small is fetched whole rather than split into sub-chunks.
 SUBS_FROM = 1024
+# When not one node, leaf or mid of a file was found in its seeds and this many of its
+# mids want fine lists, the file may be new data (rewritten, recompressed, encrypted),
+# whose fine lists would cost about 3% of its bytes and find nothing: FINE_PROBE of those
+# mids, evenly spread, are asked for first, and the rest only if they find something.
+# (Text rewritten around its old phrases, translation catalogues say, finds fines where
+# no mid matched, so a file is not written off without asking.)
+FINE_PROBE_FROM = 16
+FINE_PROBE = 4
 # The seed region searched for a leaf's sub-chunks is at most this long.
 REGION_LIMIT = 1 << 20
 # Literal data asked for in one request: bounds what is in flight per file.
@@ -195,15 +203,17 @@ class Plan:
 
 
 def _region(
-    known: list[Piece], offset: int, end: int, seeds: SeedMap, fallback: int
+    known: list[Piece], starts: list[int], offset: int, end: int, seeds: SeedMap,
+    fallback: int,
 ) -> tuple[int, int, int] | None:
     """Where in a seed the old version of new-file range [offset, end) should be:
     ``(seed, start, stop)``. Between the matched neighbours when both come from one seed in
     order; else where one neighbour's displacement (its seed offset minus its new offset)
     puts the range, widened by its length (at least ``fallback``) on each side, since other
     unknown ranges may lie between it and that neighbour; with no neighbour, the first seed
-    (the file at the same path, when there is one)."""
-    at = bisect.bisect_left([p.offset for p in known], offset)
+    (the file at the same path, when there is one). ``starts``: the offsets of ``known``,
+    which is in file order."""
+    at = bisect.bisect_left(starts, offset)
     left = known[at - 1] if at > 0 else None
     right = known[at] if at < len(known) else None
     slack = max(end - offset, fallback)
@@ -323,7 +333,9 @@ def target_descent(
     if split:
         # A leaf with no seed region to look in (past the end of every seed: the tail of a
         # file resumed from a partial one) is fetched without asking for its mids.
-        regions = {u[0]: _region(known, u[1], u[1] + u[2], seeds, u[2]) for u in split}
+        starts = [p.offset for p in known]
+        regions = {u[0]: _region(known, starts, u[1], u[1] + u[2], seeds, u[2])
+                   for u in split}
         wanted = [u[0] for u in split if u[0] not in supplied and regions[u[0]] is not None]
         mid_prefix = {leaf: SUB_PREFIX for leaf in supplied}  # (an offer's inline list)
         if wanted:
@@ -336,6 +348,7 @@ def target_descent(
             supplied.update(zip(wanted, reply, strict=True))
             mid_prefix.update(dict.fromkeys(wanted, p))
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
+        mids_found = 0
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
             region = regions[leaf]
@@ -354,6 +367,7 @@ def target_descent(
                 hit = index.mids.find(key, n)
                 if hit is not None:
                     pieces.append(Piece(offset + start, n, index.seed, hit))
+                    mids_found += 1
                 elif n >= subchunks.FINE_FROM:
                     fine_wanted.append((leaf, k, start, n, index))
                 else:
@@ -361,23 +375,19 @@ def target_descent(
                 start += n
             if leaf_key:  # (a single leaf is checked by the root)
                 checks.append((leaf, offset, length, leaf_key))
-        if fine_wanted:
-            p = SUB_PREFIX
-            if short:
-                p = max(subchunks.prefix_for(len(index.fines), FINE_PARAMS, leaf_length[leaf])
-                        for leaf, _, _, _, index in fine_wanted)
-            reply = yield WantFine(mids=[(leaf, k) for leaf, k, _, _, _ in fine_wanted],
-                                   prefix=p)
-            assert reply is not None
-            for (leaf, _, start, n, index), fine_list in zip(fine_wanted, reply, strict=True):
-                for key, m in subchunks.decode(fine_list.prefixes, fine_list.lengths, n,
-                                               FINE_PARAMS, p):
-                    hit = index.fines.find(key, m)
-                    if hit is not None:
-                        pieces.append(Piece(leaf_at[leaf] + start, m, index.seed, hit))
-                    else:
-                        fetch.append((leaf, start, m))
-                    start += m
+        rounds = [fine_wanted]
+        if not known and not mids_found and len(fine_wanted) >= FINE_PROBE_FROM:
+            # Nothing of the file found so far: ask for a few evenly spread mids' fine lists
+            # first, and for the rest only if those find something.
+            step = len(fine_wanted) // FINE_PROBE
+            rounds = [fine_wanted[::step][:FINE_PROBE],
+                      [w for i, w in enumerate(fine_wanted)
+                       if i % step or i // step >= FINE_PROBE]]
+        for i, some in enumerate(rounds):
+            found = yield from _fine_lists(some, short, leaf_length, leaf_at, pieces, fetch)
+            if not found and i + 1 < len(rounds):
+                fetch += [(leaf, start, n) for leaf, _, start, n, _ in rounds[i + 1]]
+                break
     items: list[FetchItem] = []
     for leaf, start, length in sorted(fetch):  # adjacent ranges of a leaf go as one
         if items and items[-1].leaf == leaf and items[-1].start + items[-1].length == start:
@@ -394,6 +404,36 @@ def target_descent(
         pieces.append(Piece(leaf_at[item.leaf] + item.start, item.length, item=i))
     pieces.sort(key=lambda p: p.offset)
     return Plan(pieces=pieces, fetch=items, checks=checks, root=offer.root, size=offer.size)
+
+
+def _fine_lists(
+    wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]], short: bool,
+    leaf_length: dict[int, int], leaf_at: dict[int, int], pieces: list[Piece],
+    fetch: list[tuple[int, int, int]],
+) -> Generator[Request, Reply | None, int]:
+    """Asks for the fine lists of the ``wanted`` mids, (leaf, mid index, start, length,
+    the seed region's index) each, and looks them up: a fine piece found becomes a piece,
+    one not found a range to fetch. Returns how many were found."""
+    if not wanted:
+        return 0
+    p = SUB_PREFIX
+    if short:
+        p = max(subchunks.prefix_for(len(index.fines), FINE_PARAMS, leaf_length[leaf])
+                for leaf, _, _, _, index in wanted)
+    reply = yield WantFine(mids=[(leaf, k) for leaf, k, _, _, _ in wanted], prefix=p)
+    assert reply is not None
+    found = 0
+    for (leaf, _, start, n, index), fine_list in zip(wanted, reply, strict=True):
+        for key, m in subchunks.decode(fine_list.prefixes, fine_list.lengths, n,
+                                       FINE_PARAMS, p):
+            hit = index.fines.find(key, m)
+            if hit is not None:
+                pieces.append(Piece(leaf_at[leaf] + start, m, index.seed, hit))
+                found += 1
+            else:
+                fetch.append((leaf, start, m))
+            start += m
+    return found
 
 
 def _refined(
@@ -444,6 +484,7 @@ class SourceFile:
         self.read = read
         self.prefix = prefix
         self._last: tuple[int, bytes] | None = None  # the last leaf read, checked
+        self._mids: tuple[int, list[tuple[int, int]]] | None = None  # ... and its mids
         self._leaf_offsets = [0]
         for length in tree.leaves.lengths:
             self._leaf_offsets.append(self._leaf_offsets[-1] + length)
@@ -515,7 +556,9 @@ class SourceFile:
     def fines(self, leaf: int, mid: int, prefix: int = SUB_PREFIX) -> EntryList:
         """The fine sub-chunk list of mid ``mid`` of a leaf."""
         data = self.leaf_bytes(leaf)
-        cuts = subchunks.spans(data, MID_PARAMS)
+        if self._mids is None or self._mids[0] != leaf:  # (a want names a leaf's mids in turn)
+            self._mids = (leaf, subchunks.spans(data, MID_PARAMS))
+        cuts = self._mids[1]
         if not 0 <= mid < len(cuts):
             raise ValueError(f"leaf {leaf} has {len(cuts)} mids, not {mid + 1}")
         start, end = cuts[mid]
