@@ -698,3 +698,45 @@ def test_a_vector_gives_back_its_values(values: list[int], distinct: int) -> Non
 def test_a_vector_that_does_not_fit_its_table_is_refused(table, index, why) -> None:
     with pytest.raises(ValueError, match=why):
         m.Vector(table, index).decode()
+
+
+_ODD_VALUES = [b"name", b"a.py", b"", b"a/b", b"..", b".rdc-tmp-x", b"n\0", "name", "f", "d",
+               "l", "x", 0o644, 0o7777, 0o10000, -1, 1 << 64, (1 << 64) - 1, (1 << 63) - 1,
+               1 << 63, -(1 << 63), -(1 << 63) - 1, True, None, b"h" * 32, b"h" * 33,
+               b"h" * 4096, b"h" * 4097, [], ["f"], 1.5]
+_HEAD, _SIZE, _META = [b"name", "f", 0o644, b"12345"], [77], [1, b"m" * 8, b"s" * 8]
+
+
+def _decodes_alike(v: list) -> None:
+    """`Listed.from_wire` (fields checked inline) and its field-by-field check agree:
+    the same entry, or the same refusal."""
+    try:
+        expected = m.Listed.from_wire_by_field(v, "e")
+    except ProtocolError as exc:
+        with pytest.raises(ProtocolError) as refused:
+            m.Listed.from_wire(v, "e")
+        assert str(refused.value) == str(exc)
+    else:
+        assert m.Listed.from_wire(v, "e") == expected
+
+
+def test_a_listed_entry_with_any_one_field_replaced_decodes_as_checked() -> None:
+    for template in (_HEAD, _HEAD + _SIZE, _HEAD + _META, _HEAD + _SIZE + _META):
+        _decodes_alike(template)
+        _decodes_alike([*template, 0])
+        for at in range(len(template)):
+            for value in _ODD_VALUES:
+                _decodes_alike([*template[:at], value, *template[at + 1:]])
+
+
+@given(st.lists(st.one_of(st.sampled_from(_ODD_VALUES), st.binary(max_size=40),
+                          st.integers(), st.text(max_size=5)), max_size=9))
+def test_any_listed_entry_decodes_as_checked(v: list) -> None:
+    _decodes_alike(v)
+
+
+def test_an_array_names_the_place_of_its_bad_item() -> None:
+    check = m.array(m.uint(9))
+    assert check([1, 2, 3], "a") == [1, 2, 3]
+    with pytest.raises(ProtocolError, match=r"a\[2\]: expected an integer"):
+        check([1, 2, 10, 3], "a")
