@@ -68,6 +68,7 @@ def test_a_packed_tree_unpacks_to_itself_and_damage_is_refused(tmp_path) -> None
     packed = sealed.pack(tree)
     back = sealed.unpack(packed)
     assert same(back, tree) and back.seen == tree.seen
+    assert back == tree  # every field of every entry
     assert snapshot.entries_below(back) is not None
     assert [(p, e.kind, e.root, e.target, e.mode, e.mtime_ns, e.size, e.ino)
             for p, e in snapshot.entries_below(back)] == [

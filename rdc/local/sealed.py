@@ -28,7 +28,7 @@ import marshal
 
 import blake3
 
-from rdc.local.snapshot import Entry
+from rdc.local.snapshot import NO_CHILDREN, Entry
 
 VERSION = b"\x03"
 _MARSHAL = 4  # the marshal format (stable across the Pythons rdc runs on)
@@ -105,13 +105,17 @@ class _Records:
 def _entry(records: _Records) -> Entry:
     mode, mtime, ino, content, meta, smeta, count, seen, names, items = records.next()
     children: dict[str, Entry] = {}
-    for name, item in zip(names, items, strict=True):
+    for name, item in zip(names, items, strict=True):  # (positional: a third quicker)
         if item is None:
             children[name] = _entry(records)
         elif len(item) == 5:
-            children[name] = Entry("f", item[0], item[1], item[2], item[3], ino=item[4])
+            mode_, mtime_, size, root, ino_ = item
+            children[name] = Entry("f", mode_, mtime_, size, root, "", NO_CHILDREN, b"", b"",
+                                   b"", 0, ino_)
         else:
-            children[name] = Entry("l", 0, item[0], target=item[1], ino=item[2])
+            mtime_, target, ino_ = item
+            children[name] = Entry("l", 0, mtime_, 0, b"", target, NO_CHILDREN, b"", b"",
+                                   b"", 0, ino_)
     if not seen or not content:
         raise ValueError("a directory without its hashes or stamp")
     return Entry("d", mode, mtime, children=children, content=content, meta=meta,
