@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from rdc.errors import AccessDenied, RemoteError
-from rdc.transfer import oneway
+from rdc.transfer import descent, oneway
 from rdc.transfer.stats import Options
 from rdc.wire import messages as m
 
@@ -158,6 +158,45 @@ async def test_small_edit_in_a_large_file_sends_little(tmp_path) -> None:
     assert stats.in_step and stats.files_transferred == 1
     assert stats.literal_bytes < 3 * 2048
     assert stats.bytes_sent + stats.bytes_received < 40_000
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_rewritten_file_and_old_phrases_in_new_surroundings(
+        tmp_path, monkeypatch, verb) -> None:
+    """Nothing of either file is found above the fine pieces: the rewritten one costs its
+    bytes and a probe of fine lists, the other gets its old phrases from the seed after
+    the probe (two rounds of fine lists, `descent.FINE_PROBE`)."""
+    rounds: list[int] = []  # mids asked, per round of fine lists
+    real = descent._fine_lists
+
+    def counted(wanted, *args):
+        rounds.append(len(wanted))
+        return (yield from real(wanted, *args))
+
+    monkeypatch.setattr(descent, "_fine_lists", counted)
+    rng = random.Random(6)
+    src = tmp_path / "src"
+    phrases = [rng.randbytes(400) for _ in range(scaled(250, 100))]
+    size = scaled(400_000, 100_000)
+    write(src / "rewritten.bin", rng.randbytes(size), OLD)
+    write(src / "phrases.bin", b"".join(phrases), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    if verb == "pull":
+        shutil.rmtree(src)
+        shutil.copytree(pair.share, src)
+    new = b"".join(p + rng.randbytes(100) for p in phrases)
+    write((pair.share if verb == "pull" else src) / "phrases.bin", new, OLD + 1)
+    write((pair.share if verb == "pull" else src) / "rewritten.bin", rng.randbytes(size),
+          OLD + 1)
+    rounds.clear()
+    stats = await pair.run(verb, src)
+    assert stats.in_step and stats.files_transferred == 2
+    assert stats.literal_bytes < size + 0.4 * len(new)  # most of the phrases matched
+    probes = [n for n in rounds if n == descent.FINE_PROBE]
+    assert len(probes) == 2 and len(rounds) == 3, rounds  # the phrases' rest: one round
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
 
