@@ -47,6 +47,30 @@ UNCHECKED = textwrap.dedent("""
     one.a = 5  # unchecked: no frozen __setattr__ in the way (what makes it cheap)
     assert one.a == 5
 
+    @records.record
+    class One:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class FrozenOne:
+        a: int
+
+    @records.record
+    class Empty:
+        pass
+
+    @records.record
+    class Hidden:
+        a: int
+        b: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    assert One(4) == One(4) and One(4) != One(5) and One(4) != FrozenOne(4)
+    assert hash(One(4)) == hash(FrozenOne(4)) and repr(One(4)) == "One(a=4)"
+    assert Empty() == Empty() and hash(Empty()) == hash(()) and repr(Empty()) == "Empty()"
+    assert Hidden(1, 2) == Hidden(1, 3) and hash(Hidden(1, 2)) == hash(Hidden(1, 3))
+    assert repr(Hidden(1, 2)) == "Hidden(a=1)" and Hidden(1, 2) != Hidden(2, 2)
+    assert Pair.__eq__.__qualname__ == "Pair.__eq__"
+
     offer = m.FileOffer("a/b", 1, b"r" * 32, 0, None, 0o644, 5)
     assert m.decode(m.encode(m.Offers(files=[offer]), 7)) == (7, m.Offers(files=[offer]))
     print("ok")
