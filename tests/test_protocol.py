@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from rdc.errors import AccessDenied, RemoteError
-from rdc.transfer import descent, oneway
+from rdc.transfer import descent, metadata, oneway, serving
 from rdc.transfer.stats import Options
 from rdc.wire import messages as m
 
@@ -198,6 +198,45 @@ async def test_a_rewritten_file_and_old_phrases_in_new_surroundings(
     probes = [n for n in rounds if n == descent.FINE_PROBE]
     assert len(probes) == 2 and len(rounds) == 3, rounds  # the phrases' rest: one round
     assert tree_state(pair.share) == tree_state(src)
+    pair.close()
+
+
+@pytest.mark.parametrize("server", ["levels", "whole", "old"])
+async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
+        tmp_path, monkeypatch, server) -> None:
+    """After a pull that wrote in one directory of 30, the metadata walk asks for no whole
+    subtree (`mlist` `levels`): the vectors of the top and of that directory, not of the
+    whole tree. Forced to take whole vectors, or from a server that ignores `levels`, the
+    pull ends the same."""
+    rng = random.Random(8)
+    src = tmp_path / "src"
+    for d in range(30):
+        for f in range(40):
+            write(src / f"d{d:02}" / f"f{f:02}.txt", b"%d %d\n" % (d, f),
+                  OLD + rng.randrange(10**15))
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    dst = tmp_path / "dst"
+    await pair.run("pull", dst)
+    write(pair.share / "d07" / "f03.txt", b"edited\n", OLD + 5)
+    if server == "whole":
+        monkeypatch.setattr(metadata, "TOUCHED_SHARE", 10**9)
+    asked: list[bool] = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, hb, vectors, levels):
+        asked.append(levels)
+        return real(tree, path, hb, vectors, levels and server != "old")
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and stats.files_transferred == 1
+    assert tree_state(dst) == tree_state(pair.share)
+    assert asked and all(asked) == (server != "whole")
+    if server == "levels":
+        assert stats.bytes_received < 3000, stats.bytes_received
+    else:  # the vectors of 1,230 entries, most of their random times
+        assert stats.bytes_received > 6000, stats.bytes_received
     pair.close()
 
 
@@ -421,8 +460,8 @@ async def test_a_push_sends_its_times_for_changed_subtrees_without_the_servers(
     listed: list[m.MetaDir] = []
     real = ops.mlisting
 
-    def spying(tree, path, hb, vectors=True):
-        item = real(tree, path, hb, True if old_server else vectors)
+    def spying(tree, path, hb, vectors=True, levels=False):
+        item = real(tree, path, hb, True if old_server else vectors, levels)
         listed.append(item)
         return item
 

@@ -55,20 +55,22 @@ class Single:
     remote: m.Listed
 
 
-async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: int
-               ) -> tuple[list[tuple[m.MetaDir, Entry]], list[Single]]:
+async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: int,
+               levels: bool = False) -> tuple[list[tuple[m.MetaDir, Entry]], list[Single]]:
     """The metadata that differs between ``tree`` and the server's: the server's vectors
     with their local directory, for directories of equal content, and `Single` entries.
     Without ``their_vectors`` (a push, which sends its own), a whole subtree whose meta hash
     differs comes with empty vectors, and one whose hash is the same is left out. ``hb``:
-    the hash prefix length (`rdc.transfer.compare.first_prefix`)."""
+    the hash prefix length (`rdc.transfer.compare.first_prefix`); ``levels``: ask for no
+    whole subtree (a pull that wrote in few directories, `bring_in_step`)."""
     vectors: list[tuple[m.MetaDir, Entry]] = []
     singles: list[Single] = []
     frontier = [""]
     while frontier:
         next_frontier: list[str] = []
         mismatched: list[str] = []
-        for item in await remote.metadata(frontier, hb, vectors=their_vectors):
+        for item in await remote.metadata(frontier, hb, vectors=their_vectors,
+                                          levels=levels):
             local = lookup(tree, item.path)
             if local is None or local.kind != "d":
                 continue
@@ -144,14 +146,18 @@ async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.O
     wrote, whose directories (`touched`) a push sets first where they are few. Returns
     the per-entry ops and their results."""
     first: list[m.Op] = []
-    dirs = touched(changes) if push and changes is not None else []
-    if dirs and len(dirs) * TOUCHED_SHARE <= local.tree.count:
+    dirs = touched(changes) if changes is not None else []
+    few = bool(dirs) and len(dirs) * TOUCHED_SHARE <= local.tree.count
+    if few and push:
         for path in dirs:
             entry = lookup(local.tree, path)
             if entry is not None and entry.kind == "d":
                 first.append(m.Op("meta", path, mode=entry.mode, mtime_ns=entry.mtime_ns))
     done = await remote.apply(first) if first else []
-    vectors, singles = await walk(remote, local.tree, their_vectors=not push, hb=hb)
+    # A pull that wrote in few directories walks down to them level by level: the whole
+    # vectors of every subtree above one would be most of its bytes.
+    vectors, singles = await walk(remote, local.tree, their_vectors=not push, hb=hb,
+                                  levels=few and not push)
     if push:
         updates = []
         for item, directory in vectors:

@@ -189,16 +189,18 @@ def listing(tree: Entry, path: str, hb: int, meta: bool = False,
             for name, entry in directory.sorted_children()]
 
 
-def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True) -> m.MetaDir | None:
+def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool = False
+             ) -> m.MetaDir | None:
     """The metadata of the directory at ``path``: its content hash prefix, whether the
     vectors cover the whole subtree, the times and modes vectors, and the meta hashes of
     its subdirectories (when they do not). Without ``vectors``, a whole subtree is
     described by its own meta hash alone: a pushing client needs no more to tell whether
-    to send its own vectors, and the server's would cross the wire for nothing."""
+    to send its own vectors, and the server's would cross the wire for nothing. With
+    ``levels``, never the whole subtree."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
-    whole = directory.count <= WHOLE_META
+    whole = directory.count <= WHOLE_META and not levels
     if whole and not vectors:
         empty = m.Vector([], b"")
         return m.MetaDir(path, directory.content[:hb], True, empty, empty, directory.meta[:hb])

@@ -311,7 +311,8 @@ class ServerSession:
 
     async def _mlist(self, conversation: Conversation, message: m.MetaList) -> None:
         tree = await self._fresh_tree()
-        items = [mlisting(tree, path, message.hb, message.vectors) for path in message.paths]
+        items = [mlisting(tree, path, message.hb, message.vectors, message.levels)
+                 for path in message.paths]
         _send_split(conversation, m.MetaListing, [item for item in items if item is not None])
 
     async def _get(self, conversation: Conversation, message: m.Get) -> None:

@@ -179,11 +179,12 @@ class Remote:
             conversation.close()
         return result
 
-    async def metadata(self, paths: list[str], hb: int, vectors: bool = True
-                       ) -> list[m.MetaDir]:
+    async def metadata(self, paths: list[str], hb: int, vectors: bool = True,
+                       levels: bool = False) -> list[m.MetaDir]:
         """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories)."""
         conversations = [self.connection.start(m.MetaList(paths=paths[i : i + LIST_BATCH],
-                                                          hb=hb, vectors=vectors))
+                                                          hb=hb, vectors=vectors,
+                                                          levels=levels))
                          for i in range(0, len(paths), LIST_BATCH)]
         items: list[m.MetaDir] = []
         for conversation in conversations:

@@ -697,6 +697,10 @@ class MetaList(Message):
     # False: a ``whole`` item's vectors are left empty and its ``metas`` is the subtree's
     # own meta hash prefix (a pushing client sends its own vectors where that differs).
     vectors: bool = wire(boolean, True)
+    # True: no item is ``whole`` (a pulling client that wrote in few directories descends
+    # to them rather than take whole subtrees' vectors; a server that ignores it sends
+    # whole items, which the client takes as before).
+    levels: bool = wire(boolean, False, omit=False)
 
 
 @message("mlisting")
