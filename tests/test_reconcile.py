@@ -64,11 +64,14 @@ def test_a_fingerprint_length_is_found_again_from_the_bytes_alone() -> None:
         assert reconcile.fingerprint_size(bytes(bad)) is None
 
 
-@pytest.mark.parametrize("short", [True, False])
-async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch, short) -> None:
-    """One file edited in a directory of 300: the server's listing of that directory
-    carries one entry and a bitmap, not 300 entries, and the push ends in step; the
-    fingerprints are 4 bytes each, or 6 where a side lacks ``short-fingerprints``."""
+@pytest.mark.parametrize(("verb", "short"), [("push", True), ("push", False), ("pull", True),
+                                             ("pull", False)])
+async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, short) -> None:
+    """One file edited, one added and one removed in a directory of 300: the server's
+    listing of that directory carries the two entries the client does not hold as the
+    server does and a bitmap, not 300 entries (the client's entries go along: the source's
+    in a push, the target's in a pull), and the sync ends in step; the fingerprints are 4
+    bytes each, or 6 where a side lacks ``short-fingerprints``."""
     if not short:
         monkeypatch.setattr(handshake, "FEATURES", tuple(
             f for f in handshake.FEATURES if f != reconcile.SHORT))
@@ -77,9 +80,12 @@ async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch, short) -> N
         write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
     pair = Pair(tmp_path)
     await pair.run("push", src)
-    write(src / "many" / "file-123.txt", b"edited\n", OLD)
-    write(src / "many" / "new.txt", b"new\n", OLD)
-    os.remove(src / "many" / "file-200.txt")
+    if verb == "pull":
+        await pair.run("pull", src)  # (the client's index)
+    source = src if verb == "push" else pair.share
+    write(source / "many" / "file-123.txt", b"edited\n", OLD)
+    write(source / "many" / "new.txt", b"new\n", OLD)
+    os.remove(source / "many" / "file-200.txt")
     sent: list[m.Listing] = []
     real, real_answer = serving._split_large, serving.answer
     sizes: list[int] = []
@@ -94,12 +100,13 @@ async def test_a_push_lists_only_what_differs(tmp_path, monkeypatch, short) -> N
 
     monkeypatch.setattr(serving, "_split_large", spying)
     monkeypatch.setattr(serving, "answer", answering)
-    stats = await pair.run("push", src, options=Options(delete=True))
+    stats = await pair.run(verb, src, options=Options(delete=True))
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
     many = [item for item in sent if item.path == "many"]
     assert len(many) == 1 and many[0].matched is not None
-    assert sorted(e.name for e in many[0].entries) == ["file-123.txt", "file-200.txt"]
+    assert sorted(e.name for e in many[0].entries) == (
+        ["file-123.txt", "file-200.txt"] if verb == "push" else ["file-123.txt", "new.txt"])
     assert 4 in sizes if short else set(sizes) == {reconcile.FINGERPRINT}
     pair.close()
 
@@ -114,15 +121,18 @@ async def pushed(tmp_path, files: int) -> tuple[Path, Pair]:
     return src, pair
 
 
+@pytest.mark.parametrize("verb", ["push", "pull"])
 @pytest.mark.parametrize("server", ["predates have", "fingerprints collide"])
 async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
-        tmp_path, monkeypatch, server) -> None:
-    """A server that predates ``have`` sends whole listings: the push is the same. If
+        tmp_path, monkeypatch, server, verb) -> None:
+    """A server that predates ``have`` sends whole listings: the sync is the same. If
     every fingerprint collided, the client would think the server has every entry it has;
     the root hashes at the end differ, and the comparison runs again with whole hashes and
-    no fingerprints: the push still ends in step."""
+    no fingerprints: the sync still ends in step."""
     src, pair = await pushed(tmp_path, 30)
-    write(src / "d" / "f3", b"changed", OLD)
+    if verb == "pull":
+        await pair.run("pull", src)
+    write((src if verb == "push" else pair.share) / "d" / "f3", b"changed", OLD)
     if server == "predates have":
         real = serving.ServerSession._list
 
@@ -132,7 +142,7 @@ async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
         monkeypatch.setattr(serving.ServerSession, "_list", old_server)
     else:
         monkeypatch.setattr(reconcile, "fingerprint", lambda entry, size=6: b"\0" * size)
-    stats = await pair.run("push", src)
+    stats = await pair.run(verb, src)
     assert stats.in_step and not stats.failed and stats.files_transferred == 1
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
@@ -181,15 +191,15 @@ async def test_what_a_short_prefix_missed_is_caught_by_the_roots(
     passes: list[int] = []
     real_compare, real_walk = oneway.compare, metadata.walk
 
-    async def blind_compare(source, target, hb):
+    async def blind_compare(source, target, hb, pull=False):
         passes.append(hb)
         return compare.Changes() if hb == SHORT_WIRE_PREFIX else await real_compare(
-            source, target, hb)
+            source, target, hb, pull)
 
-    async def blind_walk(remote, tree, their_vectors=True, *, hb):
+    async def blind_walk(remote, tree, their_vectors=True, *, hb, levels=False):
         if hb == SHORT_WIRE_PREFIX:
             return [], []
-        return await real_walk(remote, tree, their_vectors, hb=hb)
+        return await real_walk(remote, tree, their_vectors, hb=hb, levels=levels)
 
     monkeypatch.setattr(oneway, "compare", blind_compare)
     monkeypatch.setattr(metadata, "walk", blind_walk)

@@ -53,16 +53,26 @@ def first_prefix(connection: Connection) -> int:
     return SHORT_WIRE_PREFIX if short else WIRE_PREFIX
 
 
-async def compare(source: Side, target: Side, hb: int) -> Changes:
-    """What ``target`` needs to have ``source``'s content (their root contents differ)."""
+async def compare(source: Side, target: Side, hb: int, pull: bool = False) -> Changes:
+    """What ``target`` needs to have ``source``'s content (their root contents differ).
+    ``pull``: the source is the remote side."""
     changes = Changes()
     frontier: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
+    # What the local side has in a directory goes along to the remote side, which sends
+    # back only what differs (`rdc.transfer.reconcile`): the source's entries in a push,
+    # the target's in a pull. Not when comparing again with whole hashes (a prefix matched
+    # by chance).
+    reconcile = hb != m.HASH_BYTES
     while frontier:
-        mine = await source.listings([path for path, _ in frontier], hb, sizes=True)
-        # What the source has there goes along: a remote target sends back only what
-        # differs. Not when comparing again with whole hashes (a prefix matched by chance).
-        theirs = await target.listings([path for path, has in frontier if has], hb,
-                                       have=mine if hb != m.HASH_BYTES else None)
+        paths = [path for path, _ in frontier]
+        held = [path for path, has in frontier if has]
+        if pull:
+            theirs = await target.listings(held, hb)
+            mine = await source.listings(paths, hb, sizes=True,
+                                         have=theirs if reconcile else None)
+        else:
+            mine = await source.listings(paths, hb, sizes=True)
+            theirs = await target.listings(held, hb, have=mine if reconcile else None)
         next_frontier: list[tuple[str, bool]] = []
         for path, has in frontier:
             src = mine.get(path) or {}

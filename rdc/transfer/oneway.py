@@ -214,7 +214,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         if streaming:
             stats.changes = changes = everything(tree)
         else:
-            stats.changes = changes = await compare(source, target, hb)
+            stats.changes = changes = await compare(source, target, hb, pull=not push)
         if options.dry_run:
             vectors, singles = await metadata.walk(remote, local.tree, hb=hb)
             changes.meta = metadata.differences(vectors, singles)

@@ -4,7 +4,8 @@ that the client did not name (docs/protocol.md, "list" with ``have``).
 
 A push lists the target's directories whose content hash differs from the source's; in a
 release pair that is 30 directories of 1,000 entries for 35 changed files, and a full
-listing costs about 16 bytes an entry on the wire (name, kind, mode, hash prefix). A
+listing costs about 16 bytes an entry on the wire (name, kind, mode, hash prefix). A pull
+lists the source's, naming the target's entries (its own, listed first). A
 fingerprint costs 6, the bitmap one bit, and only the entries that differ travel whole.
 Between peers that have the feature ``short-fingerprints`` a fingerprint is 3 to 5 bytes,
 by how many the directory holds (`fingerprint_bytes`): most directories hold a few entries,
