@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from . import crash_support
-from .conftest import PURE, scaled
+from .conftest import scaled
 from .e2e_support import (
     E2E,
     RUN_SECONDS,
@@ -89,9 +89,11 @@ def check_old_or_new(target: Path, allowed: dict[bytes, set[bytes | None]]) -> N
 
 
 def in_flight(target: Path, process: subprocess.Popen[bytes]) -> bool:
-    """True once every big file has a temporary with data in it under ``target`` (one is
-    enough in the pure-Python run, whose receiver may write the files one after the
-    other); fails the test if ``process`` ended first."""
+    """True once a big file has a temporary with data in it under ``target``; fails the
+    test if ``process`` ended first. (Not every big file: the receiver may write them one
+    after the other. Since a file that shares nothing with its old version skips most of
+    its fine lists, `descent.FINE_PROBE`, the C run's does here too: one file's data
+    arrived while the other's descent had not ended.)"""
     if process.poll() is not None:
         _, err = process.communicate()
         pytest.fail(f"the transfer ended ({process.returncode}) before it could be "
@@ -102,7 +104,7 @@ def in_flight(target: Path, process: subprocess.Popen[bytes]) -> bool:
         with contextlib.suppress(FileNotFoundError):
             if name in BIG_FILES and os.path.getsize(path) > 0:
                 writing.add(name)
-    return len(writing) >= (1 if PURE else len(BIG_FILES))
+    return bool(writing)
 
 
 def finish(process: subprocess.Popen[bytes]) -> tuple[int, str]:
