@@ -348,7 +348,6 @@ def target_descent(
             supplied.update(zip(wanted, reply, strict=True))
             mid_prefix.update(dict.fromkeys(wanted, p))
         indexes: dict[tuple[int, int, int], subchunks.RegionIndex] = {}
-        mids_found = 0
         fine_wanted: list[tuple[int, int, int, int, subchunks.RegionIndex]] = []
         for leaf, offset, length, leaf_key in split:
             region = regions[leaf]
@@ -367,7 +366,6 @@ def target_descent(
                 hit = index.mids.find(key, n)
                 if hit is not None:
                     pieces.append(Piece(offset + start, n, index.seed, hit))
-                    mids_found += 1
                 elif n >= subchunks.FINE_FROM:
                     fine_wanted.append((leaf, k, start, n, index))
                 else:
@@ -376,13 +374,14 @@ def target_descent(
             if leaf_key:  # (a single leaf is checked by the root)
                 checks.append((leaf, offset, length, leaf_key))
         rounds = [fine_wanted]
-        if not known and not mids_found and len(fine_wanted) >= FINE_PROBE_FROM:
-            # Nothing of the file found so far: ask for a few evenly spread mids' fine lists
-            # first, and for the rest only if those find something.
+        if not pieces and len(fine_wanted) >= FINE_PROBE_FROM:
+            # Nothing of the file found so far (no node, leaf or mid is a piece): ask for a
+            # few evenly spread mids' fine lists first, and for the rest only if those find
+            # something.
             step = len(fine_wanted) // FINE_PROBE
-            rounds = [fine_wanted[::step][:FINE_PROBE],
-                      [w for i, w in enumerate(fine_wanted)
-                       if i % step or i // step >= FINE_PROBE]]
+            probe = range(0, step * FINE_PROBE, step)
+            rounds = [[fine_wanted[i] for i in probe],
+                      [w for i, w in enumerate(fine_wanted) if i not in probe]]
         for i, some in enumerate(rounds):
             found = yield from _fine_lists(some, short, leaf_length, leaf_at, pieces, fetch)
             if not found and i + 1 < len(rounds):
