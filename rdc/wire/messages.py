@@ -154,8 +154,8 @@ def same_root(root: bytes | None, offered: bytes) -> bool:
     """Whether a whole ``root`` is the one an offer names (whole, or its first bytes); no
     root (None: nothing known) is none."""
     return root is not None and len(offered) >= OFFER_ROOT and root[: len(offered)] == offered
-MODE = uint(0o7777)
-_KINDS = frozenset("fdl")
+MAX_MODE = 0o7777
+MODE = uint(MAX_MODE)
 def _sketch(v: Any, where: str) -> bytes:
     """12 traits of 6 bits, a byte each: a larger byte would index past the inverted
     lists (a fuzzed bit flip made one: an IndexError, an internal error)."""
@@ -201,6 +201,10 @@ class Top:
         return [self.mode, self.mtime_ns]
 
 
+_KINDS = ("f", "d", "l")  # of a listed entry
+_MAX_DIGEST = 4096  # bytes of a listed entry's digest (a link's target)
+
+
 @records.record
 class Listed:
     """A directory entry as a listing describes it: kind (f, d, l), mode, and hash
@@ -222,33 +226,43 @@ class Listed:
     def from_wire(cls, v: Any, where: str) -> Listed:
         """The entry; its fields checked inline first (listings carry thousands), and only
         an entry that fails them is checked again field by field, for the message."""
-        if type(v) is list and 4 <= len(v) <= 8 and len(v) != 6:
-            name_, kind, mode, digest = v[0], v[1], v[2], v[3]
-            sized = len(v) in (5, 8)
-            size = v[4] if sized else None
-            if (type(name_) is bytes and type(kind) is str and kind in _KINDS and type(mode) is int
-                    and 0 <= mode <= 0o7777 and type(digest) is bytes and len(digest) <= 4096
-                    and (not sized or (type(size) is int and 0 <= size < 1 << 64))):
-                try:
-                    text_ = check_relpath(name_)
-                except PathError:
-                    text_ = ""
-                if text_ and "/" not in text_:
-                    if len(v) < 7:
-                        return cls(text_, kind, mode, digest, size=size)
-                    mtime, meta, smeta = v[-3], v[-2], v[-1]
-                    if (type(mtime) is int and INT64[0] <= mtime <= INT64[1]
-                            and type(meta) is bytes and len(meta) <= HASH_BYTES
-                            and type(smeta) is bytes and len(smeta) <= HASH_BYTES):
-                        return cls(text_, kind, mode, digest, mtime, meta, smeta, True, size)
-        return cls.from_wire_by_field(v, where)
+        return cls._inline(v) or cls.from_wire_by_field(v, where)
+
+    @classmethod
+    def _inline(cls, v: Any) -> Listed | None:
+        """The entry if every field is good, else None: `from_wire_by_field`'s checks
+        without building a check or a place per field."""
+        if type(v) is not list or len(v) not in (4, 5, 7, 8):
+            return None
+        name_, kind, mode, digest = v[0], v[1], v[2], v[3]
+        sized = len(v) in (5, 8)
+        size = v[4] if sized else None
+        if not (type(name_) is bytes and type(kind) is str and kind in _KINDS
+                and type(mode) is int and 0 <= mode <= MAX_MODE
+                and type(digest) is bytes and len(digest) <= _MAX_DIGEST
+                and (not sized or (type(size) is int and 0 <= size < 1 << 64))):
+            return None
+        try:
+            text_ = check_relpath(name_)
+        except PathError:
+            return None
+        if not text_ or "/" in text_:
+            return None
+        if len(v) < 7:
+            return cls(text_, kind, mode, digest, size=size)
+        mtime, meta, smeta = v[-3], v[-2], v[-1]
+        if not (type(mtime) is int and INT64[0] <= mtime <= INT64[1]
+                and type(meta) is bytes and len(meta) <= HASH_BYTES
+                and type(smeta) is bytes and len(smeta) <= HASH_BYTES):
+            return None
+        return cls(text_, kind, mode, digest, mtime, meta, smeta, True, size)
 
     @classmethod
     def from_wire_by_field(cls, v: Any, where: str) -> Listed:
         """The entry checked one field at a time, naming the place of a bad one."""
         v = items(v, where, (4, 5, 7, 8))
-        fields = (name(v[0], f"{where}[0]"), one_of("f", "d", "l")(v[1], f"{where}[1]"),
-                  MODE(v[2], f"{where}[2]"), binary(4096)(v[3], f"{where}[3]"))
+        fields = (name(v[0], f"{where}[0]"), one_of(*_KINDS)(v[1], f"{where}[1]"),
+                  MODE(v[2], f"{where}[2]"), binary(_MAX_DIGEST)(v[3], f"{where}[3]"))
         size = None
         if len(v) in (5, 8):
             size = uint()(v[4], f"{where}[4]")
