@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from watchdog.events import FileCreatedEvent
 from watchdog.observers import inotify
 
 from rdc_server import watcher as watcher_module
@@ -108,7 +109,7 @@ def test_events_while_the_run_ends_do_not_end_it_as_an_internal_error(
         watcher = ShareWatcher("s", str(tmp_path), lambda: None)
         try:
             monkeypatch.setattr(trio.lowlevel, "spawn_system_task", closed)
-            watcher._start()  # an edit's burst
+            watcher.on_any_event(FileCreatedEvent(str(tmp_path / "new")))  # an edit's burst
             watcher.lost()  # a dead thread's restart, through trio's callback queue
             await trio.testing.wait_all_tasks_blocked()
         finally:

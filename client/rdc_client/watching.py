@@ -71,8 +71,13 @@ class LocalChanges(FileSystemEventHandler):
             if first:
                 self._first = now
             self._last = now
+        # Queued, not waited for: this thread holds watchdog's lock, which `stop` (on
+        # trio's thread) takes; waiting for trio here would hold both forever.
         with contextlib.suppress(trio.RunFinishedError):
-            trio.from_thread.run_sync(self._wake.set, trio_token=self.token)
+            self.token.run_sync_soon(self._poke, idempotent=True)
+
+    def _poke(self) -> None:
+        self._wake.set()
 
     def _dirty_dir(self, path: str | bytes, is_dir: bool) -> str | None:
         """The directory (relative, "" for the root) an event dirties, unless the path is

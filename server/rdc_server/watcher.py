@@ -190,8 +190,10 @@ class ShareWatcher(FileSystemEventHandler):
                 return
             self._pending = True
             self._first = now
+        # Queued, not waited for: this thread holds watchdog's lock, which `stop` (on
+        # trio's thread, as the daemon ends) takes; waiting here would hold both forever.
         with contextlib.suppress(trio.RunFinishedError):
-            trio.from_thread.run_sync(self._start, trio_token=self.token)
+            self.token.run_sync_soon(self._spawn, self._bump_when_calm)
 
     def pause(self) -> None:
         with self._lock:
@@ -222,9 +224,6 @@ class ShareWatcher(FileSystemEventHandler):
         with self._lock:
             seen, self.seen_paused = self.seen_paused, set()
         return seen
-
-    def _start(self) -> None:
-        self._spawn(self._bump_when_calm)
 
     async def _bump_when_calm(self) -> None:
         while True:
