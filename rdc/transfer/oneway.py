@@ -209,7 +209,8 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             stats.in_step = all(stats.ops_done(last, await target.apply(last)))
             stats.in_step = stats.in_step and not stats.failed
         return _done(stats, started)
-    deletion = await trio.to_thread.run_sync(_deletion, replica, tree, theirs, push, options)
+    deletion = await trio.to_thread.run_sync(_deletion, replica, tree, theirs, push, options,
+                                             stats.files_total)
     for hb in (first_prefix(connection), m.HASH_BYTES):
         if streaming:
             stats.changes = changes = everything(tree)
@@ -387,14 +388,16 @@ def local_marker(replica: Replica, options: Options, place: bool = False) -> Roo
 
 
 def _deletion(replica: Replica, tree: Entry, theirs: Hashes, push: bool,
-              options: Options) -> Deletion:
+              options: Options, files: int) -> Deletion:
+    """What a deletion would take from the target; ``files`` are ``tree``'s (counted
+    once, by the caller)."""
     local = f"the local directory {replica.root}"
     if push:
         source = guards.Source(local, local_marker(replica, options).lost, not tree.children)
         return Deletion(source, -1 if theirs.files is None else theirs.files, "the server")
     source = guards.Source("the server's directory", theirs.marker_lost,
                            theirs.content == EMPTY_CONTENT)
-    return Deletion(source, count_files(tree), local)
+    return Deletion(source, files, local)
 
 
 async def _guard(target: Side, changes: Changes, deletion: Deletion, options: Options,
