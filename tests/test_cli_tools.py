@@ -12,6 +12,7 @@ from rdc.content.chunking import chunks_of
 from rdc.content.signature import signature_of_bytes
 from rdc_client.cli import main
 
+from .conftest import scaled
 from .e2e_support import RDC
 
 
@@ -118,7 +119,7 @@ def _program(*args: str, **kw) -> subprocess.CompletedProcess:
 def test_the_program_writes_all_its_output_and_keeps_its_exit_code(tmp_path) -> None:
     """It ends without Python's teardown: what it printed must still all arrive, and its
     exit code must be main's."""
-    (tmp_path / "f").write_bytes(random.Random(4).randbytes(2_000_000))
+    (tmp_path / "f").write_bytes(random.Random(4).randbytes(scaled(2_000_000, 400_000)))
     expected = [f"{c.offset} {c.length}" for c in chunks_of((tmp_path / "f").read_bytes())]
     done = _program("chunk", "--list", *[str(tmp_path / "f")] * 40, capture_output=True,
                     text=True)
