@@ -204,10 +204,11 @@ async def test_a_rewritten_file_and_old_phrases_in_new_surroundings(
 @pytest.mark.parametrize("server", ["levels", "whole", "old"])
 async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
         tmp_path, monkeypatch, server) -> None:
-    """After a pull that wrote in one directory of 30, the metadata walk asks for no whole
-    subtree (`mlist` `levels`): the vectors of the top and of that directory, not of the
-    whole tree. Forced to take whole vectors, or from a server that ignores `levels`, the
-    pull ends the same."""
+    """After a pull that wrote in one directory of 30, whose time moved at the source too
+    (an editor that saves by rename), the metadata walk asks for no whole subtree (`mlist`
+    `levels`): the vectors of the top and of that directory, not of the whole tree. Forced
+    to take whole vectors, or from a server that ignores `levels`, the pull ends the
+    same."""
     rng = random.Random(8)
     src = tmp_path / "src"
     for d in range(30):
@@ -219,6 +220,7 @@ async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
     dst = tmp_path / "dst"
     await pair.run("pull", dst)
     write(pair.share / "d07" / "f03.txt", b"edited\n", OLD + 5)
+    os.utime(pair.share / "d07", ns=(OLD + 6, OLD + 6))
     if server == "whole":
         monkeypatch.setattr(metadata, "TOUCHED_SHARE", 10**9)
     asked: list[bool] = []
@@ -237,6 +239,49 @@ async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
         assert stats.bytes_received < 3000, stats.bytes_received
     else:  # the vectors of 1,230 entries, most of their random times
         assert stats.bytes_received > 6000, stats.bytes_received
+    pair.close()
+
+
+@pytest.mark.parametrize("source_dir", ["kept", "moved"])
+async def test_a_pull_puts_back_the_times_of_the_directories_it_wrote_in(
+        tmp_path, monkeypatch, source_dir) -> None:
+    """Files edited in place at the source, in 3 directories of 30 (one level down): the
+    pull's writes move those directories' times here, and it puts them back to what its
+    scan saw before the walk. Where the source's directories kept their times, the walk
+    ends at the top, one ``mlist`` and no vectors; where one moved (a new file in it), the
+    walk goes down to it and sets it."""
+    rng = random.Random(9)
+    src = tmp_path / "src"
+    for d in range(30):
+        for f in range(40):
+            write(src / "top" / f"d{d:02}" / f"f{f:02}.txt", b"%d %d\n" % (d, f),
+                  OLD + rng.randrange(10**15))
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    dst = tmp_path / "dst"
+    await pair.run("pull", dst)
+    for d in (3, 11, 27):
+        write(pair.share / "top" / f"d{d:02}" / "f05.txt", b"edited\n", OLD + d)
+    if source_dir == "moved":
+        write(pair.share / "top" / "d11" / "new.txt", b"new\n", OLD)
+        os.utime(pair.share / "top" / "d11", ns=(OLD + 7, OLD + 7))
+    asked: list[str] = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, *args):
+        asked.append(path)
+        return real(tree, path, *args)
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and stats.files_transferred == (3 if source_dir == "kept" else 4)
+    assert tree_state(dst) == tree_state(pair.share)  # directory times too
+    if source_dir == "kept":
+        assert asked == [""]
+        assert stats.bytes_received < 2000, stats.bytes_received
+    else:
+        assert asked == ["", "top"]
+        assert os.stat(dst / "top" / "d11").st_mtime_ns == OLD + 7
     pair.close()
 
 

@@ -11,11 +11,19 @@ Before the walk, a push sets the times and modes of the directories whose entrie
 changed they are most of what differs. Set first, they leave the walk nothing to send for
 a subtree whose other entries kept their metadata, where it would otherwise send vectors
 of the whole subtree.
+
+A pull has no such ops to send: it is the target. Before its walk it puts the times of the
+directories it wrote in back to what its scan saw (`put_back_times`). Where the source's
+directory kept its time (files edited in place), the two now agree and the walk stops at
+the root; where it did not, the walk finds it, as it would have found the time the writes
+left. A pull of 1% edited files among 100,000 spent 388 KB on the walk's vectors.
 """
 
 from __future__ import annotations
 
+from rdc.local.fs import HeldDirs
 from rdc.local.paths import join, parent
+from rdc.local.replica import Replica, Retimed
 from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
 from rdc.records import record
 from rdc.transfer.compare import Changes
@@ -44,6 +52,22 @@ def touched(changes: Changes) -> list[str]:
     dirs = {parent(path) for path in paths} | {path for path, _ in changes.mkdirs}
     dirs.discard("")
     return sorted(dirs, key=lambda path: (path.count("/"), path))
+
+
+def put_back_times(replica: Replica, before: Entry, changes: Changes) -> None:
+    """Set each directory below the top that ``changes`` wrote in, and that ``before`` (the
+    scan the writes started from) holds, back to the time it had there (blocking)."""
+    back: list[tuple[str, int | None, int | None]] = []
+    for path in touched(changes):
+        entry = lookup(before, path)
+        if entry is not None and entry.kind == "d":
+            back.append((path, None, entry.mtime_ns))
+    if not back:
+        return
+    retimed: list[Retimed] = []  # (directories: nothing for the index to restamp)
+    with HeldDirs(replica.fs) as held:
+        for _ in replica.set_meta_many(back, retimed, held):
+            pass
 
 
 @record

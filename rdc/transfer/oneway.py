@@ -231,6 +231,8 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             if not push:
                 await trio.to_thread.run_sync(replica.sync_dirs)
         if not push:
+            await trio.to_thread.run_sync(metadata.put_back_times, replica, local.tree,
+                                          changes)
             await local.refreshed()
         if streaming:  # the local tree's hashes, now that every file is signed
             same = walked if walked is not None and walked.tree is tree else None
