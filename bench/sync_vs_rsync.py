@@ -8,22 +8,24 @@ file with 10 scattered edits, (d) a tree with 20% of its files renamed or moved,
 tree with small edits scattered over many files, (f) the same sync run a second time with
 nothing changed (the second run is measured), (g) many files: a generated tree of N small
 files (fixtures/make_many_files.py) copied into an empty directory, then 1% of its files
-edited, then nothing changed, three syncs in a row on the same receiver. Also: (h) the
-resident memory of an idle server after a push of a 2,900-file tree.
+edited, then nothing changed, three pushes in a row on the same receiver; then a pull of
+the edited tree into a local copy of the base tree. Also: (h) the resident memory of an
+idle server after a push of a 2,900-file tree.
 
 rsync runs over a fake remote shell (`localsh`), so its real delta algorithm runs and its
 ``--stats`` byte counts are real; variants -a, -az, -acz (plus --fuzzy for the renamed
 tree; -a and -az for a first copy). Its *best* variant per case is the one with the fewest
 bytes, its *fastest* the one with the least wall time. rdc pushes into a local
-``rdc serve``; its bytes are everything its client counted on the socket, with zstd (the
-default) and ``--no-compress``. Every receiver is checked against its sender afterwards
-(paths, contents, modes, mtimes).
+``rdc serve`` (many files, pulled: pulls from it); its bytes are everything its client
+counted on the socket, with zstd (the default) and ``--no-compress``. Every receiver is
+checked against its sender afterwards (paths, contents, modes, mtimes).
 
 rdc keeps signature indexes (the server's of the receiving tree, the client's of the
 sending one); rsync keeps none. Times are given per index state:
   cold       both indexes built during the timed run (rdc reads everything, like rsync -c):
              the headline
   srv-warm   the server indexed the OLD tree before timing, the client's index is cold
+             (many files, pulled: the server's index of the NEW tree as the pushes left it)
   warm       both indexes built before timing (a repeated sync between the same trees;
              many files: as the step before left them)
   re-run     (no change) the second of two identical pushes, indexes as the first left them
@@ -70,7 +72,7 @@ BYTE_TARGETS = {"django": 0.5, "bigbin": 0.5, "renamed": 0.5, "scattered": 1.0}
 # Issue 12: time ratios rdc / rsync's fastest, per case (many files: per step).
 TIME_TARGETS = {"firstcopy": 1.5, "django": 1.5, "renamed": 2.0, "scattered": 1.5,
                 "bigbin": 1.5, "nochange": 1.0, "many first copy": 2.0, "many 1% edited": 1.5,
-                "many no change": 1.0}
+                "many no change": 1.0, "many 1% edited, pulled": 1.5}
 RSS_TARGET = 200e6  # bytes, client and server, many files
 IDLE_TARGET = 80e6
 NOCHANGE_MAX_BYTES = 10_000
@@ -327,18 +329,22 @@ def show(run: Run) -> None:
 # ------------------------------------------------------------------ many files
 
 
-MANY_STEPS = ("first copy", "1% edited", "no change")
+MANY_STEPS = ("first copy", "1% edited", "no change", "1% edited, pulled")
 
 
 def run_many(tree: Path, files: int, rdc: Rdc, localsh: str, work: Path,
              bound: DeltaBound, log: list[str]) -> dict[str, dict]:
-    """Three syncs in a row onto one receiver: an empty directory gets the base tree, then
+    """Three pushes in a row onto one receiver: an empty directory gets the base tree, then
     1% of the sender's files change (in place, as an editor saves them), then nothing
-    changes. The sender is a hard-linked copy of base/ that becomes edited/."""
+    changes. The sender is a hard-linked copy of base/ that becomes edited/. Then a pull:
+    a local real copy of base/ (its files get replaced) takes the edited tree from the
+    remote side (rsync: the sender over the fake remote shell; rdc: the server's share
+    directory the pushes left, its index as they left it, the client's index cold)."""
     base, edited = tree / "base", tree / "edited"
     changed = (tree / "edited.txt").read_text().split()
-    sender = work / "many-src"
+    sender, pulled = work / "many-src", work / "many-pull"
     steps = [(MANY_STEPS[0], []), (MANY_STEPS[1], changed), (MANY_STEPS[2], [])]
+    pull = MANY_STEPS[3]
     runs: dict[str, list[Run]] = {s: [] for s in MANY_STEPS}
     label = f"many {files:,} files"
     rdc.server.settle(limit=120)  # rsync should not share the machine with it either
@@ -355,6 +361,12 @@ def run_many(tree: Path, files: int, rdc: Rdc, localsh: str, work: Path,
             runs[step].append(run)
             show(run)
         shutil.rmtree(dst)
+        reset(base, pulled)  # the sender now holds the edited tree
+        run = rsync_step(f"{label}: {pull}", "", opts, f"localhost:{sender}/", f"{pulled}/",
+                         localsh)
+        run.verify = tree_diff(sender, pulled)
+        runs[pull].append(run)
+        show(run)
     link_tree(base, sender)
     dst = rdc.server.share / "many"
     reset(None, dst)
@@ -367,11 +379,21 @@ def run_many(tree: Path, files: int, rdc: Rdc, localsh: str, work: Path,
                          "zstd", usage, stats, tree_diff(sender, dst))
         runs[step].append(run)
         show(run)
+    # The share directory holds the edited tree the pushes left (the last push verified
+    # it against the sender): pulled into a copy of base with a cold client index.
+    reset(base, pulled)
+    usage, stats = rdc.command("pull", ["--delete", rdc.server.url("many"), str(pulled)],
+                               rdc.fresh("cache"), settle_limit=120)
+    run = rdc.run_of(f"{label}: {pull}", "srv-warm", "zstd", usage, stats,
+                     tree_diff(sender, pulled))
+    runs[pull].append(run)
+    show(run)
+    shutil.rmtree(pulled)
     shutil.rmtree(dst)
     shutil.rmtree(sender)
     base_tar, edited_tar = bound.tar_of(base), bound.tar_of(edited)
     pairs = {MANY_STEPS[0]: (None, base_tar), MANY_STEPS[1]: (base_tar, edited_tar),
-             MANY_STEPS[2]: (edited_tar, edited_tar)}
+             MANY_STEPS[2]: (edited_tar, edited_tar), pull: (base_tar, edited_tar)}
     results = {}
     for step in MANY_STEPS:
         step_runs = runs[step]
