@@ -4,6 +4,7 @@ changed meanwhile) is handled per file, and a batch is written, synced and renam
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -321,6 +322,48 @@ async def test_offers_name_roots_by_their_first_bytes_between_peers_that_can(
     assert stats.in_step and not stats.failed and tree_state(dst) == tree_state(src)
     assert lengths == {OFFER_ROOT if short else m.HASH_BYTES}
     pair.close()
+
+
+@pytest.mark.parametrize("asked", [True, False])
+async def test_offers_answering_gets_leave_out_the_paths_asked_for(
+        tmp_path, monkeypatch, asked) -> None:
+    """With ``asked-paths`` the server's offers answering a pull's ``gets`` name no path
+    (each is the one asked for in its place), else each names its own; the pull ends in
+    step either way."""
+    if not asked:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != batch.ASKED_PATHS))
+    named: list[str] = []
+    real = batch._as_asked
+
+    def as_asked(offers, files):
+        named.extend(o.path for o in offers if isinstance(o, m.FileOffer))
+        return real(offers, files)
+
+    monkeypatch.setattr(batch, "_as_asked", as_asked)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    small_tree(src, 60)
+    pair = Pair(tmp_path)
+    assert (await pair.run("push", src)).in_step
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed and tree_state(dst) == tree_state(src)
+    assert len(named) == 60
+    assert set(named) == {""} if asked else "" not in named
+    pair.close()
+
+
+def test_offers_that_name_another_path_or_count_are_refused() -> None:
+    asked = [("a.txt", None), ("d/b.txt", None)]
+    offer = m.FileOffer("", 1, b"r" * OFFER_ROOT, 1, None, 0o644, OLD)
+    failure = m.Failure("vanished", "gone")
+    got = batch._as_asked([offer, failure], asked)
+    assert isinstance(got[0], m.FileOffer) and got[0].path == "a.txt" and got[1] == failure
+    named = [offer, dataclasses.replace(offer, path="d/b.txt")]
+    assert [o.path for o in batch._as_asked(named, asked)] == ["a.txt", "d/b.txt"]
+    with pytest.raises(ProtocolError, match="do not match"):
+        batch._as_asked([offer, dataclasses.replace(offer, path="d/other.txt")], asked)
+    with pytest.raises(ProtocolError, match="do not match"):
+        batch._as_asked([offer], asked)
 
 
 def test_the_target_checks_the_root_and_keeps_the_offered_sketch(tmp_path) -> None:

@@ -25,6 +25,7 @@ pull).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 
@@ -109,6 +110,10 @@ Files = list[tuple[str, bytes | None]]  # (path, root prefix the target holds th
 Offered = tuple[m.FileOffer | m.Failure, bytes | None, Tree | None]
 # The feature both sides must have for the verdict ``delta`` (rdc.transfer.lockstep).
 DELTAS = "batch-deltas"
+# The feature with which the offers answering a ``gets`` name no path (b""): each is the
+# path asked for in its place, which the client has (the paths were a tenth of a pull's
+# bytes: 1% of 100,000 files, 58 KB asked and the same again in the offers).
+ASKED_PATHS = "asked-paths"
 
 
 def takes_deltas(connection: Connection) -> bool:
@@ -656,12 +661,7 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
         files=[m.FileRequest(path, expected(here)) for path, here in files]))
     alone: Files = []
     try:
-        offers = (await conversation.receive(m.Offers)).files
-        if len(offers) != len(files) or any(
-            isinstance(offer, m.FileOffer) and offer.path != path
-            for offer, (path, _) in zip(offers, files, strict=True)
-        ):
-            raise ProtocolError(message="offers that do not match the files asked for")
+        offers = _as_asked((await conversation.receive(m.Offers)).files, files)
         valid = [(offer, expected(here)) for offer, (_, here) in zip(offers, files, strict=True)
                  if isinstance(offer, m.FileOffer)]
         decided_valid = iter(await trio.to_thread.run_sync(
@@ -701,6 +701,22 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
     return alone
 
 
+def _as_asked(offers: list[m.FileOffer | m.Failure], files: Files
+              ) -> list[m.FileOffer | m.Failure]:
+    """The offers answering a ``gets`` of ``files``, one per file in order, each with the
+    path asked for (an offer that names none, ``asked-paths``, is given it)."""
+    if len(offers) != len(files):
+        raise ProtocolError(message="offers that do not match the files asked for")
+    out: list[m.FileOffer | m.Failure] = []
+    for offer, (path, _) in zip(offers, files, strict=True):
+        if isinstance(offer, m.FileOffer) and offer.path != path:
+            if offer.path:
+                raise ProtocolError(message="offers that do not match the files asked for")
+            offer = dataclasses.replace(offer, path=path)
+        out.append(offer)
+    return out
+
+
 async def serve_gets(conversation: Conversation, replica: Replica, message: m.Gets,
                      changed: Callable[[str], None] | None = None) -> None:
     """The server's side of a pulled batch (it is the source); ``changed`` as for
@@ -709,7 +725,11 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
     signed = await trio.to_thread.run_sync(
         offer_batch, replica, [(request.path, None) for request in message.files], changed,
         HELD_BYTES, offer_root(conversation.connection))
-    conversation.send(m.Offers(files=[offer for offer, _, _ in signed]))
+    offers = [offer for offer, _, _ in signed]
+    if ASKED_PATHS in conversation.connection.frames.features:
+        offers = [dataclasses.replace(offer, path="") if isinstance(offer, m.FileOffer)
+                  else offer for offer in offers]
+    conversation.send(m.Offers(files=offers))
     verdicts = (await conversation.receive(m.Verdicts)).verdicts
     if len(verdicts) != len(signed):
         raise ProtocolError(message="verdicts that do not match the offers")
