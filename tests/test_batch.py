@@ -288,6 +288,25 @@ def test_content_that_does_not_have_its_root_is_refused_alone(tmp_path, named) -
     replica.close()
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_batch_that_keeps_times_sets_its_directories_back(tmp_path, keep) -> None:
+    """With ``keep_times`` the directories a batch wrote in (not the top) have the times
+    they had before it; without, the installs moved them."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_bytes(b"old")
+    os.utime(root / "d", ns=(OLD, OLD))
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    files = [(m.FileOffer(path, 3, _root(b"new"), 2, None, 0o644, OLD), None, b"new")
+             for path in ("d/f", "d/g", "top")]
+    assert batch.write_batch(replica, files, keep_times=keep) == [None] * 3
+    assert (root / "d" / "f").read_bytes() == b"new" and (root / "d" / "g").exists()
+    assert (os.stat(root / "d").st_mtime_ns == OLD) == keep
+    assert os.stat(root).st_mtime_ns != OLD
+    replica.close()
+
+
 @pytest.mark.parametrize("short", [True, False])
 async def test_offers_name_roots_by_their_first_bytes_between_peers_that_can(
         tmp_path, monkeypatch, short) -> None:
@@ -525,9 +544,9 @@ async def test_a_peers_batch_of_more_content_than_a_batch_holds_is_held_in_part(
     held: list[int] = []
     real_write = batch.write_batch
 
-    def writing(replica, files, signatures=()):
+    def writing(replica, files, signatures=(), keep_times=False):
         held.append(sum(len(data) for _, _, data in files))
-        return real_write(replica, files, signatures)
+        return real_write(replica, files, signatures, keep_times)
 
     monkeypatch.setattr(batch, "write_batch", writing)
     pair = Pair(tmp_path)

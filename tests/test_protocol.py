@@ -242,6 +242,15 @@ async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
     pair.close()
 
 
+def thirty_directories(root, files: int, seed: int) -> None:
+    """``root``/d00 .. d29, each with ``files`` small files, every file a time of its own."""
+    rng = random.Random(seed)
+    for d in range(30):
+        for f in range(files):
+            write(root / f"d{d:02}" / f"f{f:02}.txt", b"%d %d\n" % (d, f),
+                  OLD + rng.randrange(10**15))
+
+
 @pytest.mark.parametrize("source_dir", ["kept", "moved"])
 async def test_a_pull_puts_back_the_times_of_the_directories_it_wrote_in(
         tmp_path, monkeypatch, source_dir) -> None:
@@ -250,12 +259,8 @@ async def test_a_pull_puts_back_the_times_of_the_directories_it_wrote_in(
     scan saw before the walk. Where the source's directories kept their times, the walk
     ends at the top, one ``mlist`` and no vectors; where one moved (a new file in it), the
     walk goes down to it and sets it."""
-    rng = random.Random(9)
     src = tmp_path / "src"
-    for d in range(30):
-        for f in range(40):
-            write(src / "top" / f"d{d:02}" / f"f{f:02}.txt", b"%d %d\n" % (d, f),
-                  OLD + rng.randrange(10**15))
+    thirty_directories(src / "top", 40, seed=9)
     pair = Pair(tmp_path)
     await pair.run("push", src)
     dst = tmp_path / "dst"
@@ -529,6 +534,89 @@ async def test_a_push_sends_its_times_for_changed_subtrees_without_the_servers(
     pair.close()
 
 
+@pytest.mark.parametrize("kept", [True, False])
+async def test_a_push_of_files_edited_in_place_leaves_the_server_no_directory_to_set(
+        tmp_path, monkeypatch, kept: bool) -> None:
+    """Files edited in place in 3 directories of 30, which keep their times at the source:
+    with ``kept-dir-times`` the server sets those directories back to their times before
+    each batch, so the client sends no op for them and the walk ends at the top; without
+    it the client sets them (an op each). Either way the trees end equal, directory times
+    too."""
+    from rdc.transfer import batch
+    from rdc.wire import handshake
+
+    if not kept:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != batch.KEPT_TIMES))
+    src = tmp_path / "src"
+    thirty_directories(src / "top", 20, seed=10)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    edited = [f"top/d{d:02}" for d in (4, 15, 22)]
+    for where in edited:
+        before = os.stat(src / where).st_mtime_ns
+        write(src / where / "f07.txt", b"edited in place\n")  # its time: now
+        assert os.stat(src / where).st_mtime_ns == before
+    ops, sent = recorded_metadata(monkeypatch)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 3
+    assert tree_state(pair.share) == tree_state(src)
+    set_dirs = {op.path for op in ops if op.kind == "meta" and op.path}
+    assert set_dirs == (set() if kept else set(edited))
+    assert not sent  # the walk found the trees' metadata equal at the top
+    pair.close()
+
+
+def recorded_metadata(monkeypatch) -> tuple[list[m.Op], list[m.MetaDir]]:
+    """The ops and the vectors a push sends the server from now on, as lists that fill."""
+    from rdc.transfer import sides
+
+    ops: list[m.Op] = []
+    sent: list[m.MetaDir] = []
+    real_apply, real_set = sides.Remote.apply, sides.Remote.set_vectors
+
+    async def recording_ops(self, batch):
+        ops.extend(batch)
+        return await real_apply(self, batch)
+
+    async def recording_vectors(self, items):
+        sent.extend(items)
+        return await real_set(self, items)
+
+    monkeypatch.setattr(sides.Remote, "apply", recording_ops)
+    monkeypatch.setattr(sides.Remote, "set_vectors", recording_vectors)
+    return ops, sent
+
+
+def test_kept_dirs_are_those_where_only_files_newer_than_them_were_replaced() -> None:
+    """A directory needs no op only where every write in it replaced a file, by a pushed
+    batch whose server kept the time, that is newer than the directory (edited in place);
+    a new file, a removal, a file older than its directory (saved by rename: the
+    directory's time moved with it) or one that went alone each leave the op."""
+    from rdc.local.snapshot import Entry
+    from rdc.transfer.compare import Changes
+
+    def file(t: int) -> Entry:
+        return Entry("f", 0o644, t)
+
+    def directory(t: int, **children: Entry) -> Entry:
+        return Entry("d", 0o755, t, children=dict(children))
+
+    tree = directory(0, **{
+        "in_place": directory(5, a=file(9), b=file(8)),
+        "renamed": directory(9, a=file(7)),
+        "new": directory(5, a=file(9), n=file(9)),
+        "gone": directory(5, a=file(9)),
+        "alone": directory(5, a=file(9)),
+    })
+    changes = Changes(
+        files=[("in_place/a", b"r"), ("in_place/b", b"r"), ("renamed/a", b"r"),
+               ("new/a", b"r"), ("new/n", None), ("gone/a", b"r"), ("alone/a", b"r")],
+        removals=[("gone/old", m.NOTHING)])
+    kept = {"in_place/a", "in_place/b", "renamed/a", "new/a", "new/n", "gone/a"}
+    assert metadata.kept_dirs(changes, kept, tree) == {"in_place"}
+
+
 @pytest.mark.parametrize("subdirs, files, walked", [(4, 30, False), (12, 2, True)])
 async def test_a_push_sets_the_directories_it_wrote_in_before_the_metadata_walk(
         tmp_path, monkeypatch, subdirs: int, files: int, walked: bool) -> None:
@@ -537,7 +625,7 @@ async def test_a_push_sets_the_directories_it_wrote_in_before_the_metadata_walk(
     the tree in step and sends no vectors (which would carry every entry's time). Where
     it wrote in most directories of a small tree, it leaves them to the walk's vectors,
     which cost less than an op per directory."""
-    from rdc.transfer import metadata, sides
+    from rdc.transfer import metadata
 
     src = tmp_path / "src"
     for d in range(subdirs):
@@ -548,20 +636,7 @@ async def test_a_push_sets_the_directories_it_wrote_in_before_the_metadata_walk(
     for d in range(subdirs):
         write(src / "top" / f"sub{d}" / "f0", b"edited", OLD - d)
         os.utime(src / "top" / f"sub{d}", ns=(OLD + 7 * d, OLD + 7 * d))
-    sent: list[m.MetaDir] = []
-    ops: list[m.Op] = []
-    real_set, real_apply = sides.Remote.set_vectors, sides.Remote.apply
-
-    async def recording_vectors(self, items):
-        sent.extend(items)
-        return await real_set(self, items)
-
-    async def recording_ops(self, batch):
-        ops.extend(batch)
-        return await real_apply(self, batch)
-
-    monkeypatch.setattr(sides.Remote, "set_vectors", recording_vectors)
-    monkeypatch.setattr(sides.Remote, "apply", recording_ops)
+    ops, sent = recorded_metadata(monkeypatch)
     stats = await pair.run("push", src)
     assert not stats.failed and stats.in_step and stats.files_transferred == subdirs
     assert tree_state(pair.share) == tree_state(src)

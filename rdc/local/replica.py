@@ -729,6 +729,16 @@ class Replica:
                 retimed.append((path, before, after))
             yield
 
+    def set_dir_times(self, times: Sequence[tuple[str, int]]) -> None:
+        """Set the modification time of each directory (path, mtime_ns) of ``times``, its
+        mode left as it is (`set_meta_many`; a directory has no index row to restamp)."""
+        if not times:
+            return
+        retimed: list[Retimed] = []
+        with HeldDirs(self.fs) as held:
+            for _ in self.set_meta_many([(path, None, t) for path, t in times], retimed, held):
+                pass
+
     def record_times(self, retimed: list[Retimed]) -> None:
         """Record the stamps `set_meta` made, for rows that described the file before."""
         if not retimed:

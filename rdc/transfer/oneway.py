@@ -239,7 +239,8 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             local.tree = await trio.to_thread.run_sync(replica.scan, None, None, same)
             src = mine = local.hashes()
             streaming = False
-        ops, results = await metadata.bring_in_step(local, remote, push, last, hb, changes)
+        ops, results = await metadata.bring_in_step(local, remote, push, last, hb, changes,
+                                                    stats.kept_times)
         stats.ops_done(ops, results)
         dst = await target.refreshed()
         stats.in_step = (src.content, src.meta) == (dst.content, dst.meta) and (

@@ -79,6 +79,9 @@ class Stats:
     # and ops that succeeded (kind, path, "local" or "remote" where the caller said).
     moved: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     applied: list[tuple[str, str, str]] = field(default_factory=list)
+    # Files a pushed batch wrote whose directory the server then set back to its time
+    # before the batch (``kept-dir-times``, rdc.transfer.batch).
+    kept_times: set[str] = field(default_factory=set)
 
     def plans(self) -> list[Changes]:
         """The plans carried out (a dry run's: the one it would carry out)."""

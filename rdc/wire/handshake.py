@@ -22,9 +22,10 @@ PROTOCOL_MAX = 2
 # short-prefixes: sub-chunk lists in the prefix length a want names (rdc.content.subchunks);
 # short-fingerprints: a list's ``have`` sized by its count (rdc.transfer.reconcile);
 # short-digests: listings and metadata hashes in 5-byte prefixes, offers' roots in 16 (rdc.params);
-# asked-paths: the offers answering a gets name no path (rdc.transfer.batch).
+# asked-paths: the offers answering a gets name no path; kept-dir-times: a pushed batch
+# leaves the times of the directories it wrote in as they were (both rdc.transfer.batch).
 FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
-            "short-fingerprints", "short-digests", "asked-paths")
+            "short-fingerprints", "short-digests", "asked-paths", "kept-dir-times")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")
