@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rdc.errors import ProtocolError
-from rdc.local.fs import SafeRoot
+from rdc.local.fs import Expect, SafeRoot
 from rdc.local.replica import Replica
 from rdc.params import OFFER_ROOT
 from rdc.transfer import batch, serving
@@ -290,20 +290,52 @@ def test_content_that_does_not_have_its_root_is_refused_alone(tmp_path, named) -
 
 @pytest.mark.parametrize("keep", [True, False])
 def test_a_batch_that_keeps_times_sets_its_directories_back(tmp_path, keep) -> None:
-    """With ``keep_times`` the directories a batch wrote in (not the top) have the times
-    they had before it; without, the installs moved them."""
+    """With ``keep_times`` the directories where a batch replaced files (not the top) have
+    the times they had before it; without, the installs moved them, as they do where it
+    only added files (the source's directory moved too: the metadata sets it)."""
     root = tmp_path / "root"
-    (root / "d").mkdir(parents=True)
-    (root / "d" / "f").write_bytes(b"old")
-    os.utime(root / "d", ns=(OLD, OLD))
+    for where in ("d", "e"):
+        (root / where).mkdir(parents=True)
+        (root / where / "f").write_bytes(b"old")
+        os.utime(root / where, ns=(OLD, OLD))
+    (root / "top").write_bytes(b"old")
     replica = Replica(str(root), tmp_path / "index.sqlite3")
     replica.scan()
-    files = [(m.FileOffer(path, 3, _root(b"new"), 2, None, 0o644, OLD), None, b"new")
-             for path in ("d/f", "d/g", "top")]
-    assert batch.write_batch(replica, files, keep_times=keep) == [None] * 3
-    assert (root / "d" / "f").read_bytes() == b"new" and (root / "d" / "g").exists()
+    files = [(m.FileOffer(path, 3, _root(b"new"), 2, None, 0o644, OLD), expect, b"new")
+             for path, expect in (("d/f", Expect.file()), ("d/g", Expect.absent()),
+                                  ("e/g", Expect.absent()), ("top", Expect.file()))]
+    assert batch.write_batch(replica, files, keep_times=keep) == [None] * 4
+    assert all((root / path).read_bytes() == b"new" for path in ("d/f", "d/g", "e/g", "top"))
     assert (os.stat(root / "d").st_mtime_ns == OLD) == keep
-    assert os.stat(root).st_mtime_ns != OLD
+    assert os.stat(root / "e").st_mtime_ns != OLD
+    replica.close()
+
+
+def test_batches_in_flight_in_one_directory_keep_the_time_before_the_first(tmp_path) -> None:
+    """Two batches writing in one directory at once: the second notes the time the first
+    noted (not the one the first's writes left), and whichever ends last leaves it."""
+    from rdc.local.fs import HeldDirs
+
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    os.utime(root / "d", ns=(OLD, OLD))
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    with HeldDirs(replica.fs) as held:
+        first = replica.keep_dir_times(held, ["d/a", "d/b"])
+        (root / "d" / "a").write_bytes(b"a")  # the first batch writes
+        second = replica.keep_dir_times(held, ["d/c"])
+    assert first == second == ["d"]
+    (root / "d" / "c").write_bytes(b"c")
+    replica.put_dir_times_back(first)
+    (root / "d" / "c2").write_bytes(b"c")  # the second is still writing
+    assert os.stat(root / "d").st_mtime_ns != OLD
+    replica.put_dir_times_back(second)
+    assert os.stat(root / "d").st_mtime_ns == OLD
+    with HeldDirs(replica.fs) as held:  # forgotten once none is in flight
+        (root / "d" / "e").write_bytes(b"e")
+        moved = os.stat(root / "d").st_mtime_ns
+        replica.put_dir_times_back(replica.keep_dir_times(held, ["d/e"]))
+    assert os.stat(root / "d").st_mtime_ns == moved
     replica.close()
 
 

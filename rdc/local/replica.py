@@ -51,7 +51,7 @@ from rdc.local.index import (
     refresh_some,
 )
 from rdc.local.marker import MARKER
-from rdc.local.paths import TEMP_PREFIX, PathError
+from rdc.local.paths import TEMP_PREFIX, PathError, parent
 from rdc.local.rescan import Patch, Unsure, patch
 from rdc.local.snapshot import (
     MAX_DEPTH,
@@ -112,6 +112,10 @@ class Replica:
         self._later = threading.local()  # records kept for the end of `recording_together`
         self._kept: bytes | None = None  # the fingerprint of the tree kept in the index
         self._held_before: int | None = None  # the largest file id at `warm`
+        # Directories whose time batches in flight keep (`keep_dir_times`): the time
+        # before the first of them wrote there, and how many are writing.
+        self._dir_times: dict[str, list[int]] = {}
+        self._dir_times_lock = threading.Lock()
 
     def close(self) -> None:
         try:
@@ -729,13 +733,51 @@ class Replica:
                 retimed.append((path, before, after))
             yield
 
+    def keep_dir_times(self, dirs: HeldDirs, paths: Sequence[str]) -> list[str]:
+        """Note the time of each directory below the top holding one of ``paths``, before
+        this batch writes there, for `put_dir_times_back` (a directory another batch is
+        writing in keeps the time noted before that one's writes). The directories noted;
+        one that cannot be opened is left out."""
+        noted: dict[str, None] = {}
+        for path in paths:
+            where = parent(path)
+            if not where or where in noted:
+                continue
+            with self._dir_times_lock:
+                held = self._dir_times.get(where)
+                if held is not None:
+                    held[1] += 1
+                else:
+                    try:
+                        held = [os.fstat(dirs.fd(where, path)).st_mtime_ns, 1]
+                    except (OSError, PathError):
+                        continue
+                    self._dir_times[where] = held
+            noted[where] = None
+        return list(noted)
+
+    def put_dir_times_back(self, noted: Sequence[str], write: bool = True) -> None:
+        """Set the directories `keep_dir_times` noted back to their times then (each one's
+        last batch in flight leaves it at that), and forget them (``write`` false: only
+        forget, the batch failed)."""
+        with self._dir_times_lock:
+            times = [(where, self._dir_times[where][0]) for where in noted]
+            for where in noted:
+                held = self._dir_times[where]
+                held[1] -= 1
+                if not held[1]:
+                    del self._dir_times[where]
+        if write:
+            self.set_dir_times(times)
+
     def set_dir_times(self, times: Sequence[tuple[str, int]]) -> None:
         """Set the modification time of each directory (path, mtime_ns) of ``times``, its
         mode left as it is (`set_meta_many`; a directory has no index row to restamp)."""
         if not times:
             return
         retimed: list[Retimed] = []
-        with HeldDirs(self.fs) as held:
+        with HeldDirs(self.fs) as held, contextlib.suppress(OSError, PathError):
+            # (one gone or swapped meanwhile stops the rest: the metadata walk sets them)
             for _ in self.set_meta_many([(path, None, t) for path, t in times], retimed, held):
                 pass
 

@@ -37,7 +37,7 @@ from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.filestat import mtime_ns
 from rdc.local.fs import ConflictError, Expect, HeldDirs, TempFile, sync_all
 from rdc.local.index import IndexedFile
-from rdc.local.paths import PathError, parent
+from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.verify import CHANGED, recheck
 from rdc.params import OFFER_ROOT
@@ -413,8 +413,12 @@ def write_batch(
             results[i] = m.Failure("verify", f"{offer.path}: the content does not have "
                                    "the offered root (it changed at the source?)")
     dirs = HeldDirs(replica.fs)
+    noted: list[str] = []
+    written = False
     try:
-        times = _dir_times(dirs, [files[i][0].path for i, _ in checked]) if keep_times else {}
+        if keep_times:
+            noted = replica.keep_dir_times(dirs, [files[i][0].path for i, _ in checked
+                                                  if _replaces(files[i][1])])
         temps = replica.fs.create_temps(
             [(files[i][0].path, files[i][2], files[i][0].mode, files[i][0].mtime_ns)
              for i, _ in checked], dirs)
@@ -439,26 +443,19 @@ def write_batch(
             else:
                 recorded.append((offer.path, st, signature))
         replica.record_many(recorded)
-        replica.set_dir_times(list(times.items()))
+        written = True
     finally:
+        replica.put_dir_times_back(noted, write=written)
         dirs.close()
         for _, temp, _ in prepared:
             temp.abort()  # nothing for those installed
     return results
 
 
-def _dir_times(dirs: HeldDirs, paths: list[str]) -> dict[str, int]:
-    """The modification time of each directory below the top holding one of ``paths``,
-    before anything is written there (one that cannot be opened is left out)."""
-    times: dict[str, int] = {}
-    for path in paths:
-        where = parent(path)
-        if where and where not in times:
-            try:
-                times[where] = os.fstat(dirs.fd(where, path)).st_mtime_ns
-            except (OSError, PathError):
-                continue
-    return times
+def _replaces(expect: Expect | None) -> bool:
+    """Whether a file written with ``expect`` replaces one (a file new at its path adds an
+    entry: its directory's time moved at the source too, and is set by the metadata)."""
+    return expect is not None and expect.kind == "file"
 
 
 # ---------------------------------------------------------------- the conversations
