@@ -114,9 +114,9 @@ DELTAS = "batch-deltas"
 # path asked for in its place, which the client has (the paths were a tenth of a pull's
 # bytes: 1% of 100,000 files, 58 KB asked and the same again in the offers).
 ASKED_PATHS = "asked-paths"
-# The feature with which a server sets each directory a pushed batch wrote in back to its
-# time before the batch: where only files edited in place changed, the client then sends
-# no op for the directory (1% of 100,000 files: an op for each of about 900 directories).
+# The feature with which a server sets each directory where a pushed batch replaced files
+# back to its time before the batch: where only files edited in place changed, the client
+# then sends no op for it (1% of 100,000 files: an op for each of about 900 directories).
 KEPT_TIMES = "kept-dir-times"
 
 
@@ -399,7 +399,8 @@ def write_batch(
     one index transaction (blocking). One result per file. ``signatures``: those already
     made of the contents (by position; a missing one is made here, with the offered sketch:
     it only steers the choice of seeds, whose bytes are checked as they are used). With
-    ``keep_times``, the directories written in (below the top) get their times back."""
+    ``keep_times``, the directories where it replaced files (below the top) get back the
+    times they had before (`Replica.keep_dir_times`)."""
     results: list[m.Failure | None] = [None] * len(files)
     prepared: list[tuple[int, TempFile, FileSignature]] = []
     checked: list[tuple[int, FileSignature]] = []
