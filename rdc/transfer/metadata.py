@@ -47,12 +47,19 @@ def touched(changes: Changes) -> list[str]:
     the parents of every entry created, replaced or removed, parents first. (Where the
     removals are not made, their directories differ in content, and the walk sets their
     times one by one: setting them first is what it would do.)"""
-    paths = [path for path, _ in changes.replace] + [path for path, _ in changes.mkdirs]
-    paths += [path for path, _ in changes.files] + [path for path, _, _ in changes.links]
-    paths += [path for path, _ in changes.removals]
-    dirs = {parent(path) for path in paths} | {path for path, _ in changes.mkdirs}
+    dirs = _written_in(changes, [path for path, _ in changes.files])
     dirs.discard("")
     return sorted(dirs, key=lambda path: (path.count("/"), path))
+
+
+def _written_in(changes: Changes, files: list[str]) -> set[str]:
+    """The directories whose entries ``changes`` writes, counting of its files only
+    ``files``: those created, and the parents of every entry created, replaced or
+    removed."""
+    paths = [path for path, _ in changes.replace] + [path for path, _ in changes.mkdirs]
+    paths += files + [path for path, _, _ in changes.links]
+    paths += [path for path, _ in changes.removals]
+    return {parent(path) for path in paths} | {path for path, _ in changes.mkdirs}
 
 
 def put_back_times(replica: Replica, before: Entry, changes: Changes) -> None:
@@ -72,11 +79,8 @@ def kept_dirs(changes: Changes, kept: set[str], tree: Entry) -> set[str]:
     server set the directory's time back, ``kept-dir-times``) and newer than the directory
     (edited in place: a save by rename would have moved the directory's time with the
     file's). One guessed wrong costs bytes, not the result: the walk finds it."""
-    others = {parent(path) for path, _ in changes.replace}
-    others |= {parent(path) for path, _ in changes.mkdirs} | {p for p, _ in changes.mkdirs}
-    others |= {parent(path) for path, _, _ in changes.links}
-    others |= {parent(path) for path, _ in changes.removals}
     replaced: set[str] = set()
+    others: list[str] = []  # the files written otherwise
     for path, there in changes.files:
         where = parent(path)
         entry, directory = lookup(tree, path), lookup(tree, where)
@@ -84,8 +88,8 @@ def kept_dirs(changes: Changes, kept: set[str], tree: Entry) -> set[str]:
                 and entry.mtime_ns > directory.mtime_ns):
             replaced.add(where)
         else:
-            others.add(where)
-    return replaced - others
+            others.append(path)
+    return replaced - _written_in(changes, others)
 
 
 @record
