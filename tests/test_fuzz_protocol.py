@@ -220,3 +220,46 @@ def test_memory_that_keeps_growing_is_told_from_a_swinging_working_set(
     for mib in series:
         Fuzzer._trend(fuzzer, mib * MIB)  # type: ignore[arg-type]
     assert bool(found) == leak
+
+
+@pytest.mark.parametrize("works", [True, False])
+def test_a_batch_settles_once_a_busy_server_lets_go_not_at_the_idle_bound(
+        monkeypatch: pytest.MonkeyPatch, works: bool) -> None:
+    """A server still at work on an input (CPU here; a slow disk on CI) is waited for past
+    the idle bound; one that idles holding a socket is not (that is a leak)."""
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    from tests.attack import fuzzer as fuzzing
+    from tests.attack.world import descriptor_targets
+
+    held = 1.5  # seconds the child keeps its extra socket
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import socket, sys, time\n"
+        "sys.stdout.write('up\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+        "s = socket.socket(); sys.stdout.write('held\\n'); sys.stdout.flush()\n"
+        f"end = time.monotonic() + {held}\n"
+        f"while time.monotonic() < end: {'pass' if works else 'time.sleep(0.01)'}\n"
+        "s.close(); time.sleep(30)\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "up\n"
+        baseline = descriptor_targets(child.pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "held\n"
+        monkeypatch.setattr(fuzzing, "SETTLE_SECONDS", 0.5)
+        fuzzer = SimpleNamespace(world=SimpleNamespace(daemon=SimpleNamespace(pid=child.pid)),
+                                 baseline_fds=baseline)
+        start = time.monotonic()
+        fuzzing.Fuzzer._settle(fuzzer)  # type: ignore[arg-type]
+        waited = time.monotonic() - start
+        sockets = sum(t.startswith("socket:") for t in descriptor_targets(child.pid))
+        assert sockets == (0 if works else 1)
+        assert (waited >= held * 0.9) == works
+    finally:
+        child.kill()
+        child.wait()

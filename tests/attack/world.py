@@ -405,6 +405,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def busy(pid: int) -> bool:
+    """Whether a thread of ``pid`` is running, waiting for a CPU or waiting on the disk
+    (state R or D): the process is still at work, not idle in a wait for input."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            text = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+        except OSError:
+            continue
+        if text.rpartition(")")[2].split()[:1] in (["R"], ["D"]):
+            return True
+    return False
+
+
 def descriptor_targets(pid: int) -> list[str]:
     """What each open descriptor of ``pid`` refers to (``readlink /proc/PID/fd/N``)."""
     root = f"/proc/{pid}/fd"
