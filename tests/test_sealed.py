@@ -127,6 +127,34 @@ def test_a_new_process_lists_again_only_the_directories_that_changed(
     assert same(tree, full_scan(root, tmp_path / "ref" / "index.sqlite3"))
 
 
+def test_a_cold_index_walks_the_tree_once_and_a_sealed_one_stamps_it_first(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stamp walked in C only pays where the index has hashes or a tree it could match:
+    in a cold index, `quick` goes straight to the one walk the scan needs."""
+    from rdc.local import replica as replica_module
+
+    root, index = tmp_path / "root", tmp_path / "state" / "index.sqlite3"
+    grow(root)
+    stamps: list[int] = []
+    real_stamp = replica_module.stamp_tree
+
+    def counting(*args):
+        stamps.append(1)
+        return real_stamp(*args)
+
+    monkeypatch.setattr(replica_module, "stamp_tree", counting)
+    cold = Replica(str(root), index)
+    cached, walked = cold.quick()
+    assert cached is None and not stamps and walked.tree.children  # walked, not deferred
+    cold.scan(walked=walked)
+    cold.close()
+    warm = Replica(str(root), index)
+    cached, _ = warm.quick()
+    assert len(stamps) == 1 and cached is not None  # nothing changed: the stamp says so
+    warm.close()
+
+
 def test_renamed_files_keep_their_rows(tmp_path) -> None:
     root, index = tmp_path / "root", tmp_path / "state" / "index.sqlite3"
     grow(root)

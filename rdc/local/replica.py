@@ -175,6 +175,10 @@ class Replica:
         unsure of, or no sealed tree to start from."""
         if excludes.patterns:
             return None
+        salt = _salt(excludes)
+        with self.lock:  # a cold index has nothing a stamp could match: walk once, not twice
+            if not self.db.holds_hashes() and self.db.kept_fingerprint(salt) is None:
+                return None
         fd = self.fs.fileno()
         top = os.fstat(fd)
         seen = stamp_tree(fd, MAX_DEPTH, TEMP_PREFIX.encode(), MARKER.encode())
@@ -182,7 +186,6 @@ class Replica:
             return None
         stamped, files, dirs = seen
         mode, mtime = stat.S_IMODE(top.st_mode), mtime_ns(top)
-        salt = _salt(excludes)
         found = fingerprint_of(mode, mtime, top.st_ino, stamped, salt)
         with self.lock:
             cached = self.db.cached_hashes(found)

@@ -470,6 +470,10 @@ class IndexDatabase:
             return None
         return tuple(bytes.fromhex(h) for h in hashes)  # type: ignore[return-value]
 
+    def holds_hashes(self) -> bool:
+        """Whether root hashes of some sealed walk are cached (`cached_hashes`)."""
+        return self.conn.execute("SELECT 1 FROM meta WHERE key = 'tree'").fetchone() is not None
+
     def cache_hashes(self, fingerprint: bytes | None, hashes: tuple[bytes, ...]) -> None:
         """Remember the root hashes of a sealed walk; none (``fingerprint`` None, or a racy
         file whose content stat cannot vouch for) forgets them, and the kept tree."""
