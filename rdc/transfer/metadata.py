@@ -82,10 +82,12 @@ def kept_dirs(changes: Changes, kept: set[str], tree: Entry) -> set[str]:
     replaced: set[str] = set()
     others: list[str] = []  # the files written otherwise
     for path, there in changes.files:
+        if there is None or path not in kept:  # (a first copy's files: no look-ups)
+            others.append(path)
+            continue
         where = parent(path)
         entry, directory = lookup(tree, path), lookup(tree, where)
-        if (there is not None and path in kept and entry is not None and directory is not None
-                and entry.mtime_ns > directory.mtime_ns):
+        if entry is not None and directory is not None and entry.mtime_ns > directory.mtime_ns:
             replaced.add(where)
         else:
             others.append(path)
