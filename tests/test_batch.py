@@ -531,9 +531,17 @@ async def test_a_push_into_an_empty_directory_reads_each_file_once(
         reads.append(rel)
         return read_whole(self, rel, *args, **kwargs)
 
+    sign_small_many = Replica.sign_small_many
+
+    def counting_many(self, paths, *args):  # (small files read in one native call)
+        done = sign_small_many(self, paths, *args)
+        reads.extend(path for path, one in zip(paths, done, strict=True) if one is not None)
+        return done
+
     monkeypatch.setattr(Replica, "scan", slow_scan)
     monkeypatch.setattr(SafeRoot, "open_read", counting)
     monkeypatch.setattr(SafeRoot, "read_whole", counting_whole)
+    monkeypatch.setattr(Replica, "sign_small_many", counting_many)
     pair = Pair(tmp_path)
     stats = await pair.run("push", src)
     assert stats.in_step and not stats.failed and stats.files_transferred == 120

@@ -333,3 +333,58 @@ def test_a_small_file_changed_while_a_scan_reads_it_is_read_again(tmp_path, monk
     row = replica.indexed(["a.txt"])["a.txt"]
     assert row.size == path.stat().st_size and not row.racy
     replica.close()
+
+
+def test_small_files_read_many_at_once_are_what_reading_each_alone_gives(
+        tmp_path, monkeypatch) -> None:
+    """`sign_small_many` (a batch's offers: read and signed in one native call) gives what
+    `sign_small` gives for each file, and records the same rows: a file without a row, one
+    its row describes, one its row describes but whose bytes are not the row's (suspect:
+    bit rot), one rewritten since its row. What it cannot read in bulk (a symlink, a file
+    over the limit, a path below a file) is None, left to `sign_small`."""
+    from rdc import _native
+    from rdc.local.fs import HeldDirs
+
+    from .test_sign_native import _sign
+
+    monkeypatch.setattr(_native, "sign_files", _sign.sign_files)  # (also in the pure run)
+    results, rows = [], []
+    for many in (True, False):
+        root = tmp_path / f"root-{many}"
+        for d in range(3):
+            (root / f"d{d}").mkdir(parents=True)
+            for i in range(4):
+                (root / f"d{d}" / f"f{i}").write_bytes(b"content %d %d\n" % (d, i) * (i + 1))
+                os.utime(root / f"d{d}" / f"f{i}", ns=(OLD, OLD))
+        replica = Replica(str(root), tmp_path / f"index-{many}.sqlite3")
+        replica.scan()
+        rotten = root / "d1" / "f2"  # same size and time: the row still describes it
+        rotten.write_bytes(rotten.read_bytes().replace(b"1", b"7"))
+        os.utime(rotten, ns=(OLD, OLD))
+        (root / "d2" / "f0").write_bytes(b"rewritten")  # (the row does not describe it)
+        (root / "d0" / "new").write_bytes(b"no row yet\n")
+        (root / "d0" / "link").symlink_to("f0")
+        (root / "d0" / "big").write_bytes(b"b" * 5000)
+        for name in ("d2/f0", "d0/new", "d0/big"):
+            os.utime(root / name, ns=(OLD + 7, OLD + 7))
+        paths = sorted(f"d{d}/{p.name}" for d in range(3) for p in (root / f"d{d}").iterdir())
+        paths.append("d0/f0/below")
+        indexed = replica.indexed(paths)
+        with replica.recording_together(), HeldDirs(replica.fs) as held:
+            if many:
+                got = replica.sign_small_many(paths, indexed, 4096, held)
+                assert [one is None for one in got] == [
+                    p in ("d0/big", "d0/link", "d0/f0/below") for p in paths]
+            else:
+                got = [None if p in ("d0/big", "d0/link", "d0/f0/below")
+                       else replica.sign_small(p, indexed.get(p), 4096, held) for p in paths]
+        results.append([None if one is None else
+                        (one[0], (one[1].st_mode, one[1].st_size, one[1].st_mtime_ns,
+                                  one[1].st_ino != 0), one[2], one[3]) for one in got])
+        assert [p for p, one in zip(paths, got, strict=True)
+                if one is not None and one[3]] == ["d1/f2"]
+        rows.append({f.path: (f.size, f.mtime_ns, f.mode, f.root, f.sketch, f.racy)
+                     for f in replica.db.files()})
+        replica.close()
+    assert results[0] == results[1]
+    assert rows[0] == rows[1] and "d0/new" in rows[0]

@@ -145,7 +145,8 @@ def test_many_small_files_read_and_signed_at_once_are_signed_as_one_at_a_time(
     sizes: list[tuple[int, int]], kind: str, seed: int,
 ) -> None:
     """`sign_files` over files in several directories (one descriptor each, a name given
-    twice too): each result is that file's signature and its stat fields."""
+    twice too): each result is that file's signature and its stat fields; with ``keep``
+    (`signatures_and_contents_of_files`), its signature unpacked and the bytes read."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as top:
         fds = []
@@ -167,12 +168,16 @@ def test_many_small_files_read_and_signed_at_once_are_signed_as_one_at_a_time(
                 patch.setattr(_native, "sign_files", _sign.sign_files)
                 got = signature.packed_signatures_of_files(
                     [(fds[d], name.encode()) for d, name in files], 40_000)
+                kept = signature.signatures_and_contents_of_files(
+                    [(fds[d], name.encode()) for d, name in files], 40_000)
             assert got is not None and len(got) == len(files)
-            for (d, name), data, one in zip(files, contents, got, strict=True):
-                assert one is not None
+            assert kept is not None and len(kept) == len(files)
+            for (d, name), data, one, read in zip(files, contents, got, kept, strict=True):
+                assert one is not None and read is not None
                 before, signed, after = one
                 assert signed == packed(step_by_step(data, DEFAULT_SIGNATURE))
                 assert before == after == _fields(os.path.join(top, f"d{d}", name))
+                assert read == (before, step_by_step(data, DEFAULT_SIGNATURE), after, data)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -197,6 +202,11 @@ def test_sign_files_leaves_all_but_clean_small_regular_files_to_the_caller(tmp_p
         assert got is not None
         assert [one is not None for one in got] == [True] + [False] * 6
         assert got[0][1] == packed(step_by_step(b"fine" * 100, DEFAULT_SIGNATURE))
+        kept = signature.signatures_and_contents_of_files(
+            [(fd, n) for n in names] + [(-1, b"ok")], 1000)
+        assert kept is not None and [one is not None for one in kept] == [True] + [False] * 6
+        assert kept[0][1:] == (step_by_step(b"fine" * 100, DEFAULT_SIGNATURE), got[0][2],
+                               b"fine" * 100)
         for bad in (b"sub/x", b"", b"a\0b"):
             with pytest.raises(ValueError, match="one path component"):
                 signature.packed_signatures_of_files([(fd, bad)], 1000)

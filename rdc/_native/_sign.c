@@ -318,23 +318,35 @@ struct file_job {
     int ok; /* 1: signed; 0: left to the caller's one-file path (it gives the precise error) */
     struct seen before, after;
     struct signed_buffer s;
+    uint8_t *data; /* with `keep`: the bytes read (len of them), the job's own */
+    size_t len;
 };
 
-/* One file into buf (limit + 1 bytes) and signed: the steps of SafeRoot.read_whole (lstat,
- * open without following a link and without blocking on a FIFO swapped in, fstat before
- * and after). Anything but a regular file of at most `limit` bytes read without error is
- * left to the caller (ok = 0). Returns -1 only for no memory. */
-static int sign_one(struct file_job *job, uint8_t *buf, size_t limit, struct request *r) {
+/* One file read and signed: the steps of SafeRoot.read_whole (lstat, open without
+ * following a link and without blocking on a FIFO swapped in, fstat before and after).
+ * Read into buf (limit + 1 bytes), or with `keep` into a buffer of the job's own, of the
+ * size fstat gave (a file that grew meanwhile is left). Anything but a regular file of at
+ * most `limit` bytes read without error is left to the caller (ok = 0). Returns -1 only
+ * for no memory. */
+static int sign_one(struct file_job *job, uint8_t *buf, size_t limit, struct request *r,
+                    int keep) {
     struct stat st;
     job->ok = 0;
     if (fstatat(job->dfd, job->leaf, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode)) return 0;
     int fd = openat(job->dfd, job->leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0;
-    size_t total = 0;
+    size_t total = 0, cap = limit;
     int good = !fstat(fd, &st) && S_ISREG(st.st_mode) && seen_of(&st, &job->before)
         && (size_t)st.st_size <= limit;
-    while (good && total <= limit) {
-        ssize_t got = read(fd, buf + total, limit + 1 - total);
+    if (good && keep) {
+        cap = (size_t)st.st_size;
+        if (!(buf = job->data = malloc(cap + 1))) {
+            close(fd);
+            return -1;
+        }
+    }
+    while (good && total <= cap) {
+        ssize_t got = read(fd, buf + total, cap + 1 - total);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
             good = got == 0;
@@ -342,10 +354,15 @@ static int sign_one(struct file_job *job, uint8_t *buf, size_t limit, struct req
         }
         total += (size_t)got;
     }
-    good = good && total <= limit && !fstat(fd, &st) && S_ISREG(st.st_mode)
+    good = good && total <= cap && !fstat(fd, &st) && S_ISREG(st.st_mode)
         && seen_of(&st, &job->after);
     close(fd);
-    if (!good) return 0;
+    if (!good) {
+        free(job->data);
+        job->data = NULL;
+        return 0;
+    }
+    job->len = total;
     r->data = buf;
     r->len = total;
     int rc = sign(r, &job->s);
@@ -357,18 +374,18 @@ static int sign_one(struct file_job *job, uint8_t *buf, size_t limit, struct req
 static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds) {
     (void)module;
     static char *kwlist[] = {"files", "limit", "head", "chunks", "subs", "groups",
-                             "sketch_min_leaves", "context", "sketch", NULL};
+                             "sketch_min_leaves", "context", "sketch", "keep", NULL};
     PyObject *files;
     Py_ssize_t limit, min_leaves;
     const char *context;
     Py_ssize_t context_len;
     unsigned int c[3], sub[3], g[2];
-    int want_sketch = 1;
+    int want_sketch = 1, keep = 0;
     Py_buffer head;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|p", kwlist, &files,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|pp", kwlist, &files,
                                      &limit, &head, &c[0], &c[1], &c[2], &sub[0], &sub[1],
                                      &sub[2], &g[0], &g[1], &min_leaves, &context,
-                                     &context_len, &want_sketch))
+                                     &context_len, &want_sketch, &keep))
         return NULL;
     struct request r;
     if (limit < 0) {
@@ -389,9 +406,9 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
     }
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     struct file_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
-    uint8_t *buf = malloc((size_t)limit + 1);
+    uint8_t *buf = keep ? NULL : malloc((size_t)limit + 1);
     PyObject *result = NULL;
-    if (!jobs || !buf) {
+    if (!jobs || (!keep && !buf)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -412,7 +429,7 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n && rc == 0; i++)
-        rc = sign_one(&jobs[i], buf, (size_t)limit, &r);
+        rc = sign_one(&jobs[i], buf, (size_t)limit, &r, keep);
     Py_END_ALLOW_THREADS
     if (rc == -1) {
         PyErr_NoMemory();
@@ -424,17 +441,26 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
         if (jobs[i].ok) {
             Py_DECREF(one);
             PyObject *before = seen_tuple(&jobs[i].before), *after = seen_tuple(&jobs[i].after);
-            PyObject *sig = packed_result(&jobs[i].s, &head);
-            one = before && after && sig ? PyTuple_Pack(3, before, sig, after) : NULL;
+            PyObject *sig = keep ? signed_result(&jobs[i].s) : packed_result(&jobs[i].s, &head);
+            PyObject *data = keep ? PyBytes_FromStringAndSize((const char *)jobs[i].data,
+                                                              (Py_ssize_t)jobs[i].len)
+                                  : NULL;
+            one = !(before && after && sig && (data || !keep)) ? NULL
+                : keep ? PyTuple_Pack(4, before, sig, after, data)
+                : PyTuple_Pack(3, before, sig, after);
             Py_XDECREF(before);
             Py_XDECREF(after);
             Py_XDECREF(sig);
+            Py_XDECREF(data);
         }
         if (!one) Py_CLEAR(result);
         else PyList_SET_ITEM(result, i, one);
     }
 done:
-    for (Py_ssize_t i = 0; jobs && i < n; i++) release(&jobs[i].s);
+    for (Py_ssize_t i = 0; jobs && i < n; i++) {
+        release(&jobs[i].s);
+        free(jobs[i].data);
+    }
     free(jobs);
     free(buf);
     Py_DECREF(seq);
@@ -448,10 +474,11 @@ static PyMethodDef module_methods[] = {
      "(levels, sketch): each level (hashes, lengths), the leaves first, the root last."},
     {"sign_files", (PyCFunction)(void (*)(void))py_sign_files, METH_VARARGS | METH_KEYWORDS,
      "sign_files(files, limit, head, chunks, subs, groups, sketch_min_leaves, context, "
-     "sketch=True) -> [(before, (root, packed tree, sketch), after) or None]: each "
-     "(dir_fd, name) of `files` read and signed, its tree packed after `head`; before and "
-     "after are (mode, size, mtime_ns, inode); None where the file is not a regular file "
-     "of at most `limit` bytes read cleanly."},
+     "sketch=True, keep=False) -> [(before, (root, packed tree, sketch), after) or None]: "
+     "each (dir_fd, name) of `files` read and signed, its tree packed after `head`; before "
+     "and after are (mode, size, mtime_ns, inode); None where the file is not a regular "
+     "file of at most `limit` bytes read cleanly. With keep: [(before, (levels, sketch), "
+     "after, data) or None], the levels as sign gives them and the bytes read."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -125,6 +125,27 @@ def packed_signatures_of_files(
     return _native.sign_files(files, limit, PACKED_HEAD, *_native_params(params))
 
 
+def signatures_and_contents_of_files(
+    files: Sequence[tuple[int, bytes]], limit: int, params: SignatureParams = DEFAULT_SIGNATURE,
+) -> list[tuple[StatFields, FileSignature, StatFields, bytes] | None] | None:
+    """`packed_signatures_of_files` for a source that sends what it reads: each file's
+    signature as `signature_of_bytes` makes it, with the bytes read, in one native call
+    without the GIL (a first copy's client spent a sixth of its Python time reading and
+    signing its small files one call at a time). None in all if there is no native code."""
+    if _native.sign_files is None:
+        return None
+    assert limit <= SEGMENT_SIZE
+    out: list[tuple[StatFields, FileSignature, StatFields, bytes] | None] = []
+    for one in _native.sign_files(files, limit, PACKED_HEAD, *_native_params(params),
+                                  keep=True):
+        if one is None:
+            out.append(None)
+            continue
+        before, (levels, sketch), after, data = one
+        out.append((before, FileSignature(_tree(levels), sketch), after, data))
+    return out
+
+
 _CONTEXT = NODE_CONTEXT.encode()
 
 

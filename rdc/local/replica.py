@@ -24,12 +24,13 @@ from rdc.content.signature import (
     FileSignature,
     signature_of_bytes,
     signature_of_file,
+    signatures_and_contents_of_files,
     tree_of_bytes,
 )
 from rdc.content.tree import Tree, TreeFormatError
 from rdc.local import sealed
 from rdc.local.commits import GroupCommit
-from rdc.local.filestat import FileStat, mtime_ns, stamp
+from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
 from rdc.local.fs import (
     ConflictError,
     Expect,
@@ -73,6 +74,9 @@ RACY_NS = 2_000_000_000
 SYNCFS_FROM = 32
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
+# What `Replica.sign_small` gives: the signature, the stat before the read, the content (if
+# small enough) and whether the content is not what the file's index row says.
+Signed = tuple[FileSignature, FileStat, bytes | None, bool]
 Retimed = tuple[str, FileStat, FileStat]  # path, lstat before and after
 
 
@@ -415,7 +419,7 @@ class Replica:
 
     def sign_small(self, path: str, row: IndexedFile | None, limit: int,
                    held: HeldDirs | None = None
-                   ) -> tuple[FileSignature, os.stat_result, bytes | None, bool]:
+                   ) -> Signed:
         """`sign` for a file that is likely small, given its index row (None: it has
         none): its signature, stat, content if it has at most ``limit`` bytes, and whether
         it is suspect: its row describes it (size, time, inode) but the bytes read are not
@@ -453,6 +457,36 @@ class Replica:
                 signature, data = signature_of_file(f), None
             self._signed(path, st, signature, os.fstat(f.fileno()))
             return signature, st, data, False
+
+    def sign_small_many(self, paths: Sequence[str], rows: dict[str, IndexedFile], limit: int,
+                        held: HeldDirs) -> list[Signed | None]:
+        """`sign_small` of each of ``paths`` (``rows``: their index rows) that is a regular
+        file of at most ``limit`` bytes read cleanly, the reads and signatures of a run of
+        them in one native call without the GIL; None in the place of any other (and of
+        all without native code): `sign_small` then reads it alone, and says why."""
+        out: list[Signed | None] = []
+        while len(out) < len(paths):
+            rels, items = held.run(paths[len(out):])
+            if not items:  # (a path the run cannot give: that one alone)
+                out.append(None)
+                continue
+            done = signatures_and_contents_of_files(items, limit)
+            if done is None:  # no native code
+                return out + [None] * (len(paths) - len(out))
+            for path, one in zip(rels, done, strict=True):
+                out.append(one if one is None else self._signed_read(path, rows.get(path),
+                                                                      *one))
+        return out
+
+    def _signed_read(self, path: str, row: IndexedFile | None, before: tuple,
+                     signature: FileSignature, after: tuple, data: bytes) -> Signed:
+        """What `sign_small` makes of a file it read whole, given what the read gave."""
+        st = Seen(*before)
+        if row is not None and row.describes(st):  # (its sketch is the row's)
+            signature = FileSignature(signature.tree, row.sketch)
+            return signature, st, data, signature.root != row.root
+        self._signed(path, st, signature, Seen(*after))
+        return signature, st, data, False
 
     def _stored(self, row: IndexedFile | None, st: os.stat_result) -> FileSignature | None:
         """The stored signature of the file ``row`` indexed, if it is still that file (and

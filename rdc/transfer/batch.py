@@ -26,7 +26,6 @@ pull).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 
 import trio
@@ -34,7 +33,7 @@ import trio
 from rdc.content.signature import FileSignature, signature_of_bytes, tree_of_bytes
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
-from rdc.local.filestat import mtime_ns
+from rdc.local.filestat import FileStat, mtime_ns
 from rdc.local.fs import ConflictError, Expect, HeldDirs, TempFile, sync_all
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
@@ -211,10 +210,11 @@ def _offer_each(
     out: list[Offered] = []
     held = 0
     rows = replica.indexed([path for path, _ in files])
-    for path, expect in files:
+    read = replica.sign_small_many([path for path, _ in files], rows, SMALL_FILE - 1, dirs)
+    for (path, expect), signed in zip(files, read, strict=True):
         try:
-            signature, st, data, suspect = replica.sign_small(path, rows.get(path),
-                                                              SMALL_FILE - 1, dirs)
+            signature, st, data, suspect = signed if signed is not None else (
+                replica.sign_small(path, rows.get(path), SMALL_FILE - 1, dirs))
             if suspect:  # not what its index says: read again, signed from the bytes read
                 replica.store_recorded()  # (recheck compares with the index)
                 if recheck(replica, path) is not None and changed is not None:
@@ -231,7 +231,7 @@ def _offer_each(
     return out
 
 
-def _offer(path: str, signature: FileSignature, st: os.stat_result,
+def _offer(path: str, signature: FileSignature, st: FileStat,
            expect: m.Expected | None, data: bytes | None, root: int) -> m.FileOffer:
     tree = signature.tree
     inline = data if data is not None and tree.size < WHOLE_BELOW else None
