@@ -648,3 +648,48 @@ async def test_a_push_sets_the_directories_it_wrote_in_before_the_metadata_walk(
         assert set_first == {f"top/sub{d}" for d in range(subdirs)}
     assert metadata.touched(stats.carried[-1]) == sorted(f"top/sub{d}" for d in range(subdirs))
     pair.close()
+
+
+@pytest.mark.parametrize("nested", [True, False])
+async def test_a_first_copy_asks_the_servers_metadata_while_it_seals_its_own_tree(
+        tmp_path, monkeypatch, nested: bool) -> None:
+    """After streaming a first copy, the client asks the top's metadata before it scans
+    its tree for the hashes (the server rescans meanwhile), and the walk takes that answer
+    rather than asking again; where the directories are few enough to be set by ops first
+    (not ``nested``), the answer came before those ops, and the walk asks again. The push
+    ends in step either way."""
+    import time
+
+    from rdc.local.replica import Replica
+    from rdc.wire.connection import Connection
+
+    src = tmp_path / "src"
+    for d in range(6):
+        for i in range(5):
+            where = src / f"d{d}" / f"e{i % 2}" if nested else src / "all"
+            write(where / f"f{d}-{i}.txt", b"file %d %d\n" % (d, i))
+    events: list[str] = []
+    scan, start = Replica.scan, Connection.start
+
+    def slow_scan(self, excludes=None, progress=None, walked=None, checksum=False):
+        if self.root == str(src.resolve()):
+            if progress is not None and walked is not None:  # the scan streaming stops
+                for _ in range(2000):
+                    progress(None)
+                    time.sleep(0.005)
+            events.append("local scan")
+        return scan(self, excludes, progress, walked, checksum)
+
+    def recording_start(self, message):
+        if isinstance(message, m.MetaList):
+            events.append(f"mlist {message.paths}")
+        return start(self, message)
+
+    monkeypatch.setattr(Replica, "scan", slow_scan)
+    monkeypatch.setattr(Connection, "start", recording_start)
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert stats.in_step and stats.files_transferred == 30
+    assert tree_state(pair.share) == tree_state(src)
+    assert events.count("mlist ['']") == (1 if nested else 2)
+    assert events.index("mlist ['']") < events.index("local scan")

@@ -204,6 +204,8 @@ async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.O
             entry = lookup(local.tree, path)
             if entry is not None and entry.kind == "d" and path not in settled:
                 first.append(m.Op("meta", path, mode=entry.mode, mtime_ns=entry.mtime_ns))
+    if first:
+        remote.drop_early()  # (asked before these ops: its answer would not show them)
     done = await remote.apply(first) if first else []
     # A pull that wrote in few directories walks down to them level by level: the whole
     # vectors of every subtree above one would be most of its bytes. (A push has set them

@@ -235,6 +235,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
                                           changes)
             await local.refreshed()
         if streaming:  # the local tree's hashes, now that every file is signed
+            remote.ask_metadata_early(hb)  # (the server rescans meanwhile)
             same = walked if walked is not None and walked.tree is tree else None
             local.tree = await trio.to_thread.run_sync(replica.scan, None, None, same)
             src = mine = local.hashes()

@@ -25,7 +25,7 @@ from rdc.transfer.reconcile import (
 )
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS
-from rdc.wire.connection import Connection
+from rdc.wire.connection import Connection, Conversation
 
 # Directories asked for in one list request, and metadata vectors sent in one mset.
 LIST_BATCH = 512
@@ -133,6 +133,23 @@ class Remote:
     def __init__(self, connection: Connection, opened: m.Opened | m.Finished) -> None:
         self.connection = connection
         self.hashes = Hashes.of_message(opened)
+        self._early: tuple[tuple, Conversation] | None = None  # (`metadata`'s arguments, it)
+
+    def ask_metadata_early(self, hb: int) -> None:
+        """Ask now for what a push's metadata walk asks first (`metadata` of the top,
+        without vectors): the server rescans what the content phase wrote to answer it,
+        while this side seals its own tree (after a first copy, 0.3 s of Django's on each
+        side). `metadata` takes the answer if its first question is that one;
+        `drop_early` forgets it (the server has rescanned all the same)."""
+        self.drop_early()
+        question = ([""], hb, False, False)
+        self._early = (question, self.connection.start(
+            m.MetaList(paths=[""], hb=hb, vectors=False, levels=False)))
+
+    def drop_early(self) -> None:
+        if self._early is not None:
+            self._early[1].close()  # (its answer is dropped as it arrives)
+            self._early = None
 
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
                        sizes: bool = False, have: Listings | None = None) -> Listings:
@@ -182,10 +199,16 @@ class Remote:
     async def metadata(self, paths: list[str], hb: int, vectors: bool = True,
                        levels: bool = False) -> list[m.MetaDir]:
         """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories)."""
-        conversations = [self.connection.start(m.MetaList(paths=paths[i : i + LIST_BATCH],
-                                                          hb=hb, vectors=vectors,
-                                                          levels=levels))
-                         for i in range(0, len(paths), LIST_BATCH)]
+        early, self._early = self._early, None
+        if early is not None and early[0] == (paths, hb, vectors, levels):
+            conversations = [early[1]]  # (asked by `ask_metadata_early`)
+        else:
+            if early is not None:
+                early[1].close()
+            conversations = [self.connection.start(m.MetaList(paths=paths[i : i + LIST_BATCH],
+                                                              hb=hb, vectors=vectors,
+                                                              levels=levels))
+                             for i in range(0, len(paths), LIST_BATCH)]
         items: list[m.MetaDir] = []
         for conversation in conversations:
             while True:
