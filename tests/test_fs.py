@@ -1329,3 +1329,48 @@ def test_start_writeback_is_taken_on_a_regular_file(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert path.read_bytes() == b"x" * 65536
+
+
+@pytest.mark.parametrize("depth", [3, 40, 2000])
+def test_makedirs_syncs_the_directories_that_gained_an_entry_once_at_the_end(
+        tree: Tree, monkeypatch: pytest.MonkeyPatch, depth: int) -> None:
+    """Each directory that gained an entry is synced once, after all are made (an fsync
+    each where they are few, one syncfs where they are more than SYNCFS_FROM: a path
+    2,048 levels deep cost 2,048 fsyncs); what was there already is not synced."""
+    from rdc.local import fs
+
+    synced: list[tuple[int, int]] = []  # (device, inode) of each directory fsynced
+    whole: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append((st.st_dev, st.st_ino))
+        real_fsync(fd)
+
+    def syncfs(fd: int) -> int:
+        whole.append(fd)
+        return 0
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if fs._syncfs is not None:
+        monkeypatch.setattr(fs, "_syncfs", syncfs)
+    tree.root.makedirs("old", 0o755)
+    synced.clear()
+    rel = "old/" + "/".join(["d"] * depth)
+    assert tree.root.makedirs(rel, 0o755) is True
+    parents, fd = [], os.open(tree.root_path / "old", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):  # (by descriptor: 2,000 levels are past PATH_MAX)
+            st = os.fstat(fd)
+            parents.append((st.st_dev, st.st_ino))
+            step = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    finally:
+        os.close(fd)
+    if depth > fs.SYNCFS_FROM and fs._syncfs is not None:
+        assert len(whole) == 1 and synced == []
+    else:
+        assert whole == [] and sorted(synced) == sorted(parents)
+    assert tree.root.makedirs(rel, 0o755) is False and len(whole) <= 1

@@ -32,6 +32,7 @@ from rdc.local import sealed
 from rdc.local.commits import GroupCommit
 from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
 from rdc.local.fs import (
+    SYNCFS_FROM,
     ConflictError,
     Expect,
     HeldDirs,
@@ -69,9 +70,6 @@ from rdc.local.snapshot import (
 )
 
 RACY_NS = 2_000_000_000
-# More directories to sync than this: one syncfs of the file system instead (a first copy
-# of Django wrote into 3,222; an fsync each cost more than the whole batch's data sync).
-SYNCFS_FROM = 32
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
 # What `Replica.sign_small` gives: the signature, the stat before the read, the content (if
