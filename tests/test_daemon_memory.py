@@ -90,3 +90,24 @@ def test_the_allocator_is_tuned_where_libc_is_glibc() -> None:
     allocator.tune_allocator()
     allocator.trim()
     assert allocator._libc.mallopt(allocator._M_TRIM_THRESHOLD, 4 << 20) == 1  # glibc: 1 = ok
+
+
+def test_each_command_runs_with_the_collector_tuned(tmp_path: Path) -> None:
+    """`rdc` freezes what start-up made and collects the young generation every YOUNG
+    allocations (a scan's tree of long-lived objects was gone over again and again)."""
+    import subprocess
+    import sys
+
+    from rdc import allocator
+
+    (tmp_path / "file").write_bytes(b"some content\n" * 100)
+    script = ("import contextlib, gc, io\n"
+              "from rdc_client.cli import main\n"
+              "assert gc.get_freeze_count() == 0\n"
+              "with contextlib.redirect_stdout(io.StringIO()):\n"
+              f"    assert main(['chunk', {str(tmp_path / 'file')!r}]) == 0\n"
+              "print(gc.get_threshold()[0], gc.get_freeze_count() > 0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(allocator.YOUNG), "True"]

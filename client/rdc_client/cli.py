@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from rdc.allocator import tune_allocator
+from rdc.allocator import tune_allocator, tune_collector
 from rdc.errors import RdcError
 
 Command = Callable[[argparse.Namespace], int]
@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"unrecognized arguments: {' '.join(unknown)}")
     run: Command = args.run
     tune_allocator()  # a large tree's transfer otherwise keeps freed blocks in the process
+    tune_collector()
     try:
         return run(args)
     except RdcError as exc:
