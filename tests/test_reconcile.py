@@ -90,9 +90,9 @@ async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, short
     real, real_answer = serving._split_large, serving.answer
     sizes: list[int] = []
 
-    def spying(dirs):
+    def spying(dirs, *args):
         sent.extend(dirs)
-        return real(dirs)
+        return real(dirs, *args)
 
     def answering(entries, have, size):
         sizes.append(size)
@@ -208,3 +208,68 @@ async def test_what_a_short_prefix_missed_is_caught_by_the_roots(
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
+
+
+@pytest.mark.parametrize("asked", [True, False])
+async def test_listings_name_no_path_where_they_answer_the_one_asked(
+        tmp_path, monkeypatch, asked: bool) -> None:
+    """Between peers with ``asked-listings``, a listing names no path where it is the
+    directory asked for in its place, and the part after a split names it (a directory of
+    more entries than one item holds); without the feature each names its path. The sync
+    ends in step either way."""
+    if not asked:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != reconcile.ASKED_LISTINGS))
+    monkeypatch.setattr(serving, "LISTING_SPLIT", 4)
+    src = tmp_path / "src"
+    for d in range(3):
+        for i in range(10):
+            write(src / f"d{d}" / f"sub{i % 2}" / f"f{i}.txt", b"content %d %d\n" % (d, i), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    for d in range(3):
+        write(src / f"d{d}" / "sub1" / "f1.txt", b"edited\n", OLD)  # (every level differs)
+    for i in range(6):  # more than an item of 4 holds: d0/sub1's listing is split
+        write(pair.share / "d0" / "sub1" / f"extra{i}.txt", b"extra %d\n" % i, OLD)
+    sent: list[m.Listing] = []
+    real = serving._split_large
+
+    def spying(dirs, *args):
+        out = real(dirs, *args)
+        sent.extend(out)
+        return out
+
+    monkeypatch.setattr(serving, "_split_large", spying)
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed and stats.files_transferred == 3
+    assert tree_state(pair.share) == tree_state(src)
+    named = [item.path for item in sent]
+    assert len(named) > 6 and (None in named) == asked
+    if asked:  # only the parts after a split name their directory, each the one before
+        assert all(path is None or path == sent[k - 1].path or sent[k - 1].path is None
+                   for k, path in enumerate(named))
+        assert "d0/sub1" in named  # (the second part of the split)
+    pair.close()
+
+
+async def test_more_unnamed_listings_than_directories_asked_is_a_protocol_error() -> None:
+    """A server that answers a ``list`` of one directory with two listings that name no
+    path ends the request as a protocol error, not with a listing put anywhere."""
+    from types import SimpleNamespace
+
+    from rdc.errors import ProtocolError
+    from rdc.transfer.sides import Remote
+
+    class Conversation:
+        async def receive(self, kind):
+            return m.Listings(dirs=[m.Listing(None, []), m.Listing(None, [])])
+
+        def close(self) -> None:
+            pass
+
+    connection = SimpleNamespace(frames=SimpleNamespace(features={reconcile.ASKED_LISTINGS}),
+                                 start=lambda message: Conversation())
+    remote = Remote.__new__(Remote)
+    remote.connection = connection
+    with pytest.raises(ProtocolError, match="more unnamed"):
+        await remote.listings(["d"], 8)

@@ -23,6 +23,9 @@ from rdc.local.paths import to_wire
 from rdc.params import LISTING_CONTEXT
 from rdc.wire import messages as m
 
+# The feature both sides must have for listings that name no path where they are the
+# directory asked for in their place (each path went twice: in the ``list`` and back).
+ASKED_LISTINGS = "asked-listings"
 FINGERPRINT = 6  # bytes: a false "same" is one in 2**48 per pair of entries compared
 # The feature both sides must have for fingerprints of `fingerprint_bytes`.
 SHORT = "short-fingerprints"

@@ -29,7 +29,7 @@ from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
-from rdc.transfer.reconcile import SHORT, answer, fingerprint_size
+from rdc.transfer.reconcile import ASKED_LISTINGS, SHORT, answer, fingerprint_size
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
@@ -307,7 +307,8 @@ class ServerSession:
                 dirs.append(m.Listing(path, unmatched, bitmap))
             else:
                 dirs.append(m.Listing(path, entries))
-        _send_split(conversation, m.Listings, _split_large(dirs))
+        asked = ASKED_LISTINGS in conversation.connection.frames.features
+        _send_split(conversation, m.Listings, _split_large(dirs, asked))
 
     async def _mlist(self, conversation: Conversation, message: m.MetaList) -> None:
         tree = await self._fresh_tree()
@@ -523,15 +524,20 @@ def _send_split(conversation: Conversation, kind: type[m.Listings] | type[m.Meta
     conversation.send(kind(dirs=batch, more=False))
 
 
-def _split_large(dirs: list[m.Listing]) -> list[m.Listing]:
-    """A directory of many entries becomes several items with the same path."""
+def _split_large(dirs: list[m.Listing], asked: bool = False) -> list[m.Listing]:
+    """A directory of many entries becomes several items with the same path. With
+    ``asked`` (``asked-listings``), the first item of each names no path: it is the one
+    asked for in its place (the paths were most of a sparse change's listings); the rest
+    of a directory split name it."""
     out = []
     for item in dirs:
         entries = item.entries
+        first = None if asked else item.path
         if entries is None or len(entries) <= LISTING_SPLIT:
-            out.append(item)
+            out.append(m.Listing(first, entries, item.matched))
             continue
         for start in range(0, len(entries), LISTING_SPLIT):  # the bitmap with the first
-            out.append(m.Listing(item.path, entries[start : start + LISTING_SPLIT],
+            out.append(m.Listing(first if start == 0 else item.path,
+                                 entries[start : start + LISTING_SPLIT],
                                  item.matched if start == 0 else None))
     return out

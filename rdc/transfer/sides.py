@@ -11,6 +11,7 @@ from typing import Protocol
 
 import trio
 
+from rdc.errors import ProtocolError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.records import record
@@ -179,17 +180,22 @@ class Remote:
                                          else None))
             for batch, prints in requests
         ]
-        for conversation in conversations:
+        for (asked, _), conversation in zip(requests, conversations, strict=True):
+            places = iter(asked)  # (an item that names no path: the next asked for)
             while True:
                 message = await conversation.receive(m.Listings)
                 for item in message.dirs:
+                    path = item.path if item.path is not None else next(places, None)
+                    if path is None:
+                        raise ProtocolError(message="listing: more unnamed directories "
+                                            "than were asked for")
                     if item.entries is None:
-                        result[item.path] = None
+                        result[path] = None
                         continue
-                    found = result.get(item.path) or {}
-                    result[item.path] = found
-                    if item.matched is not None and item.path in named:
-                        found.update(merge(named[item.path], (), item.matched))
+                    found = result.get(path) or {}
+                    result[path] = found
+                    if item.matched is not None and path in named:
+                        found.update(merge(named[path], (), item.matched))
                     found.update((entry.name, entry) for entry in item.entries)
                 if not message.more:
                     break

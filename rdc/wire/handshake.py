@@ -23,9 +23,12 @@ PROTOCOL_MAX = 2
 # short-fingerprints: a list's ``have`` sized by its count (rdc.transfer.reconcile);
 # short-digests: listings and metadata hashes in 5-byte prefixes, offers' roots in 16 (rdc.params);
 # asked-paths: the offers answering a gets name no path; kept-dir-times: a pushed batch
-# leaves the times of the directories it wrote in as they were (both rdc.transfer.batch).
+# leaves the times of the directories it wrote in as they were (both rdc.transfer.batch);
+# asked-listings: a listing names no path where it is the directory asked for in its place
+# (rdc.transfer.serving).
 FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
-            "short-fingerprints", "short-digests", "asked-paths", "kept-dir-times")
+            "short-fingerprints", "short-digests", "asked-paths", "kept-dir-times",
+            "asked-listings")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")

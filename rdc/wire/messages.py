@@ -283,9 +283,11 @@ class Listed:
 
 @records.record
 class Listing:
-    """One directory of a ``listing``: its entries, or None if it is not a directory."""
+    """One directory of a ``listing``: its entries, or None if it is not a directory.
+    ``path`` None (between peers with ``asked-listings``): the directory asked for in this
+    item's place (see `asked_paths`)."""
 
-    path: str
+    path: str | None
     entries: list[Listed] | None
     # Answering ``have``: one bit per fingerprint the client sent, set where this side has
     # that entry; ``entries`` are then only those the client did not name.
@@ -294,7 +296,7 @@ class Listing:
     @classmethod
     def from_wire(cls, v: Any, where: str) -> Listing:
         v = items(v, where, (2, 3))
-        out = cls(path(v[0], f"{where}[0]"),
+        out = cls(optional(path)(v[0], f"{where}[0]"),
                   optional(array(record(Listed), MAX_ENTRIES))(v[1], f"{where}[1]"))
         if len(v) == 3:
             out = dataclasses.replace(
@@ -303,7 +305,7 @@ class Listing:
 
     def to_wire(self) -> list:
         entries = None if self.entries is None else [e.to_wire() for e in self.entries]
-        item = [to_wire(self.path), entries]
+        item = [None if self.path is None else to_wire(self.path), entries]
         return item if self.matched is None else [*item, self.matched]
 
 
