@@ -702,7 +702,7 @@ class SafeRoot:
                         grown.append(os.dup(fd))
                         if len(grown) > SYNCFS_FROM and _syncfs is not None:
                             whole = True
-                            _close_all(grown)
+                            close_all(grown)
                 done = join(done, part)
                 step = _open_step(fd, part, rel)
                 os.close(fd)
@@ -716,7 +716,7 @@ class SafeRoot:
             raise
         finally:
             os.close(fd)
-            _close_all(grown)
+            close_all(grown)
         return made
 
     @_changes(0, replaces=True)
@@ -1209,7 +1209,7 @@ def install_all(items: Sequence[tuple[TempFile, Expect | None]]
 SYNCFS_FROM = 32
 
 
-def _close_all(fds: list[int]) -> None:
+def close_all(fds: list[int]) -> None:
     """Close each of ``fds`` and empty the list."""
     while fds:
         os.close(fds.pop())

@@ -215,9 +215,10 @@ def _offer_each(
     held = 0
     rows = replica.indexed([path for path, _ in files])
     read: list[Signed | None] = []
+    # Files read at once: all of them, or a few at a time where ``hold`` bounds what is kept.
+    step = len(files) if hold is None else HOLD_STEP
     for k, (path, expect) in enumerate(files):
-        if k == len(read):  # the next run read at once (while ``hold`` bounds what is kept,
-            step = len(files) if hold is None else HOLD_STEP  # a few files at a time)
+        if k == len(read):
             read += replica.sign_small_many([p for p, _ in files[k : k + step]], rows,
                                             SMALL_FILE - 1, dirs)
         signed, read[k] = read[k], None

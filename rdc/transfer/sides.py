@@ -205,12 +205,12 @@ class Remote:
     async def metadata(self, paths: list[str], hb: int, vectors: bool = True,
                        levels: bool = False) -> list[m.MetaDir]:
         """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories)."""
-        early, self._early = self._early, None
+        early = self._early
         if early is not None and early[0] == (paths, hb, vectors, levels):
+            self._early = None
             conversations = [early[1]]  # (asked by `ask_metadata_early`)
         else:
-            if early is not None:
-                early[1].close()
+            self.drop_early()
             conversations = [self.connection.start(m.MetaList(paths=paths[i : i + LIST_BATCH],
                                                               hb=hb, vectors=vectors,
                                                               levels=levels))

@@ -285,7 +285,7 @@ class Listed:
 class Listing:
     """One directory of a ``listing``: its entries, or None if it is not a directory.
     ``path`` None (between peers with ``asked-listings``): the directory asked for in this
-    item's place (see `asked_paths`)."""
+    item's place (`rdc.transfer.sides.Remote.listings` resolves it)."""
 
     path: str | None
     entries: list[Listed] | None

@@ -31,6 +31,7 @@ from rdc.content.signature import (
     signature_of_file,
 )
 from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
+from rdc.local.fs import close_all
 from rdc.local.index.db import IndexDatabase, Row, Stamped, row_of, unusable
 from rdc.local.paths import PathError, is_temporary, name, parent
 from rdc.records import record
@@ -418,7 +419,7 @@ class _Bulk:
             try:
                 results = future.result()
             finally:
-                _close_all(fds)
+                close_all(fds)
             for rel, one in zip(group, results, strict=True):
                 if one is None:
                     one_by_one(rel)
@@ -430,9 +431,5 @@ class _Bulk:
         while self._groups:
             future, _, fds = self._groups.popleft()
             wait([future])
-            _close_all(fds)
+            close_all(fds)
 
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
