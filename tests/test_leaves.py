@@ -185,6 +185,43 @@ def test_stream_signer_hashes_each_piece_as_signature_of_bytes(
     assert signer.finish() == signature_of_bytes(data, params)
 
 
+@given(kinds, st.integers(0, scaled(60_000, 10_000)), st.lists(st.integers(1, 9000), min_size=1),
+       st.sampled_from([bytes, bytearray, memoryview]))
+def test_a_signing_thread_signs_as_the_stream_signer_even_if_the_pieces_change_after(
+    kind: str, size: int, pieces: list[int], form: type
+) -> None:
+    """Pieces fed to a SigningThread give the signature of the bytes as they were fed, also
+    when the caller reuses its buffer at once (bytearray, memoryview)."""
+    from rdc.content.stream import SigningThread, StreamSigner
+
+    params = SignatureParams(chunks=SMALL)
+    data = data_of(kind, size, random.Random(size))
+    signer = SigningThread(StreamSigner(params))
+    at = 0
+    while at < len(data):
+        n = pieces[at % len(pieces)]
+        buffer = bytearray(data[at : at + n])
+        signer.feed(bytes(buffer) if form is bytes else form(buffer))
+        buffer[:] = bytes(len(buffer))  # the caller's next read, into the same buffer
+        at += n
+    assert signer.finish() == signature_of_bytes(data, params)
+    signer.close()  # (again: a no-op)
+
+
+def test_a_signing_thread_raises_its_error_at_finish_and_lets_the_writer_on() -> None:
+    from rdc.content.stream import SigningThread, StreamSigner
+
+    class Broken(StreamSigner):
+        def feed(self, data) -> None:
+            raise MemoryError("no room")
+
+    signer = SigningThread(Broken())
+    for _ in range(4 * SigningThread.DEPTH):  # more than the queue holds: none blocks
+        signer.feed(b"x" * 100)
+    with pytest.raises(MemoryError):
+        signer.finish()
+
+
 @given(kinds, st.integers(1, scaled(20_000, 5_000)), st.integers(0, 2**32))
 def test_sub_chunk_prefixes_are_blake3_of_each_piece(kind: str, size: int, seed: int) -> None:
     import blake3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 
 from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
@@ -388,3 +389,33 @@ def test_small_files_read_many_at_once_are_what_reading_each_alone_gives(
         replica.close()
     assert results[0] == results[1]
     assert rows[0] == rows[1] and "d0/new" in rows[0]
+
+
+def test_a_large_rebuilt_file_signs_on_a_thread_of_its_own_to_the_same_root(
+    tmp_path, monkeypatch
+) -> None:
+    """Past SIGN_APART bytes a temporary is signed on a thread beside its writes; the
+    signature is that of the bytes written, and an abandoned one stops its thread."""
+    import threading
+
+    from rdc.content.signature import signature_of_bytes
+    from rdc.content.stream import SigningThread
+    from rdc.transfer import target
+
+    monkeypatch.setattr(target, "SIGN_APART", 50_000)
+    replica = make(tmp_path)
+    data = random.Random(3).randbytes(300_000)
+    kept = target._Assembly(replica, "big.bin")
+    dropped = target._Assembly(replica, "other.bin")
+    try:
+        for at in range(0, len(data), 7_000):
+            piece = bytearray(data[at : at + 7_000])
+            kept.write(piece)
+            dropped.write(memoryview(piece))
+            piece[:] = bytes(len(piece))
+        assert isinstance(kept.signer, SigningThread)
+        dropped.abort()
+        assert kept.signer.finish() == signature_of_bytes(data)
+    finally:
+        kept.abort()
+    assert not [t for t in threading.enumerate() if t.name == "rdc-sign"]

@@ -3,6 +3,8 @@ reading it back, and keeps the signature for its index."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from array import array
 
 from rdc import _native
@@ -70,3 +72,44 @@ class StreamSigner:
         tree = build_tree(leaves, self.params.groups)
         head = bytes(self._head) if self._head is not None else None
         return FileSignature(tree, sketch_for(leaves, head, self.params))
+
+
+class SigningThread:
+    """A `StreamSigner` fed on a thread of its own, so that a large file is chunked and
+    hashed while the next piece is read and written (a 256 MiB file rebuilt from its old
+    version: read, write, chunk and hash had been one after another on one thread). The
+    chunker and the hashes release the GIL. Pieces wait in a queue of DEPTH, so a
+    signer that falls behind holds up the writer rather than growing memory."""
+
+    DEPTH = 8
+
+    def __init__(self, signer: StreamSigner) -> None:
+        self._signer = signer
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self.DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rdc-sign", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:  # (after an error, drain: the writer must not block)
+                try:
+                    self._signer.feed(data)
+                except BaseException as exc:  # raised again by finish
+                    self._error = exc
+
+    def feed(self, data: Buffer) -> None:
+        """Queue ``data``; it must not change afterwards (bytes are kept, others copied)."""
+        self._queue.put(data if type(data) is bytes else bytes(data))
+
+    def finish(self) -> FileSignature:
+        self.close()
+        if self._error is not None:
+            raise self._error
+        return self._signer.finish()
+
+    def close(self) -> None:
+        """Stop the thread once it has taken what was queued (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from rdc.content.signature import FileSignature, chunk_hash
-from rdc.content.stream import StreamSigner
+from rdc.content.stream import SigningThread, StreamSigner
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
 from rdc.local.fs import PARTIAL_BYTES, ConflictError, Expect
 from rdc.local.paths import PathError
@@ -38,6 +38,7 @@ from rdc.wire.connection import Connection, Conversation
 
 COPY_PIECE = 1 << 20
 THREAD_FROM = 256 * 1024  # copies at least this large run on a worker thread
+SIGN_APART = 8 << 20  # a file signs on a thread of its own once this much is written
 # Nodes or leaves named in one want: a list in a message holds at most MAX_ITEMS, and the
 # answer (a sub-chunk list is up to ~1.3 KB per leaf) must stay well inside one frame.
 WANT_ITEMS = 1024
@@ -54,15 +55,18 @@ class Outcome:
 
 
 class _Assembly:
-    """A temporary file being written in order, signed as it grows."""
+    """A temporary file being written in order, signed as it grows: past SIGN_APART bytes
+    on a thread of its own, beside the reads and writes."""
 
     def __init__(self, replica: Replica, path: str) -> None:
         self.temp = replica.fs.create_temp(path)
-        self.signer = StreamSigner()
+        self.signer: StreamSigner | SigningThread = StreamSigner()
         self.written = 0
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         self.temp.write(data)
+        if self.written >= SIGN_APART and isinstance(self.signer, StreamSigner):
+            self.signer = SigningThread(self.signer)
         self.signer.feed(data)
         self.written += len(data)
 
@@ -78,6 +82,8 @@ class _Assembly:
                 length -= n
 
     def abort(self) -> None:
+        if isinstance(self.signer, SigningThread):
+            self.signer.close()
         self.temp.abort()
 
 
