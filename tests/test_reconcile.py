@@ -52,6 +52,30 @@ def test_merged_answer_is_the_servers_listing(client, server, data, short) -> No
     assert len(unmatched) == sum(1 for n, v in server.items() if client.get(n) != v)
 
 
+@given(entries, st.sampled_from([3, 4, 5, reconcile.FINGERPRINT]),
+       st.integers(0, 300))
+def test_fingerprints_in_one_call_are_blake3_of_each_entry(d, size, long) -> None:
+    """`fingerprint_list` (one call of the chunk hashes in C) gives each entry's
+    fingerprint as docs/protocol.md defines it: BLAKE3 in derive-key mode of the name's
+    length (a varint: past 127 bytes, two), the name, the kind and the hash prefix."""
+    from blake3 import blake3
+
+    from rdc.content.entries import put_varint
+    from rdc.params import LISTING_CONTEXT
+
+    items = [*listed(d), m.Listed("n" * long or "x", "f", 0o644, b"\x01" * 8)]
+
+    def expected(e: m.Listed) -> bytes:
+        name = os.fsencode(e.name)
+        data = bytearray()
+        put_varint(len(name), data)
+        return blake3(bytes(data + name + e.kind.encode() + e.digest),
+                      derive_key_context=LISTING_CONTEXT).digest(size)
+
+    assert reconcile.fingerprint_list(items, size) == [expected(e) for e in items]
+    assert reconcile.fingerprint_list([], size) == []
+
+
 def test_a_fingerprint_length_is_found_again_from_the_bytes_alone() -> None:
     """`fingerprint_size` inverts `fingerprint_bytes` for every count a ``have`` may hold:
     3 bytes for a few entries, more for many; a length no count makes is refused."""

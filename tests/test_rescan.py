@@ -120,9 +120,9 @@ def _count_listings(monkeypatch) -> list[str]:
     listed: list[str] = []
     original = Scan.list
 
-    def counting(self: Scan, fd: int, rel: str, node: Entry):
+    def counting(self: Scan, fd: int, rel: str, node: Entry, kept=None):
         listed.append(rel)
-        return original(self, fd, rel, node)
+        return original(self, fd, rel, node, kept)
 
     monkeypatch.setattr(Scan, "list", counting)
     return listed
@@ -292,5 +292,32 @@ def test_a_file_committed_without_its_signature_loses_its_index_row(tmp_path) ->
             assert replica.db.get("b") is not None  # read again, and recorded
         fresh, _ = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
         assert tree.children["b"].root == fresh.children["b"].root
+    finally:
+        replica.close()
+
+
+def test_a_directory_listed_again_keeps_the_entries_of_its_unchanged_files(tmp_path) -> None:
+    """A rescan of a directory where one file of many was written makes an entry for that
+    one only: the others are the old tree's entries (stat vouches for their roots), and the
+    tree is still the one a full scan builds."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    for k in range(20):
+        (root / "d" / f"f{k}").write_bytes(b"x" * k)
+        os.utime(root / "d" / f"f{k}", ns=(OLD, OLD))
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    try:
+        old = replica.scan()
+        before = dict(old.children["d"].children)
+        temp = replica.fs.create_temp("d/f3")
+        temp.write(b"edited")
+        replica.commit(temp, "d/f3", 0o644, OLD, None)
+        tree = replica.rescan()
+        now = tree.children["d"].children
+        assert {name for name in now if now[name] is before[name]} == {
+            f"f{k}" for k in range(20) if k != 3}
+        assert now["f3"].size == 6 and now["f3"].root != before["f3"].root
+        fresh, _ = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
+        assert described(tree) == described(fresh)
     finally:
         replica.close()

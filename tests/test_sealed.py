@@ -113,9 +113,9 @@ def test_a_new_process_lists_again_only_the_directories_that_changed(
     listed: list[str] = []
     real_list = snapshot.Scan.list
 
-    def counting(self, fd, rel, node):
+    def counting(self, fd, rel, node, kept=None):
         listed.append(rel)
-        return real_list(self, fd, rel, node)
+        return real_list(self, fd, rel, node, kept)
 
     monkeypatch.setattr(snapshot.Scan, "list", counting)
     walks: list[int] = []

@@ -147,22 +147,14 @@ class _Rescan:
             fd = self.fs.open_dir(rel)
         except OSError as exc:
             raise Unsure(f"{rel or '.'}: {exc.strerror or exc}") from None
+        before = old.children if old is not None else {}
         try:
-            subdirs = self.scan.list(fd, rel, fresh)
+            subdirs = self.scan.list(fd, rel, fresh, before if self.reuse else None)
         finally:
             os.close(fd)
         if subdirs is None:
             raise Unsure(self.scan.errors[-1])
-        before = old.children if old is not None else {}
-        for name, path, entry in self.scan.listed:
-            was = before.get(name)
-            if (self.reuse and was is not None and was.kind == "f" and was.root
-                    and (was.mode, was.mtime_ns, was.size, was.ino)
-                    == (entry.mode, entry.mtime_ns, entry.size, entry.ino)):
-                entry.root = was.root
-                del self.scan.files[path]
-                continue
-            self.entries.append((path, entry))
+        self.entries += [(path, entry) for _, path, entry in self.scan.listed]
         listed_dirs = {name for name, _, _ in subdirs}
         for name, was in before.items():
             now = fresh.children.get(name)

@@ -363,10 +363,16 @@ class Scan:
         self.errors: list[tuple[str, str]] = []
         self.temporaries: list[str] = []
 
-    def list(self, fd: int, rel_dir: str, node: Entry) -> list[tuple[str, bytes, Entry]] | None:
+    def list(self, fd: int, rel_dir: str, node: Entry, kept: Mapping[str, Entry] | None = None
+             ) -> list[tuple[str, bytes, Entry]] | None:
         """Put the files and links of directory ``fd`` into ``node``; return its
         subdirectories to enter as (name, name on disk, entry), or None (and an error) if
-        it cannot be listed."""
+        it cannot be listed. A regular file that ``kept`` (the directory's entries as last
+        sealed, when stat vouches for their roots) holds with a root and the same mode,
+        time, size and inode is that entry, shared, and is neither in ``files`` nor in
+        ``listed``: a rescan of a directory with one edited file among 100 made 99 entries
+        again to compare them with the old ones (a fifth of a 1%-edited push of 100,000
+        files, on each side)."""
         try:
             items = list_dir(fd)
         except OSError as exc:
@@ -398,6 +404,13 @@ class Scan:
                                       children={})))
                 continue
             if S_ISREG(mode):
+                if kept is not None:
+                    was = kept.get(name)
+                    if (was is not None and was.kind == "f" and was.root and was.ino == ino
+                            and was.size == size and was.mtime_ns == clamp_ns(mtime)
+                            and was.mode == S_IMODE(mode)):
+                        children[name] = was  # (the same path: it passed the excludes)
+                        continue
                 if exclude and exclude(rel, False):
                     continue
                 children[name] = entry = Entry("f", S_IMODE(mode), clamp_ns(mtime), size,
