@@ -321,3 +321,67 @@ def test_a_directory_listed_again_keeps_the_entries_of_its_unchanged_files(tmp_p
         assert described(tree) == described(fresh)
     finally:
         replica.close()
+
+
+entry_names = st.text(st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1,
+                      max_size=8) | st.sampled_from(["n" * 130, "é" * 70])
+leaf = st.one_of(
+    st.builds(lambda mode, t, root: Entry("f", mode, t, 1, root),
+              st.integers(0, 0o7777), st.integers(-(1 << 63), (1 << 63) - 1),
+              st.binary(min_size=32, max_size=32)),
+    st.builds(lambda t, target: Entry("l", 0, t, target=target),
+              st.integers(-(1 << 40), 1 << 40), st.text(min_size=1, max_size=140)),
+)
+trees = st.recursive(
+    leaf, lambda inner: st.builds(
+        lambda mode, t, kids: Entry("d", mode, t, children=kids),
+        st.integers(0, 0o7777), st.integers(0, 1 << 62),
+        st.dictionaries(entry_names, inner, max_size=6)),
+    max_leaves=30)
+
+
+def spec_hashes(d: Entry) -> tuple[bytes, bytes, bytes, int]:
+    """docs/formats.md section 5, read literally: (content, meta, sync meta, count)."""
+    import blake3
+
+    from rdc.content.entries import put_varint
+    from rdc.params import CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT
+
+    content, meta, smeta, count = bytearray(), bytearray(), bytearray(), 0
+    for name in sorted(d.children, key=os.fsencode):
+        e = d.children[name]
+        raw = os.fsencode(name)
+        put_varint(len(raw), content)
+        content += raw + e.kind.encode()
+        mode, mtime = e.mode.to_bytes(2, "little"), e.mtime_ns.to_bytes(8, "little", signed=True)
+        meta += mode + mtime
+        smeta += mode
+        count += 1
+        if e.kind == "d":
+            sub = spec_hashes(e)
+            content += sub[0]
+            meta += sub[1]
+            smeta += sub[2]
+            count += sub[3]
+        elif e.kind == "f":
+            content += e.root
+            smeta += mtime
+        else:
+            target = os.fsencode(e.target)
+            put_varint(len(target), content)
+            content += target
+            smeta += mtime
+    return (blake3.blake3(content, derive_key_context=CONTENT_CONTEXT).digest(),
+            blake3.blake3(meta, derive_key_context=META_CONTEXT).digest(),
+            blake3.blake3(smeta, derive_key_context=SYNC_META_CONTEXT).digest(), count)
+
+
+@given(trees.filter(lambda e: e.kind == "d"))
+def test_directory_hashes_are_those_of_the_format(tree: Entry) -> None:
+    """`seal` gives every directory the content, meta and sync meta hashes (and subtree
+    count) that docs/formats.md section 5 defines: names in byte order (non-ASCII and
+    names of more than 127 bytes too), links with their targets, times of any sign."""
+    from rdc.local.snapshot import seal
+
+    seal(tree)
+    assert (tree.content, tree.meta, tree.smeta, tree.count) == spec_hashes(tree)

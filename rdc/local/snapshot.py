@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 import os
 import stat
+import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -94,37 +95,53 @@ class Entry:
         return sorted(self.children.items(), key=lambda item: os.fsencode(item[0]))
 
 
+_MODE_TIME = struct.Struct("<Hq")  # an entry's mode and time in the meta hashes' input
+
+
 def seal(directory: Entry) -> None:
     """Compute content, meta and sync meta hashes (and subtree counts) of ``directory`` and
     every directory below it that has none yet, bottom-up (a rescan reuses the sealed
-    subtrees it did not list again)."""
+    subtrees it did not list again). Each entry's bytes go in with as few calls as
+    possible: a rescan after 1,000 edits among 100,000 files seals a quarter of the tree
+    again, on each side."""
     content = bytearray()
     meta = bytearray()
     smeta = bytearray()
     count = 0
-    for name, entry in directory.sorted_children():
-        if entry.kind == "d":
+    children = directory.children
+    plain = all(name.isascii() for name in children)  # (then str order is byte order)
+    pack = _MODE_TIME.pack
+    for name, entry in (sorted(children.items(), key=_name) if plain
+                        else directory.sorted_children()):
+        raw = name.encode() if plain else os.fsencode(name)
+        if len(raw) < 0x80:
+            content.append(len(raw))
+        else:
+            put_varint(len(raw), content)
+        content += raw
+        mode_time = pack(entry.mode, entry.mtime_ns)
+        meta += mode_time
+        kind = entry.kind
+        if kind == "f":
+            content += b"f"
+            content += entry.root
+            smeta += mode_time
+        elif kind == "d":
             if not entry.content:
                 seal(entry)
             count += entry.count
-        count += 1
-        raw = os.fsencode(name)
-        put_varint(len(raw), content)
-        content += raw
-        content += KIND_CODE[entry.kind]
-        digest = entry.digest()
-        if entry.kind == "l":
-            put_varint(len(digest), content)
-        content += digest
-        mode = entry.mode.to_bytes(2, "little")
-        mtime = entry.mtime_ns.to_bytes(8, "little", signed=True)
-        meta += mode + mtime
-        smeta += mode
-        if entry.kind == "d":
+            content += b"d"
+            content += entry.content
             meta += entry.meta
+            smeta += mode_time[:2]  # (no directory times)
             smeta += entry.smeta
         else:
-            smeta += mtime
+            target = entry.digest()
+            content += KIND_CODE[kind]
+            put_varint(len(target), content)
+            content += target
+            smeta += mode_time
+        count += 1
     directory.content = blake3.blake3(content, derive_key_context=CONTENT_CONTEXT).digest()
     directory.meta = blake3.blake3(meta, derive_key_context=META_CONTEXT).digest()
     directory.smeta = blake3.blake3(smeta, derive_key_context=SYNC_META_CONTEXT).digest()
