@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdc.params import SHORT_WIRE_PREFIX, WIRE_PREFIX
-from rdc.transfer import compare, metadata, oneway, reconcile, serving
+from rdc.transfer import compare, metadata, oneway, ops, reconcile, serving
 from rdc.transfer.reconcile import answer, fingerprints, merge
 from rdc.transfer.stats import Options
 from rdc.wire import handshake
@@ -215,10 +215,10 @@ async def test_what_a_short_prefix_missed_is_caught_by_the_roots(
     passes: list[int] = []
     real_compare, real_walk = oneway.compare, metadata.walk
 
-    async def blind_compare(source, target, hb, pull=False):
+    async def blind_compare(source, target, hb, pull=False, **known):
         passes.append(hb)
         return compare.Changes() if hb == SHORT_WIRE_PREFIX else await real_compare(
-            source, target, hb, pull)
+            source, target, hb, pull, **known)
 
     async def blind_walk(remote, tree, their_vectors=True, *, hb, levels=False):
         if hb == SHORT_WIRE_PREFIX:
@@ -297,3 +297,78 @@ async def test_more_unnamed_listings_than_directories_asked_is_a_protocol_error(
     remote.connection = connection
     with pytest.raises(ProtocolError, match="more unnamed"):
         await remote.listings(["d"], 8)
+
+
+@pytest.mark.parametrize("server_changed", [False, True])
+async def test_a_push_takes_the_listings_the_server_did_not_change_from_its_last_tree(
+        tmp_path, monkeypatch, server_changed) -> None:
+    """After a push, the client's index keeps the tree it pushed. The next push compares
+    against it wherever the server's directory still has its content hash: with one file
+    edited among ten directories it asks the server for no listing at all. A directory
+    the server changed meanwhile (another writer) is asked for, as is every directory on
+    the way to it; the push ends in step either way."""
+    src = tmp_path / "src"
+    for d in range(10):
+        for i in range(5):
+            write(src / f"d{d}" / f"f{i}", b"content %d %d\n" % (d, i), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "d3" / "f1", b"edited\n", OLD)
+    if server_changed:
+        write(pair.share / "d5" / "extra", b"someone else's\n", OLD)
+    asked: list[str] = []
+    real = serving.ServerSession._list
+
+    async def spying(self, conversation, message):
+        asked.extend(message.paths)
+        await real(self, conversation, message)
+
+    monkeypatch.setattr(serving.ServerSession, "_list", spying)
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    assert sorted(asked) == (["", "d5"] if server_changed else [])
+    pair.close()
+
+
+async def test_a_listing_taken_from_the_last_tree_by_a_false_match_is_caught_by_the_roots(
+        tmp_path, monkeypatch) -> None:
+    """If a directory's short hash prefix matched the last tree's by chance, the listing
+    taken from it is wrong (here: every listing is this side's own, as if the server held
+    the edit already). The roots differ at the end, and the second comparison, in whole
+    hashes, asks the server and ends in step."""
+    src = tmp_path / "src"
+    for d in range(10):
+        write(src / f"d{d}" / "f", b"content %d\n" % d, OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    write(src / "d3" / "f", b"edited\n", OLD)
+    passes: list[int] = []
+
+    def fooled(base, hb):
+        passes.append(hb)
+
+        def known(path, digest):
+            return {e.name: e for e in ops.listing(current["tree"], path, hb) or []}
+
+        return known
+
+    current: dict = {}
+    real_compare = oneway.compare
+
+    compared: list[int] = []
+
+    async def remember(source, target, hb, pull=False, **kw):
+        current["tree"] = source.tree
+        compared.append(hb)
+        return await real_compare(source, target, hb, pull, **kw)
+
+    monkeypatch.setattr(oneway, "known_listings", fooled)
+    monkeypatch.setattr(oneway, "compare", remember)
+    stats = await pair.run("push", src)
+    assert passes == [SHORT_WIRE_PREFIX]  # (the second pass takes nothing from the tree)
+    assert compared == [SHORT_WIRE_PREFIX, m.HASH_BYTES]
+    assert stats.in_step and not stats.failed and stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    pair.close()

@@ -100,6 +100,10 @@ class Replica:
         self.excludes = excludes or Excludes()
         self.lock = threading.Lock()
         self.tree: Entry | None = None
+        # The tree kept in the index that the last scan started from, before its changes
+        # were patched in (a push compares against it where the target still holds it:
+        # `rdc.transfer.compare.known_listings`); None after a full scan.
+        self.base: Entry | None = None
         self.errors: list[tuple[str, str]] = []  # what the last scan could not read
         self.temporaries: list[str] = []  # rdc temporaries the last scan saw
         self._unsynced: set[str] = set()  # directories renamed into, not yet fsynced
@@ -209,6 +213,7 @@ class Replica:
         tree (``excludes`` default to the replica's own). What could not be read is left
         out of the tree and listed in ``errors``."""
         excludes = excludes or self.excludes
+        self.base = None
         self.fs.take_changes()  # the walk sees them all
         self.fs.take_replaced()
         self.fs.take_retimed()
@@ -290,6 +295,7 @@ class Replica:
                 return None  # (changed while it was listed: a full scan)
             tree = patched
         self.tree, self.errors, self.temporaries, self._salt = tree, [], [], salt
+        self.base = old
         self._fingerprint = (walked.fingerprint if tree is old
                              else self._sealed(walked.fingerprint, tree))
         return tree

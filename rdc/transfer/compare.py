@@ -10,12 +10,14 @@ in step afterwards (`rdc.transfer.metadata`), not here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rdc.local.paths import join, to_wire
-from rdc.local.snapshot import Entry
+from rdc.local.snapshot import Entry, lookup
 from rdc.params import SHORT_WIRE_PREFIX, WIRE_PREFIX
-from rdc.transfer.sides import Side
+from rdc.transfer.ops import listed
+from rdc.transfer.sides import Listings, Side
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection
 
@@ -53,11 +55,44 @@ def first_prefix(connection: Connection) -> int:
     return SHORT_WIRE_PREFIX if short else WIRE_PREFIX
 
 
-async def compare(source: Side, target: Side, hb: int, pull: bool = False) -> Changes:
+Known = Callable[[str, bytes], dict[str, m.Listed] | None]
+
+
+def known_listings(base: Entry | None, hb: int) -> Known | None:
+    """The target's listing of a directory, given the content hash prefix the target has
+    for it, where ``base`` holds a directory at that path with that content hash: its
+    entries are the target's, names, kinds and contents (a content hash covers them; the
+    modes it does not cover are not compared here). ``base`` is the tree this side
+    sealed last, which a push left in step with the target: after it, a directory the
+    target did not change since need not be asked for (a 1%-edited push of 100,000 files
+    asked for the listings of 4,000 directories, 83,000 entries, 250 KB of fingerprints
+    and 17 round trips, to learn what this side already knew). A prefix matched by chance
+    gives a wrong listing, which the final comparison of root hashes finds: the second
+    comparison, in whole hashes, asks for everything."""
+    if base is None:
+        return None
+
+    def known(path: str, digest: bytes) -> dict[str, m.Listed] | None:
+        directory = lookup(base, path)
+        if (directory is None or directory.kind != "d" or not directory.content
+                or not digest or not directory.content.startswith(digest)):
+            return None
+        return {name: listed(name, entry, hb)
+                for name, entry in directory.children.items()}
+
+    return known
+
+
+async def compare(source: Side, target: Side, hb: int, pull: bool = False,
+                  known: Known | None = None, root: bytes = b"") -> Changes:
     """What ``target`` needs to have ``source``'s content (their root contents differ).
-    ``pull``: the source is the remote side."""
+    ``pull``: the source is the remote side. ``known`` (a push): the target's listings
+    this side knows given the target's content hash prefix of a directory
+    (`known_listings`), ``root`` the target's root content hash."""
     changes = Changes()
     frontier: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
+    # The target's content hash prefixes of the directories in the frontier, where known.
+    digests: dict[str, bytes] = {"": root[:hb]} if known is not None and not pull else {}
     # What the local side has in a directory goes along to the remote side, which sends
     # back only what differs (`rdc.transfer.reconcile`): the source's entries in a push,
     # the target's in a pull. Not when comparing again with whole hashes (a prefix matched
@@ -72,11 +107,23 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False) -> Ch
                                          have=theirs if reconcile else None)
         else:
             mine = await source.listings(paths, hb, sizes=True)
-            theirs = await target.listings(held, hb, have=mine if reconcile else None)
+            held_here: Listings = {}
+            if digests:
+                assert known is not None
+                for path in held:
+                    entries = known(path, digests[path]) if path in digests else None
+                    if entries is not None:
+                        held_here[path] = entries
+            theirs = await target.listings([path for path in held if path not in held_here],
+                                           hb, have=mine if reconcile else None)
+            theirs.update(held_here)
         next_frontier: list[tuple[str, bool]] = []
         for path, has in frontier:
             src = mine.get(path) or {}
             dst = (theirs.get(path) or {}) if has else {}
+            if known is not None and not pull:
+                digests.update((join(path, name), e.digest) for name, e in dst.items()
+                               if e.kind == "d")
             for name in sorted(set(src) | set(dst), key=to_wire):
                 rel = join(path, name)
                 descend = _compare_entry(rel, src.get(name), dst.get(name), changes)

@@ -28,7 +28,14 @@ from rdc.local.verify import CHANGED
 from rdc.records import record
 from rdc.transfer import guards, metadata
 from rdc.transfer.batch import Files, batches, pull_batch, push_batch, takes_deltas
-from rdc.transfer.compare import Changes, compare, everything, first_prefix, moves
+from rdc.transfer.compare import (
+    Changes,
+    compare,
+    everything,
+    first_prefix,
+    known_listings,
+    moves,
+)
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
@@ -215,7 +222,13 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         if streaming:
             stats.changes = changes = everything(tree)
         else:
-            stats.changes = changes = await compare(source, target, hb, pull=not push)
+            # A push's first comparison takes the listings this side knows from the tree it
+            # started from (where the server did not change them since); the second, in
+            # whole hashes after a prefix matched by chance, asks for everything.
+            known = (known_listings(replica.base, hb)
+                     if push and hb != m.HASH_BYTES else None)
+            stats.changes = changes = await compare(source, target, hb, pull=not push,
+                                                    known=known, root=theirs.content)
         if options.dry_run:
             vectors, singles = await metadata.walk(remote, local.tree, hb=hb)
             changes.meta = metadata.differences(vectors, singles)
