@@ -362,6 +362,7 @@ class Replica:
         excludes, or a directory cannot be listed now."""
         excludes = excludes or self.excludes
         salt = _salt(excludes)
+        self.base = None  # (what this side held before its own writes: no longer)
         touched = self.fs.take_changes()
         replaced = self.fs.take_replaced()
         retimed = self.fs.take_retimed()

@@ -229,6 +229,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
                      if push and hb != m.HASH_BYTES else None)
             stats.changes = changes = await compare(source, target, hb, pull=not push,
                                                     known=known, root=theirs.content)
+            replica.base = None  # (its memory goes: only the first comparison takes it)
         if options.dry_run:
             vectors, singles = await metadata.walk(remote, local.tree, hb=hb)
             changes.meta = metadata.differences(vectors, singles)
