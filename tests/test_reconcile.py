@@ -165,7 +165,8 @@ async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
 
         monkeypatch.setattr(serving.ServerSession, "_list", old_server)
     else:
-        monkeypatch.setattr(reconcile, "fingerprint", lambda entry, size=6: b"\0" * size)
+        monkeypatch.setattr(reconcile, "fingerprint_list",
+                            lambda entries, size=6: [b"\0" * size for _ in entries])
     stats = await pair.run(verb, src)
     assert stats.in_step and not stats.failed and stats.files_transferred == 1
     assert tree_state(pair.share) == tree_state(src)
