@@ -91,8 +91,9 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
     (`known_listings`), ``root`` the target's root content hash."""
     changes = Changes()
     frontier: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
+    known = None if pull else known
     # The target's content hash prefixes of the directories in the frontier, where known.
-    digests: dict[str, bytes] = {"": root[:hb]} if known is not None and not pull else {}
+    digests: dict[str, bytes] = {"": root[:hb]}
     # What the local side has in a directory goes along to the remote side, which sends
     # back only what differs (`rdc.transfer.reconcile`): the source's entries in a push,
     # the target's in a pull. Not when comparing again with whole hashes (a prefix matched
@@ -108,8 +109,7 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
         else:
             mine = await source.listings(paths, hb, sizes=True)
             held_here: Listings = {}
-            if digests:
-                assert known is not None
+            if known is not None:
                 for path in held:
                     entries = known(path, digests[path]) if path in digests else None
                     if entries is not None:
@@ -121,7 +121,7 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
         for path, has in frontier:
             src = mine.get(path) or {}
             dst = (theirs.get(path) or {}) if has else {}
-            if known is not None and not pull:
+            if known is not None:
                 digests.update((join(path, name), e.digest) for name, e in dst.items()
                                if e.kind == "d")
             for name in sorted(set(src) | set(dst), key=to_wire):
