@@ -4,6 +4,7 @@ connection do."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import struct
 
@@ -351,7 +352,7 @@ async def test_a_peer_that_says_nothing_at_all_times_out(autojump_clock) -> None
     del b
 
 
-async def test_messages_for_an_unknown_conversation_end_the_connection() -> None:
+async def test_messages_for_an_unknown_conversation_end_the_connection(autojump_clock) -> None:
     a, b = trio.testing.memory_stream_pair()
     client = Connection(FrameStream(a))
     async with trio.open_nursery() as nursery:
@@ -417,7 +418,7 @@ async def test_a_server_ends_a_connection_silent_with_nothing_open(autojump_cloc
     del b
 
 
-async def test_a_conversation_that_takes_no_input_refuses_it() -> None:
+async def test_a_conversation_that_takes_no_input_refuses_it(autojump_clock) -> None:
     """Input to a conversation whose request has no follow-ups (a watch, say) is a
     protocol error at once, however small: nothing is queued for a handler that will
     never read it."""
@@ -571,7 +572,7 @@ def _frame(*messages: dict) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-async def test_no_request_starts_once_the_connection_failed() -> None:
+async def test_no_request_starts_once_the_connection_failed(autojump_clock) -> None:
     """A request broke the protocol; while the error to the peer was being sent, another
     request arrived. It was started, and its handler's refusal (its worker thread, which
     no cancel stops, came back with one) raised the connection's failure from inside its
@@ -740,3 +741,47 @@ def test_an_array_names_the_place_of_its_bad_item() -> None:
     assert check([1, 2, 3], "a") == [1, 2, 3]
     with pytest.raises(ProtocolError, match=r"a\[2\]: expected an integer"):
         check([1, 2, 10, 3], "a")
+
+
+async def test_an_error_that_ends_the_connection_reaches_a_peer_still_sending() -> None:
+    """A full disk ends the connection while the client is still sending (a push's data in
+    flight). The client's next send met the reset of the server's close, and its writer's
+    "connection reset" won over the error frame waiting to be read: the user saw the reset
+    instead of "its state directory is full" (CI, test_the_servers_state_directory_full).
+    The error must reach the client however the race goes."""
+    from rdc.errors import NoSpace, RemoteError
+    from rdc.wire.connection import running
+
+    async def handler(conversation, message) -> None:
+        for _ in range(40):  # more than the kernel's buffers hold: some is still queued
+            await conversation.send_data(m.Data(d=[random.randbytes(1 << 20)]))
+        raise NoSpace(message="on the server: its state directory is full")
+
+    async def serve(stream: trio.SocketStream) -> None:
+        with contextlib.suppress(Exception):
+            await Connection(FrameStream(stream), handler=handler).run()
+
+    for _ in range(2):  # a race, but all but certain (it failed 10 times in 10)
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with running(FrameStream(stream), idle_timeout=30) as client:
+                conversation = client.start(m.List(paths=[""], hb=8))
+
+                async def keep_sending() -> None:
+                    with contextlib.suppress(Exception):
+                        while True:
+                            for _ in range(200):
+                                client.post(m.Ping())
+                            await client.wait_for_room()
+                            await trio.sleep(0.002)
+
+                nursery.start_soon(keep_sending)
+                with trio.fail_after(20), pytest.raises(RemoteError) as caught:
+                    while True:  # slowly, as a client busy signing files
+                        await conversation.receive(m.Data)
+                        await trio.sleep(0.01)
+                assert caught.value.code == "full"
+            nursery.cancel_scope.cancel()

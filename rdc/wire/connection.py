@@ -47,6 +47,9 @@ SETTLE_PASSES = 8
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
 OUTPUT_PAUSE = 2 * HIGH_WATER  # ... and above which the reader stops taking requests
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
+# Seconds a side that ended the connection with an error goes on reading (and dropping)
+# what the peer sends, so that the peer reads the error before the connection closes.
+LINGER_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 Handler = Callable[["Conversation", m.Message], Awaitable[None]]
 
@@ -167,6 +170,7 @@ class Connection:
         self._highest_seen = 0
         self._failure: BaseException | None = None
         self._closing = False
+        self._told = False  # an error that ends the connection was sent to the peer
         # The writer and a final error must not send at once (trio refuses concurrent
         # send_all, and a frame must not be cut by another).
         self._send_lock = trio.Lock()
@@ -348,6 +352,8 @@ class Connection:
                 task_status.started()
                 await self._guard(self._reader, nursery, nursery)
         finally:
+            if self._told:
+                await self._linger()
             with trio.CancelScope(shield=True):
                 await self.frames.stream.aclose()
         if isinstance(self._failure, ProtocolError | RemoteError):
@@ -385,6 +391,25 @@ class Connection:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 async with self._send_lock:
                     await self.frames.send([m.encode(m.Error(code=code, msg=msg))])
+                self._told = True
+
+    async def _linger(self) -> None:
+        """Wait, for at most `LINGER_SECONDS`, for the peer to read the error just sent
+        and close its end, dropping what it sends meanwhile. A socket closed with unread
+        input sends a reset, which throws away its own unsent output (the error, if the
+        peer was slow to read) and, at the peer, fails its next send: the peer would
+        report "connection reset" instead of the error (a push whose data was in flight
+        when the server's disk filled)."""
+        stream = self.frames.stream
+        raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        with trio.move_on_after(LINGER_SECONDS) as scope:
+            scope.shield = True
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
+                                     trio.BusyResourceError, OSError):
+                if isinstance(raw, trio.abc.HalfCloseableStream):
+                    await raw.send_eof()  # after the error: the peer's reader ends there
+                while await raw.receive_some(1 << 16):
+                    pass
 
     async def close(self) -> None:
         """Flush what is queued, then close the stream."""
