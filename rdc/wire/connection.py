@@ -47,8 +47,9 @@ SETTLE_PASSES = 8
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
 OUTPUT_PAUSE = 2 * HIGH_WATER  # ... and above which the reader stops taking requests
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
-# Seconds a side that ended the connection with an error goes on reading (and dropping)
-# what the peer sends, so that the peer reads the error before the connection closes.
+# Seconds a side that ends the connection with an error waits to send it, and then goes
+# on reading (and dropping) what the peer sends, so that the peer reads the error before
+# the connection closes.
 LINGER_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 Handler = Callable[["Conversation", m.Message], Awaitable[None]]
@@ -353,7 +354,7 @@ class Connection:
                 await self._guard(self._reader, nursery, nursery)
         finally:
             if self._told:
-                await self._linger()
+                await linger(self.frames.stream, LINGER_SECONDS)
             with trio.CancelScope(shield=True):
                 await self.frames.stream.aclose()
         if isinstance(self._failure, ProtocolError | RemoteError):
@@ -386,30 +387,14 @@ class Connection:
         self._conversations.clear()
 
     async def _send_error(self, code: str, msg: str) -> None:
-        with trio.move_on_after(2) as scope:
+        # (It may wait for the writer's batch to leave first: a peer slow to read, busy
+        # signing, still gets the error.)
+        with trio.move_on_after(LINGER_SECONDS) as scope:
             scope.shield = True
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 async with self._send_lock:
                     await self.frames.send([m.encode(m.Error(code=code, msg=msg))])
                 self._told = True
-
-    async def _linger(self) -> None:
-        """Wait, for at most `LINGER_SECONDS`, for the peer to read the error just sent
-        and close its end, dropping what it sends meanwhile. A socket closed with unread
-        input sends a reset, which throws away its own unsent output (the error, if the
-        peer was slow to read) and, at the peer, fails its next send: the peer would
-        report "connection reset" instead of the error (a push whose data was in flight
-        when the server's disk filled)."""
-        stream = self.frames.stream
-        raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-        with trio.move_on_after(LINGER_SECONDS) as scope:
-            scope.shield = True
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
-                                     trio.BusyResourceError, OSError):
-                if isinstance(raw, trio.abc.HalfCloseableStream):
-                    await raw.send_eof()  # after the error: the peer's reader ends there
-                while await raw.receive_some(1 << 16):
-                    pass
 
     async def close(self) -> None:
         """Flush what is queued, then close the stream."""
@@ -424,6 +409,24 @@ class Connection:
     @property
     def failure(self) -> BaseException | None:
         return self._failure
+
+
+async def linger(stream: trio.abc.Stream, seconds: float) -> None:
+    """After an error that ends the connection: wait, for at most ``seconds``, for the
+    peer to read it and close its end, dropping what the peer sends meanwhile. A socket
+    closed with input unread sends a reset, which throws away its own unsent output (the
+    error, if the peer was slow to read) and, at the peer, fails its next send: the peer
+    would report "connection reset" instead of the error (a push whose data was in flight
+    when the server's disk filled)."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    with trio.move_on_after(seconds) as scope:
+        scope.shield = True
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
+                                 trio.BusyResourceError, OSError):
+            if isinstance(raw, trio.abc.HalfCloseableStream):
+                await raw.send_eof()  # after the error: the peer's reader ends there
+            while await raw.receive_some(1 << 16):
+                pass
 
 
 @contextlib.asynccontextmanager

@@ -22,7 +22,7 @@ from rdc.errors import AccessDenied, ProtocolError, RemoteError, UsageError
 from rdc.local.marker import MARKER
 from rdc.transfer.serving import ServerSession
 from rdc.wire.codec import pack
-from rdc.wire.connection import Connection, unwrap_group
+from rdc.wire.connection import Connection, linger, unwrap_group
 from rdc.wire.failures import os_reason, reason, ssl_error
 from rdc.wire.frames import HEADER, ConnectionClosed, FrameStream, TLSWithoutTLS
 from rdc.wire.handshake import server_handshake
@@ -165,6 +165,7 @@ async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
         with trio.move_on_after(1):
             message = pack([{"t": "error", "code": "busy", "msg": reason}])
             await stream.send_all(HEADER.pack(len(message)) + message)
+        await linger(stream, 1)  # the client's hello is unread: a close would reset
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass
     finally:
