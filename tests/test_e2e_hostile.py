@@ -8,6 +8,7 @@ throughout, and nothing is written outside the share.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -505,8 +506,11 @@ def test_a_client_that_leaves_a_delta_midway_leaves_no_descriptor(e2e: E2E,
 
     def seeds_held() -> list[str]:
         fds = f"/proc/{server.process.pid}/fd"
-        return [target for target in (os.readlink(f"{fds}/{fd}") for fd in os.listdir(fds))
-                if target.endswith("blob.bin")]
+        targets = []
+        for fd in os.listdir(fds):
+            with contextlib.suppress(FileNotFoundError):  # closed since the listing
+                targets.append(os.readlink(f"{fds}/{fd}"))
+        return [target for target in targets if target.endswith("blob.bin")]
 
     assert seeds_held(), (answer, server.log())  # opened before the want was sent
     if leaves == "answering nonsense":
