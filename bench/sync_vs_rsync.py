@@ -64,7 +64,15 @@ from syncbench.rdcrun import Rdc, Server
 from syncbench.report import print_report, ratio
 from syncbench.rsyncrun import BenchError, rsync_once, rsync_step
 from syncbench.tally import FrameTally
-from syncbench.trees import link_or_copy, link_tree, replace_by_links, reset, tree_diff
+from syncbench.trees import (
+    discard,
+    keep_deletions_for_the_end,
+    link_or_copy,
+    link_tree,
+    replace_by_links,
+    reset,
+    tree_diff,
+)
 
 GROUPS = ("firstcopy", "django", "bigbin", "renamed", "scattered", "nochange", "many", "idle")
 QUICK_GROUPS = ("firstcopy", "django", "nochange", "many", "idle")
@@ -252,7 +260,8 @@ def run_case(case: Case, rdc: Rdc, localsh: str, work: Path, breakdown: bool, re
         runs.append(fastest(repeats, lambda o=opts: rsync_once(case, o, work / "rsync-dst",
                                                                localsh)))
         show(runs[-1])
-    shutil.rmtree(work / "rsync-dst", ignore_errors=True)
+    if (work / "rsync-dst").exists():
+        discard(work / "rsync-dst")
     if case.group == "nochange":
         plan = [("re-run", True)] + ([] if quick else [("re-run", False)])
     elif case.group == "firstcopy":
@@ -360,7 +369,7 @@ def run_many(tree: Path, files: int, rdc: Rdc, localsh: str, work: Path,
             run.verify = tree_diff(sender, dst)
             runs[step].append(run)
             show(run)
-        shutil.rmtree(dst)
+        discard(dst)
         reset(base, pulled)  # the sender now holds the edited tree
         run = rsync_step(f"{label}: {pull}", "", opts, f"localhost:{sender}/", f"{pulled}/",
                          localsh)
@@ -388,9 +397,9 @@ def run_many(tree: Path, files: int, rdc: Rdc, localsh: str, work: Path,
                      tree_diff(sender, pulled))
     runs[pull].append(run)
     show(run)
-    shutil.rmtree(pulled)
-    shutil.rmtree(dst)
-    shutil.rmtree(sender)
+    discard(pulled)
+    discard(dst)
+    shutil.rmtree(sender)  # (hard links: its deletion frees no inode)
     base_tar, edited_tar = bound.tar_of(base), bound.tar_of(edited)
     pairs = {MANY_STEPS[0]: (None, base_tar), MANY_STEPS[1]: (base_tar, edited_tar),
              MANY_STEPS[2]: (edited_tar, edited_tar), pull: (base_tar, edited_tar)}
@@ -540,6 +549,7 @@ def main() -> None:
     with workdir(args.work, args.keep) as work:
         cases = build_cases(args.corpus, args.groups, args.quick, work,
                             Path(args.localsh).parent, bound)
+        keep_deletions_for_the_end(work / "trash")  # deleted with the work directory
         server = Server(rdc_bin, work)
         server.start()
         try:

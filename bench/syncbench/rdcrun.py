@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 from . import measure
 from .model import Case, Run
 from .rsyncrun import BenchError
-from .trees import reset, tree_diff
+from .trees import discard, reset, tree_diff
 
 
 def rdc_env(**extra: str) -> dict[str, str]:
@@ -175,6 +174,6 @@ class Rdc:
                 url = self.server.url(name, port)
             usage, stats = self.command("push", [*flags, str(case.new), url], cache)
         verify = tree_diff(case.new, dst)
-        shutil.rmtree(dst)
+        discard(dst)
         return self.run_of(case.name, state, "zstd" if compress else "--no-compress", usage,
                            stats, verify)
