@@ -47,9 +47,9 @@ SETTLE_PASSES = 8
 HIGH_WATER = 8 << 20  # queued outgoing bytes above which data senders wait
 OUTPUT_PAUSE = 2 * HIGH_WATER  # ... and above which the reader stops taking requests
 BATCH_BYTES = 2 << 20  # what the writer gathers into one batch before it sends
-# Seconds a side that ends the connection with an error waits to send it, and then goes
-# on reading (and dropping) what the peer sends, so that the peer reads the error before
-# the connection closes.
+# Seconds a side that ends the connection with an error waits to send it, and a server
+# then goes on reading (and dropping) what the client sends, so that the client reads the
+# error before the connection closes.
 LINGER_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 Handler = Callable[["Conversation", m.Message], Awaitable[None]]
@@ -353,8 +353,8 @@ class Connection:
                 task_status.started()
                 await self._guard(self._reader, nursery, nursery)
         finally:
-            if self._told:
-                await linger(self.frames.stream, LINGER_SECONDS)
+            if self._told and self.handler is not None:  # (a client ends at once: its
+                await linger(self.frames.stream, LINGER_SECONDS)  # user is waiting)
             with trio.CancelScope(shield=True):
                 await self.frames.stream.aclose()
         if isinstance(self._failure, ProtocolError | RemoteError):
