@@ -203,11 +203,15 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
 
 class SlowProxy:
     """A TCP proxy on 127.0.0.1 to `upstream`, forwarding client-to-server bytes at most
-    `rate` bytes per second (None: at full speed) and counting them in `forwarded`."""
+    `rate` bytes per second (None: at full speed) and counting them in `forwarded`. With
+    `hold_from` set, it forwards no piece that would take `forwarded` past it until
+    `hold_from` is None again: a transfer caught in the middle stays there, however slowly
+    the test gets to look."""
 
     def __init__(self, upstream: tuple[str, int], rate: float | None = None) -> None:
         self.upstream = upstream
         self.rate = rate
+        self.hold_from: int | None = None
         self.forwarded = 0
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -241,6 +245,9 @@ class SlowProxy:
                     break
                 if throttled and self.rate:
                     time.sleep(len(piece) / self.rate)
+                while (throttled and self.hold_from is not None and not self._closed
+                       and self.forwarded + len(piece) > self.hold_from):
+                    time.sleep(0.005)
                 dst.sendall(piece)
                 if throttled:
                     with self._lock:
