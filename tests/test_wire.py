@@ -748,17 +748,20 @@ async def test_an_error_that_ends_the_connection_reaches_a_peer_still_sending() 
     flight). A socket closed with input unread sends a reset; the client's next send met
     it, and its writer's "connection reset" won over the error frame waiting to be read:
     the user saw the reset instead of "its state directory is full" (CI,
-    test_the_servers_state_directory_full). So the side that sends such an error takes
-    what the peer still sends until the peer closes: the peer's sends all succeed, and it
-    reads the error, then a clean end."""
+    test_the_servers_state_directory_full). So the server takes what the client still
+    sends until the client closes: the client's sends all succeed, and it reads the error,
+    then a clean end. What the session held is let go before that wait, not after."""
     from rdc.errors import NoSpace
 
     async def handler(conversation, message) -> None:
         raise NoSpace(message="on the server: its state directory is full")
 
+    released: list[bool] = []
+
     async def serve(stream: trio.SocketStream) -> None:
         with contextlib.suppress(Exception):
-            await Connection(FrameStream(stream), handler=handler).run()
+            await Connection(FrameStream(stream), handler=handler,
+                             on_end=lambda: released.append(True)).run()
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
@@ -775,5 +778,6 @@ async def test_an_error_that_ends_the_connection_reaches_a_peer_still_sending() 
                  "msg": "no space left on the server: its state directory is full"}]
             with pytest.raises(ConnectionClosed):  # the end, not a reset
                 await client.receive()
+        assert released == [True]  # while the server still waits for this client
         await client.stream.aclose()
         nursery.cancel_scope.cancel()

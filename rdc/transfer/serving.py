@@ -471,17 +471,18 @@ class ServerSession:
 
     def close(self) -> None:
         """The connection ended: make its renames durable, announce what it wrote if
-        ``finish`` did not, and let go of the directory."""
-        if self.opened is None:
+        ``finish`` did not, and let go of the directory (once: later calls do nothing)."""
+        opened, self.opened = self.opened, None
+        if opened is None:
             return
         try:
             if self.dirty:
-                self.opened.replica.sync_dirs()
+                opened.replica.sync_dirs()
             if self.unannounced:
-                self.opened.changed()
+                opened.changed()
                 self.unannounced = False
         finally:
-            self.opened.release()
+            opened.release()
 
     async def _finish(self, conversation: Conversation, message: m.Finish) -> None:
         """The server's root hashes now; what this connection wrote is announced to the

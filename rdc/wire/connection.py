@@ -152,14 +152,19 @@ class Connection:
     `ConnectionClosed` or the error; cancellation leaves the stream closed."""
 
     def __init__(
-        self, frames: FrameStream, *, handler: Handler | None = None, idle_timeout: float = 600
+        self, frames: FrameStream, *, handler: Handler | None = None, idle_timeout: float = 600,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         """``idle_timeout``: seconds without a word from the peer after which the
         connection fails, while a conversation waits for it; a server (``handler`` given)
         also ends a connection that was silent that long with nothing open (every peer
-        pings while it is quiet)."""
+        pings while it is quiet). ``on_end``: a server's release of what its handlers
+        held, called once they have all ended, before it lingers (`linger`) for the
+        client to read an error: so that a client which never closes holds a socket
+        for that time, not a session."""
         self.frames = frames
         self.handler = handler
+        self.on_end = on_end
         self.idle_timeout = idle_timeout
         self._conversations: dict[int, Conversation] = {}
         self._out_send, self._out = trio.open_memory_channel[bytes](math.inf)
@@ -353,10 +358,14 @@ class Connection:
                 task_status.started()
                 await self._guard(self._reader, nursery, nursery)
         finally:
-            if self._told and self.handler is not None:  # (a client ends at once: its
-                await linger(self.frames.stream, LINGER_SECONDS)  # user is waiting)
             with trio.CancelScope(shield=True):
-                await self.frames.stream.aclose()
+                try:
+                    if self._told and self.handler is not None:  # (a client ends at once:
+                        if self.on_end is not None:             # its user is waiting)
+                            self.on_end()
+                        await linger(self.frames.stream, LINGER_SECONDS)
+                finally:
+                    await self.frames.stream.aclose()
         if isinstance(self._failure, ProtocolError | RemoteError):
             raise self._failure
 

@@ -131,7 +131,8 @@ class Daemon:
             session = ServerSession(self.registry.for_client(rights, peer), peer=f"#{number}")
             repos = RepoSession(self.repos.for_client(rights), peer=f"#{number}")
             try:
-                await Connection(frames, handler=repos.route(session.handle)).run()
+                await Connection(frames, handler=repos.route(session.handle),
+                                 on_end=session.close).run()
             finally:
                 session.close()
             log.info("#%d closed", number)
