@@ -363,6 +363,7 @@ class Connection:
                     if self._told and self.handler is not None:  # (a client ends at once:
                         if self.on_end is not None:             # its user is waiting)
                             self.on_end()
+                        self.frames.forget()
                         await linger(self.frames.stream, LINGER_SECONDS)
                 finally:
                     await self.frames.stream.aclose()

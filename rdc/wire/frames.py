@@ -106,6 +106,15 @@ class FrameStream:
             self._source, read_size=READ_SIZE, read_across_frames=True
         )
 
+    def forget(self) -> None:
+        """Drop the zstd contexts and the buffers (about 12 MB with compression on): the
+        connection is ending, and only the stream underneath is used from now on."""
+        self._compressor = None
+        self._decompressor = None  # type: ignore[assignment]
+        self._buffer = bytearray()
+        self._source = _Pending()
+        self.cut = True  # nothing more can be sent or received as frames
+
     # ------------------------------------------------------------ sending
 
     async def send(self, messages: Sequence[dict[str, Any]]) -> None:
