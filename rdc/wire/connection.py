@@ -397,9 +397,9 @@ class Connection:
         self._conversations.clear()
 
     async def _send_error(self, code: str, msg: str) -> None:
-        # (It may wait for the writer's batch to leave first: a peer slow to read, busy
-        # signing, still gets the error.)
-        with trio.move_on_after(LINGER_SECONDS) as scope:
+        # (It may wait for the writer's batch to leave first: a client slow to read, busy
+        # signing, still gets a server's error. A client waits less: its user is waiting.)
+        with trio.move_on_after(LINGER_SECONDS if self.handler is not None else 2) as scope:
             scope.shield = True
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 async with self._send_lock:
