@@ -111,7 +111,7 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
             held_here: Listings = {}
             if known is not None:
                 for path in held:
-                    entries = known(path, digests[path]) if path in digests else None
+                    entries = known(path, digests.get(path, b""))  # (b"": not known)
                     if entries is not None:
                         held_here[path] = entries
             theirs = await target.listings([path for path in held if path not in held_here],

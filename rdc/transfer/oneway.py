@@ -225,8 +225,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             # A push's first comparison takes the listings this side knows from the tree it
             # started from (where the server did not change them since); the second, in
             # whole hashes after a prefix matched by chance, asks for everything.
-            known = (known_listings(replica.base, hb)
-                     if push and hb != m.HASH_BYTES else None)
+            known = known_listings(replica.base, hb) if hb != m.HASH_BYTES else None
             stats.changes = changes = await compare(source, target, hb, pull=not push,
                                                     known=known, root=theirs.content)
             replica.base = None  # (its memory goes: only the first comparison takes it)
