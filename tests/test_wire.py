@@ -16,7 +16,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdc.errors import ProtocolError, Refusal
+from rdc.errors import NoSpace, ProtocolError, Refusal
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_FRAME, pack, unpack
 from rdc.wire.connection import Connection
@@ -751,7 +751,6 @@ async def test_an_error_that_ends_the_connection_reaches_a_peer_still_sending() 
     test_the_servers_state_directory_full). So the server takes what the client still
     sends until the client closes: the client's sends all succeed, and it reads the error,
     then a clean end. What the session held is let go before that wait, not after."""
-    from rdc.errors import NoSpace
 
     async def handler(conversation, message) -> None:
         raise NoSpace(message="on the server: its state directory is full")
