@@ -71,6 +71,7 @@ from rdc.local.snapshot import (
 
 RACY_NS = 2_000_000_000
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
+ROOTS_AT_ONCE = 4096  # index rows whose roots a rescan reads at once
 RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
 # What `Replica.sign_small` gives: the signature, the stat before the read, the content (if
 # small enough) and whether the content is not what the file's index row says.
@@ -346,13 +347,24 @@ class Replica:
         with self.lock, self._reader() as reader:
             refreshed = refresh_some(self.db, found.files, found.gone, self.fs.open_read,
                                      moves=moves, reader=reader, open_dir=self.fs.open_dir)
-            roots = self.db.roots_of([path for path, _ in found.entries])
-        if refreshed.errors or len(roots) != len(found.entries):
+            rooted = self._rooted(found.entries)
+        if refreshed.errors or not rooted:
             return None
-        for path, entry in found.entries:
-            entry.root = roots[path]
         seal(found.tree)
         return refreshed
+
+    def _rooted(self, entries: Sequence[tuple[str, Entry]]) -> bool:
+        """Give each listed file's entry its root from the index, ROOTS_AT_ONCE at a time;
+        False if one has no row. (All at once, the roots of a first copy's 100,000 files,
+        their paths encoded and decoded again, were 27 MB of the server's 149 MB peak.)"""
+        for at in range(0, len(entries), ROOTS_AT_ONCE):
+            some = entries[at : at + ROOTS_AT_ONCE]
+            roots = self.db.roots_of([path for path, _ in some])
+            if len(roots) != len(some):
+                return False
+            for path, entry in some:
+                entry.root = roots[path]
+        return True
 
     def rescan(self, excludes: Excludes | None = None) -> Entry:
         """The tree after this replica's own writes since the last `scan` or `rescan`,
