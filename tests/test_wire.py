@@ -780,3 +780,40 @@ async def test_an_error_that_ends_the_connection_reaches_a_peer_still_sending() 
         assert released == [True]  # while the server still waits for this client
         await client.stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["client leaves", "error"])
+async def test_a_server_drops_its_zstd_contexts_before_its_session_ends(failing: bool,
+                                                                       autojump_clock) -> None:
+    """As a connection ends, the server's session closes and packs the tree it keeps (the
+    server's peak on a 100,000-file first copy). The frame stream's zstd contexts, some
+    12 MB, are let go before that: when the client leaves (the daemon closes the session
+    once `run` returns) and when an error ends the connection (``on_end``) alike."""
+    a, b = trio.testing.memory_stream_pair()
+    frames, peer = FrameStream(a), FrameStream(b)
+    frames.compress = peer.compress = True
+
+    async def handler(conversation, message) -> None:
+        if failing:
+            raise NoSpace(message="on the server: its state directory is full")
+
+    at_end: list[object] = []
+    server = Connection(frames, handler=handler,
+                        on_end=lambda: at_end.append(frames._decompressor))
+
+    async def serve() -> None:
+        with contextlib.suppress(Exception):
+            await server.run()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await peer.send([{"t": "list", "id": 1, "paths": [b"p%d" % i for i in range(100)],
+                          "hb": 8}])  # (over COMPRESS_FROM: a compressed frame)
+        if failing:
+            assert (await peer.receive())[0]["code"] == "full"
+        else:
+            await trio.sleep(1)
+        assert frames._decompressor is not None or failing
+        await peer.stream.aclose()
+    assert frames._decompressor is None and frames._compressor is None
+    assert at_end == ([None] if failing else [])

@@ -360,10 +360,14 @@ class Connection:
         finally:
             with trio.CancelScope(shield=True):
                 try:
+                    if self.handler is not None:
+                        # A server's session ends next (on_end, or its caller), packing
+                        # the tree it keeps: without the zstd contexts beside it (the
+                        # peak of a 100,000-file first copy).
+                        self.frames.forget()
                     if self._told and self.handler is not None:  # (a client ends at once:
                         if self.on_end is not None:             # its user is waiting)
                             self.on_end()
-                        self.frames.forget()
                         await linger(self.frames.stream, LINGER_SECONDS)
                 finally:
                     await self.frames.stream.aclose()
