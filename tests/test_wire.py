@@ -743,6 +743,22 @@ def test_an_array_names_the_place_of_its_bad_item() -> None:
         check([1, 2, 10, 3], "a")
 
 
+
+@pytest.mark.parametrize(("field", "bad", "why"), [
+    (0, b"../x", "path"), (1, -1, "integer"), (4, bytes([64] * 12), "sketch traits"),
+    (5, 0o10000, "integer in 0..4095"), (8, b"x" * 256, "binary"),
+])
+def test_a_file_offer_names_the_field_that_is_wrong(field: int, bad, why: str) -> None:
+    """The fields of each file of a batch are checked without writing out their places;
+    the one that fails is named by its place all the same."""
+    offers = [m.FileOffer(f"d/f{i}", 10, bytes(16), 1, bytes(12), 0o644, 5, m.NOTHING, b"")
+              for i in range(5)]
+    raw = m.encode(m.Offers(files=offers), 1)
+    assert m.decode(raw)[1] == m.Offers(files=offers)
+    raw["files"][3][field] = bad
+    with pytest.raises(ProtocolError, match=rf"files\[3\]\[{field}\]: .*{why}"):
+        m.decode(raw)
+
 async def test_an_error_that_ends_the_connection_reaches_a_peer_still_sending() -> None:
     """A full disk ends the connection while the client is still sending (a push's data in
     flight). A socket closed with input unread sends a reset; the client's next send met
