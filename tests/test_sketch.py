@@ -162,10 +162,12 @@ def test_a_trait_out_of_range_is_refused_on_the_wire_and_ignored_from_disk(tmp_p
     assert lists.candidates(good, 12, 10, None) == [(1, 12)]
 
 
-def test_loaded_lists_are_the_sketches_added_one_by_one(tmp_path, monkeypatch) -> None:
+def test_loaded_and_batched_lists_are_the_sketches_added_one_by_one(tmp_path,
+                                                                    monkeypatch) -> None:
     """`TraitLists.load` sorts every stored sketch into its buckets natively, a few
-    thousand rows at a time: the same lists, in id order, as adding each row, damaged rows
-    (a trait out of range, a sketch too short or too long) by their valid traits."""
+    thousand rows at a time, and `add_many` a batch of new rows: the same lists, in id
+    order, as adding each row, damaged rows (a trait out of range, a sketch too short or
+    too long) by their valid traits."""
     import random
     import sqlite3
 
@@ -188,3 +190,12 @@ def test_loaded_lists_are_the_sketches_added_one_by_one(tmp_path, monkeypatch) -
     monkeypatch.setattr(traits, "LOAD_ROWS", 1000)  # (several chunks)
     loaded = TraitLists.load(conn)
     assert loaded.lists == one_by_one.lists and loaded.max_id == one_by_one.max_id == 2999
+    # A batch's new rows at once (`add_many`, what an index write does), in batches of a
+    # few hundred: the same lists again.
+    batched = TraitLists()
+    kept = [(file_id, sketch) for file_id, sketch in rows if sketch is not None]
+    for at in range(0, len(kept), 256):
+        some = kept[at : at + 256]
+        batched.add_many([file_id for file_id, _ in some], [sketch for _, sketch in some])
+    batched.add_many([], [])
+    assert batched.lists == one_by_one.lists and batched.max_id == 2999

@@ -542,9 +542,9 @@ class IndexDatabase:
         # second look-up of every path is needed for its traits.
         first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM file").fetchone()[0]
         self.conn.executemany(_INSERT, fresh)
-        for k, row in enumerate(fresh):  # in id order, as the lists keep them
-            if row[6] is not None:  # (its sketch)
-                self._traits.add(first + k, row[6])
+        sketched = [(first + k, row[6]) for k, row in enumerate(fresh) if row[6] is not None]
+        self._traits.add_many([file_id for file_id, _ in sketched],
+                              [sketch for _, sketch in sketched])
 
     def move(self, file_id: int, path: str, st: FileStat, racy: bool) -> None:
         """A file renamed without a content change keeps its signature."""

@@ -87,6 +87,18 @@ class TraitLists:
             self.lists[bucket].append(file_id)
         self.max_id = max(self.max_id, file_id)
 
+    def add_many(self, ids: list[int], sketches: list[bytes]) -> None:
+        """`add` of files whose ids, ascending, are above every id the lists hold (a
+        batch's new rows), sorted into their buckets natively as `load` does: 12 appends
+        a file from Python were 3% of a first copy's server time."""
+        if not ids:
+            return
+        chunks = _native.trait_buckets(array("I", ids), b"".join(map(_twelve, sketches)))
+        for ids_there, chunk in zip(self.lists, chunks, strict=True):
+            if chunk:
+                ids_there.frombytes(chunk)
+        self.max_id = max(self.max_id, ids[-1])
+
     def remove(self, file_id: int, sketch: bytes) -> None:
         """Out of its 12 lists, found by bisection: each list is in id order (loaded so,
         and a new row's id is above every id in the index). ``array.remove`` compared
