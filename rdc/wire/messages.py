@@ -117,8 +117,8 @@ def array(item: Check, limit: int = MAX_ITEMS) -> Check:
 
 def fields(v: list, where: str, checks: Sequence[Check]) -> list:
     """Each item of ``v`` through its check, as `array` does it: the place of each
-    (``where[i]``) is written out only to name the one that failed (a string for every
-    field of every file of a batch was a third of decoding an offer)."""
+    (``where[i]``) is written out only to name the one that failed, not for every field
+    of every file of a batch."""
     try:
         return [check(x, where) for check, x in zip(checks, v, strict=True)]
     except ProtocolError:
