@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from rdc.errors import NoSpace, ProtocolError, Refusal
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_FRAME, pack, unpack
-from rdc.wire.connection import Connection
+from rdc.wire.connection import Connection, running
 from rdc.wire.frames import ConnectionClosed, CountingStream, FrameStream
 
 pytestmark = pytest.mark.filterwarnings("ignore::trio.TrioDeprecationWarning")
@@ -833,3 +833,16 @@ async def test_a_server_drops_its_zstd_contexts_before_its_session_ends(failing:
         await peer.stream.aclose()
     assert frames._decompressor is None and frames._compressor is None
     assert at_end == ([None] if failing else [])
+
+
+async def test_a_client_drops_its_zstd_contexts_when_the_connection_ends(autojump_clock) -> None:
+    """A client packs the tree it keeps once its sync is over (its replica's close), after
+    the connection: the connection's zstd contexts are gone by then, as a server's are."""
+    a, b = trio.testing.memory_stream_pair()
+    frames, peer = FrameStream(a), FrameStream(b)
+    frames.compress = peer.compress = True
+    async with running(frames, idle_timeout=600) as connection:
+        connection.post(m.Ping())
+        assert (await peer.receive())[0]["t"] == "ping"
+        assert frames._decompressor is not None
+    assert frames._decompressor is None and frames._compressor is None

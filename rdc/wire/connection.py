@@ -359,12 +359,12 @@ class Connection:
                 await self._guard(self._reader, nursery, nursery)
         finally:
             with trio.CancelScope(shield=True):
+                # No frame goes either way from here. Their zstd contexts and buffers go
+                # now, before a server's session ends (on_end, or its caller) and before a
+                # client's replica closes, each packing the tree it keeps: the peak of a
+                # 100,000-file first copy on either side.
+                self.frames.forget()
                 try:
-                    if self.handler is not None:
-                        # A server's session ends next (on_end, or its caller), packing
-                        # the tree it keeps: without the zstd contexts beside it (the
-                        # peak of a 100,000-file first copy).
-                        self.frames.forget()
                     if self._told and self.handler is not None:  # (a client ends at once:
                         if self.on_end is not None:             # its user is waiting)
                             self.on_end()
