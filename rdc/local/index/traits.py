@@ -61,20 +61,13 @@ class TraitLists:
 
     @classmethod
     def load(cls, conn: sqlite3.Connection) -> TraitLists:
-        """The lists of every sketch in the index, LOAD_ROWS rows at a time sorted into
-        their buckets natively (`_native.trait_buckets`; 12 appends a file from Python
-        were 0.2 s for 100,000 files, at every writable session's start)."""
+        """The lists of every sketch in the index, LOAD_ROWS rows at a time in id order
+        (`add_many`; 12 appends a file from Python were 0.2 s for 100,000 files, at every
+        writable session's start)."""
         out = cls()
-        lists = out.lists
         cursor = conn.execute("SELECT id, sketch FROM file WHERE sketch IS NOT NULL ORDER BY id")
         while rows := cursor.fetchmany(LOAD_ROWS):
-            ids = array("I", [file_id for file_id, _ in rows])
-            sketches = b"".join(_twelve(sketch) for _, sketch in rows)
-            for ids_there, chunk in zip(lists, _native.trait_buckets(ids, sketches),
-                                        strict=True):
-                if chunk:
-                    ids_there.frombytes(chunk)
-            out.max_id = rows[-1][0]
+            out.add_many([file_id for file_id, _ in rows], [sketch for _, sketch in rows])
         return out
 
     @property
@@ -89,8 +82,9 @@ class TraitLists:
 
     def add_many(self, ids: list[int], sketches: list[bytes]) -> None:
         """`add` of files whose ids, ascending, are above every id the lists hold (a
-        batch's new rows), sorted into their buckets natively as `load` does: 12 appends
-        a file from Python were 3% of a first copy's server time."""
+        batch's new rows, or the rows `load` reads), sorted into their buckets natively
+        (`_native.trait_buckets`): 12 appends a file from Python were 3% of a first copy's
+        server time."""
         if not ids:
             return
         chunks = _native.trait_buckets(array("I", ids), b"".join(map(_twelve, sketches)))
