@@ -105,23 +105,18 @@ def array(item: Check, limit: int = MAX_ITEMS) -> Check:
     def check(v: Any, where: str) -> list:
         if type(v) is not list or len(v) > limit:
             raise _fail(where, f"expected an array of at most {limit} items")
-        try:
-            return [item(x, where) for x in v]
-        except ProtocolError:  # checked again with each item's place, for the message
-            for i, x in enumerate(v):
-                item(x, f"{where}[{i}]")
-            raise
+        return fields(v, where, [item] * len(v))
 
     return check
 
 
 def fields(v: list, where: str, checks: Sequence[Check]) -> list:
-    """Each item of ``v`` through its check, as `array` does it: the place of each
-    (``where[i]``) is written out only to name the one that failed, not for every field
-    of every file of a batch."""
+    """Each item of ``v`` through its check: the place of each (``where[i]``) is written
+    out only to name the one that failed, not for every item of every array and every
+    field of every file of a batch."""
     try:
         return [check(x, where) for check, x in zip(checks, v, strict=True)]
-    except ProtocolError:
+    except ProtocolError:  # checked again with each item's place, for the message
         for i, (check, x) in enumerate(zip(checks, v, strict=True)):
             check(x, f"{where}[{i}]")
         raise
