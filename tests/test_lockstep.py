@@ -4,12 +4,13 @@ batch, and whatever does not check out goes by the per-file exchange."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdc.errors import ProtocolError
@@ -327,4 +328,49 @@ def test_what_a_batch_offers_is_the_bytes_its_tree_describes(tmp_path) -> None:
         assert isinstance(offer, m.FileOffer) and data is not None and tree is not None
         assert data == (root / path).read_bytes()
         assert signature_of_bytes(data).root == tree.root == offer.root
+    replica.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 79), st.integers(0, 70_000), st.integers(0, 5_000)),
+                min_size=1, max_size=300),
+       st.sampled_from([1 << 20, 20_000]))
+def test_seed_readers_read_each_small_seed_whole_once(tmp_path_factory, reads, whole) -> None:
+    """Reads of a batch's seeds, in any order, are the files' bytes at those places. A seed
+    small by its tree is read whole once while the readers keep it (a batch of 200 edits
+    has more seeds than OPEN_SEEDS, and each round of its descents opened them all again,
+    then read each in many small reads); past ``whole`` bytes kept, the least recently
+    read is dropped and read again when asked for. A seed that grew past WHOLE_SEED since
+    it was indexed is read through a descriptor; one that is gone reads as empty."""
+    from rdc.local.replica import Replica
+
+    root = tmp_path_factory.mktemp("seeds")
+    rng = random.Random(len(reads))
+    sizes = [rng.randrange(0, 12_000) for _ in range(78)] + [100, 100]
+    for i, size in enumerate(sizes):
+        write(root / f"s{i}", rng.randbytes(size), OLD)
+    (root / "s78").write_bytes(rng.randbytes(lockstep.WHOLE_SEED + 1))  # grew since
+    (root / "s79").unlink()  # gone since
+    replica = Replica(str(root), tmp_path_factory.mktemp("index") / "index.sqlite3")
+    wholes: list[str] = []
+    real_whole = replica.fs.read_whole
+
+    def read_whole(rel, limit, held=None):
+        wholes.append(rel)
+        return real_whole(rel, limit, held)
+
+    replica.fs.read_whole = read_whole
+    readers = lockstep.SeedReaders(replica, limit=4, whole=whole)
+    read = [readers.reader(f"s{i}", size) for i, size in enumerate(sizes)]
+    content = {i: (root / f"s{i}").read_bytes() for i in range(79)} | {79: b""}
+    for i, offset, length in reads:
+        assert read[i](offset, length) == content[i][offset : offset + length]
+    asked = [f"s{i}" for i, _, _ in reads]
+    if whole == 1 << 20:  # every small seed kept: each read whole once, at its first read
+        assert wholes == list(dict.fromkeys(asked))
+    else:  # dropped and read again, but never twice in a row
+        assert set(wholes) == set(asked)
+        assert all(a != b for a, b in itertools.pairwise(wholes))
+        assert readers._held <= whole
+    readers.close()
     replica.close()

@@ -56,27 +56,78 @@ from rdc.wire.connection import Conversation
 # each must not hold a descriptor per seed (the per-file exchange held one per seed, but
 # only for the files in flight).
 OPEN_SEEDS = 64
+# A seed of at most WHOLE_SEED bytes (by its indexed tree) is read whole at its first read
+# and served from memory after, and a batch's readers keep at most WHOLE_SEEDS bytes of
+# such seeds. A batch of 200 scattered edits has 500-600 seeds, more than OPEN_SEEDS: each
+# round of the descents opened every seed again, and read it in 18 small reads a file.
+WHOLE_SEED = 64 << 10
+WHOLE_SEEDS = 4 << 20
 _KINDS = {m.WantExpand: "expand", m.WantSubs: "subs", m.WantFine: "fine"}
 
 
 class SeedReaders:
-    """Readers of the seed files of a batch, each opened when first read and kept open,
-    at most OPEN_SEEDS at once (the least recently read closes first). A seed that cannot
-    be opened reads as empty: its file's plan then fails its checks and the file goes by
-    the per-file exchange. Blocking: used and closed on worker threads (the last close of
-    a replaced file frees its blocks)."""
+    """Readers of the seed files of a batch. A small seed (WHOLE_SEED) is read whole when
+    first read, and kept, WHOLE_SEEDS bytes of them at most (the least recently read goes
+    first, to be read again if asked for). A larger one is opened when first read and kept
+    open, at most OPEN_SEEDS at once (the least recently read closes first). A seed that
+    cannot be opened reads as empty: its file's plan then fails its checks and the file
+    goes by the per-file exchange. Blocking: used and closed on worker threads (the last
+    close of a replaced file frees its blocks)."""
 
-    def __init__(self, replica: Replica, limit: int = OPEN_SEEDS) -> None:
+    def __init__(self, replica: Replica, limit: int = OPEN_SEEDS,
+                 whole: int = WHOLE_SEEDS) -> None:
         self.replica = replica
         self.limit = limit
+        self.whole = whole
         self._open: OrderedDict[str, BinaryIO | None] = OrderedDict()
+        self._contents: OrderedDict[str, bytes] = OrderedDict()
+        self._held = 0  # bytes in ``_contents``
+        self._large: set[str] = set()  # small by their trees, found larger when read
 
-    def reader(self, path: str) -> Callable[[int, int], bytes]:
+    def reader(self, path: str, size: int | None = None) -> Callable[[int, int], bytes]:
+        """A reader of the seed at ``path``; ``size``: its size as indexed, if known."""
+        if size is not None and size <= WHOLE_SEED:
+            def read_small(offset: int, length: int) -> bytes:
+                content = self._content(path)
+                if content is None:
+                    return self._read(path, offset, length)
+                return content[offset : offset + length]
+
+            return read_small
+
         def read(offset: int, length: int) -> bytes:
-            f = self._file(path)
-            return os.pread(f.fileno(), length, offset) if f is not None else b""
+            return self._read(path, offset, length)
 
         return read
+
+    def _read(self, path: str, offset: int, length: int) -> bytes:
+        f = self._file(path)
+        return os.pread(f.fileno(), length, offset) if f is not None else b""
+
+    def _content(self, path: str) -> bytes | None:
+        """The seed's bytes, read whole now if they are not kept; None if it has grown
+        past WHOLE_SEED (read it through a descriptor then)."""
+        content = self._contents.get(path)
+        if content is not None:
+            self._contents.move_to_end(path)
+            return content
+        if path in self._large:
+            return None
+        try:
+            got = self.replica.fs.read_whole(path, WHOLE_SEED)
+        except (OSError, PathError):
+            content = b""  # (as a seed that cannot be opened: read as empty)
+        else:
+            if got is None:
+                self._large.add(path)
+                return None
+            content = got[1]
+        self._contents[path] = content
+        self._held += len(content)
+        while self._held > self.whole and len(self._contents) > 1:
+            _, old = self._contents.popitem(last=False)
+            self._held -= len(old)
+        return content
 
     def _file(self, path: str) -> BinaryIO | None:
         if path in self._open:
@@ -94,6 +145,8 @@ class SeedReaders:
         return f
 
     def close(self) -> None:
+        self._contents.clear()
+        self._held = 0
         while self._open:
             _, f = self._open.popitem()
             if f is not None:
@@ -132,7 +185,8 @@ class Descents:
         self.readers = SeedReaders(replica)
         self.descents: list[_Descent] = []
         for file, offer, trees in files:
-            seeds = SeedMap([SeedFile(tree, self.readers.reader(path)) for path, tree in trees])
+            seeds = SeedMap([SeedFile(tree, self.readers.reader(path, tree.size))
+                             for path, tree in trees])
             self.descents.append(_Descent(
                 file, offer, seeds, target_descent(offer.as_offer(), seeds, False, short)))
 
