@@ -256,15 +256,24 @@ def test_a_row_another_replica_deletes_meanwhile_is_no_seed_and_no_crash(tmp_pat
     old.scan()
     row = old.db.get("a.bin")
     assert row is not None
-    real_get = old.db.get
+    real_get, real_get_many = old.db.get, old.db.get_many
+
+    def lose() -> None:
+        with new.lock, new.db.transaction():
+            new.db.delete_tree("a.bin")  # the other replica, between two statements
 
     def get_then_lose(path):
         found = real_get(path)
-        with new.lock, new.db.transaction():
-            new.db.delete_tree("a.bin")  # the other replica, between two statements
+        lose()
+        return found
+
+    def get_many_then_lose(paths):
+        found = real_get_many(paths)
+        lose()
         return found
 
     old.db.get = get_then_lose  # type: ignore[method-assign]
+    old.db.get_many = get_many_then_lose  # type: ignore[method-assign]
     assert old.seed_trees("a.bin", None) == []
     with pytest.raises(TreeFormatError, match="no longer in the index"):
         new.db.tree(row.id)
@@ -419,3 +428,56 @@ def test_a_large_rebuilt_file_signs_on_a_thread_of_its_own_to_the_same_root(
     finally:
         kept.abort()
     assert not [t for t in threading.enumerate() if t.name == "rdc-sign"]
+
+
+def test_a_batch_of_seed_look_ups_finds_what_one_look_up_each_finds(tmp_path) -> None:
+    """`seed_trees_many` (a batch's seeds, at once) gives each (path, sketch) the seeds the
+    look-ups one at a time give: the file at the path if indexed, then the files whose
+    sketches resemble it, best first, without the file itself; a row whose tree does not
+    parse is no seed, and paths without a row or sketch look only where they can."""
+    from rdc.content.tree import TreeFormatError
+    from rdc.local.index.db import CANDIDATE_LIMIT
+
+    rng = random.Random(5)
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    bases = [rng.randbytes(40_000) for _ in range(4)]
+    for i in range(40):  # ten variants of each of four files: each resembles its kin
+        data = bytearray(bases[i % 4])
+        at = rng.randrange(len(data) - 64)
+        data[at : at + 64] = rng.randbytes(64)
+        (root / "d" / f"f{i}.bin").write_bytes(bytes(data))
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    db = replica.db
+    broken = db.get("d/f5.bin")
+    assert broken is not None
+    with replica.lock, db.transaction():
+        db.conn.execute("UPDATE file SET tree = ? WHERE id = ?", (b"not a tree", broken.id))
+
+    def one_at_a_time(path, sketch):
+        rows = [db.get(path)] if path is not None else []
+        rows = [row for row in rows if row is not None]
+        if sketch is not None:
+            exclude = rows[0].id if rows else None
+            rows += [db.by_id(i) for i, _ in db.candidates(
+                sketch, db.seed_threshold(), CANDIDATE_LIMIT, exclude=exclude)]
+        out = []
+        for row in rows:
+            try:
+                out.append((row.path, db.tree(row.id)))
+            except TreeFormatError:
+                continue
+        return out
+
+    kin = db.get("d/f2.bin").sketch  # asked for with no path
+    wanted = [(f"d/f{i}.bin", db.get(f"d/f{i}.bin").sketch) for i in range(0, 40, 3)]
+    wanted += [("d/f5.bin", db.get("d/f5.bin").sketch), ("d/new.bin", None), (None, None),
+               (None, kin), ("d/f7.bin", None)]
+    got = replica.seed_trees_many(wanted)
+    assert got == [one_at_a_time(path, sketch) for path, sketch in wanted]
+    assert all(len(seeds) > 1 for seeds in got[:14])  # (kin found, for the case to count)
+    assert "d/f5.bin" not in {path for seeds in got for path, _ in seeds}
+    assert got[-4:-2] == [[], []] and got[-2]
+    assert all(int(path[3:-4]) % 4 == 2 for path, _ in got[-2])  # f2's kin
+    replica.close()

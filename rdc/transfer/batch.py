@@ -286,17 +286,22 @@ def decide_batch(
     out: list[Decision] = []
     rows = replica.indexed([offer.path for offer, _ in offers])
     holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
-    held = {"copy": 0, "send": 0, "delta": 0}
     with HeldDirs(replica.fs) as dirs:
         for offer, expect in offers:
             try:
-                decision = _decide(replica, offer, expect, rows.get(offer.path),
-                                   holders.get(offer.root, []), deltas, dirs)
+                out.append(_decide(replica, offer, expect, rows.get(offer.path),
+                                   holders.get(offer.root, []), deltas, dirs))
             except _EXPECTED_ERRORS as exc:
                 out.append(Decision(_failure(exc, offer.path)))
-                continue
-            out.append(_within_budget(decision, offer, held))
-    return out
+    # The seeds of the files to describe, looked up together.
+    described = [k for k, d in enumerate(out) if d.verdict == "delta" and d.seeds is None]
+    found = replica.seed_trees_many([(offers[k][0].path, offers[k][0].sketch)
+                                     for k in described])
+    for k, seeds in zip(described, found, strict=True):
+        out[k] = _seeded(out[k], offers[k][0], seeds)
+    held = {"copy": 0, "send": 0, "delta": 0}
+    return [d if isinstance(d.verdict, m.Failure) else _within_budget(d, offer, held)
+            for d, (offer, _) in zip(out, offers, strict=True)]
 
 
 def _within_budget(decision: Decision, offer: m.FileOffer, held: dict[str, int]
@@ -355,25 +360,30 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     if offer.size >= SMALL_FILE or (older_here and not whole_is_best(
         offer.size, offer.depth, older_here, row.size if row is not None else None)
     ):
-        return _described(replica, offer, check, deltas)
+        return _described(offer, check, deltas)
     if (not older_here and offer.sketch is not None
             and offer.size >= (WHOLE_BELOW if deltas else SUBS_FROM)
             and replica.resembled(offer.sketch, RESEMBLED_TRAITS if deltas else NEAR_TRAITS)):
-        return _described(replica, offer, check, deltas)  # renamed or copied, then edited
+        return _described(offer, check, deltas)  # renamed or copied, then edited
     return Decision("send", check)
 
 
-def _described(replica: Replica, offer: m.FileOffer, check: Expect | None,
-               deltas: bool) -> Decision:
+def _described(offer: m.FileOffer, check: Expect | None, deltas: bool) -> Decision:
     """A file worth describing against seeds: in this batch (``delta``) if it is small and
-    the source takes deltas, with the seeds chosen now; else by the per-file exchange."""
+    the source takes deltas, its seeds to be chosen with the batch's (`_seeded`); else by
+    the per-file exchange."""
     if not deltas or offer.size >= SMALL_FILE:
         return Decision("descend", check)
-    seeds = replica.seed_trees(offer.path, offer.sketch)
+    return Decision("delta", check)
+
+
+def _seeded(decision: Decision, offer: m.FileOffer, seeds: list[tuple[str, Tree]]
+            ) -> Decision:
+    """A ``delta`` decision with its ``seeds``, or ``send`` if none serves."""
     if not seeds or whole_is_best(offer.size, offer.depth, True, seeds[0][1].size):
-        return Decision("send", check)  # (an older version's tree that no longer parses;
-        # a small file whose best seed is too unlike it in size to describe it against)
-    return Decision("delta", check, seeds=seeds)
+        return Decision("send", decision.check)  # (an older version's tree that no longer
+        # parses; a small file whose best seed is too unlike it in size to describe it against)
+    return dataclasses.replace(decision, seeds=seeds)
 
 
 def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) -> bytes | None:

@@ -400,6 +400,18 @@ class IndexDatabase:
                 if limit < 0 or len(found) < limit:
                     found.append(_fsdecode(path))
 
+    def packed_trees(self, ids: list[int]) -> dict[int, tuple[str, bytes]]:
+        """The path and packed tree of those of ``ids`` still in the index, by id (a few
+        queries for many ids; `tree` unpacks and checks one)."""
+        out = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for file_id, path, blob in self.conn.execute(
+                    f"SELECT id, path, tree FROM file WHERE id IN ({marks})", chunk):
+                out[file_id] = (_fsdecode(path), blob)
+        return out
+
     def tree(self, file_id: int) -> Tree:
         """The stored tree, checked: TreeFormatError if it does not add up, or if the row
         is gone. Another connection to this index may delete it between two statements:
@@ -433,6 +445,14 @@ class IndexDatabase:
         """The common traits a seed candidate needs: CANDIDATE_THRESHOLD, more in a large
         index (`traits.seed_threshold`)."""
         return seed_threshold(self._trait_lists().files, CANDIDATE_THRESHOLD)
+
+    def seed_candidates(self, wanted: list[tuple[bytes, int | None]],
+                        limit: int = CANDIDATE_LIMIT) -> list[list[tuple[int, int]]]:
+        """`candidates` at the `seed_threshold` of each (sketch, id to leave out), the
+        lists and the threshold looked up once for all."""
+        lists = self._trait_lists()
+        threshold = seed_threshold(lists.files, CANDIDATE_THRESHOLD)
+        return [lists.candidates(sketch, threshold, limit, exclude) for sketch, exclude in wanted]
 
     def _trait_lists(self) -> TraitLists:
         """The trait lists in memory: loaded on first use, and again after another
