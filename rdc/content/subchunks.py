@@ -123,8 +123,10 @@ class RegionIndex:
 
 
 def _pieces(view: memoryview, start: int, ends: list[int]) -> Pieces:
+    if not ends:  # no bytes (a seed that read as empty: gone since it was chosen)
+        return Pieces(b"", [], [])
     starts = [0, *ends[:-1]]
-    hashes = _native.hash_chunks(view, ends)[0] if ends else b""
+    hashes = _native.hash_chunks(view, ends)[0]
     return Pieces(hashes, [start + s for s in starts],
                    [e - s for s, e in zip(starts, ends, strict=True)])
 
