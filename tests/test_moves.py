@@ -58,6 +58,7 @@ class _Target:
 
 
 async def test_a_file_that_cannot_be_moved_is_sent_and_its_old_name_removed() -> None:
+    from rdc.transfer.compare import moves
     from rdc.transfer.oneway import _move_instead
     from rdc.transfer.stats import Stats
 
@@ -70,10 +71,54 @@ async def test_a_file_that_cannot_be_moved_is_sent_and_its_old_name_removed() ->
         sizes={"new-a": 10, "new-b": 20, "edited": 30},
     )
     target, stats = _Target({"old-b"}), Stats()
-    done = await _move_instead(target, changes, stats)
+    done = await _move_instead(target, moves(changes), changes, stats)
     assert [(op.kind, op.path, op.destination) for op in target.applied] == [
         ("mv", "old-a", "new-a"), ("mv", "old-b", "new-b")]
     assert done == [("new-a", 10)]
     assert changes.files == [("new-b", None), ("edited", b"C" * 8)]  # sent as before
     assert [p for p, _ in changes.removals] == ["old-b", "gone"]
     assert stats.moved == {"new-a": ("move", 0, 10)} and not stats.failed
+
+
+async def test_files_go_while_the_moves_are_made(tmp_path, monkeypatch) -> None:
+    """A push with --delete of renamed files and new ones: the new ones are offered while
+    the target makes the moves (its ops wait here, up to 10 s, for the first batch of
+    files to be decided), and the target ends as the source is, the renamed files moved,
+    not sent."""
+    import os
+    import threading
+
+    from rdc.transfer import batch, serving
+    from rdc.transfer.stats import Options
+
+    from .protocol_support import Pair, tree_state, write
+
+    src = tmp_path / "src"
+    for i in range(10):
+        write(src / f"f{i}.bin", os.urandom(3000 + i), 1_600_000_000_000_000_000 + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    for i in range(10):
+        (src / f"f{i}.bin").rename(src / f"g{i}.bin")
+        write(src / f"n{i}.bin", os.urandom(2000 + i), 1_700_000_000_000_000_000 + i)
+    offered, moved_after = threading.Event(), []
+    real_decide, real_apply = batch.decide_batch, serving.apply_ops
+
+    def decide(*args, **kwargs):
+        offered.set()
+        return real_decide(*args, **kwargs)
+
+    def apply_ops(replica, ops, *args):
+        if any(op.kind == "mv" for op in ops):
+            moved_after.append(offered.wait(10))
+        return real_apply(replica, ops, *args)
+
+    monkeypatch.setattr(batch, "decide_batch", decide)
+    monkeypatch.setattr(serving, "apply_ops", apply_ops)
+    stats = await pair.run("push", src, options=Options(delete=True))
+    assert stats.in_step and not stats.failed
+    assert tree_state(pair.share) == tree_state(src)
+    assert moved_after == [True]
+    assert {p: how for p, (how, _, _) in stats.moved.items() if p.startswith("g")} == {
+        f"g{i}.bin": "move" for i in range(10)}
+    pair.close()

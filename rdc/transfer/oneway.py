@@ -322,8 +322,9 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
                    options: Options, stats: Stats, push: bool, unreadable_there: int,
                    deletion: Deletion | None = None) -> None:
     """The target's entries made like the source's: replacements and directories first,
-    then (where deletions may be made) files the target holds at a path it is to remove
-    moved to their new path, then files (many in flight) and links, then deletions."""
+    then files (many in flight), while (where deletions may be made) the files the target
+    holds at a path it is to remove are moved to their new path; then the files that could
+    not be moved, and links; then deletions."""
     stats.carried.append(changes)
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
@@ -333,11 +334,23 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
                                  unreadable_there, deletion)
     progress = Progress(options, len(changes.files), sum(changes.sizes.values()), stats)
     action = "send" if push else "fetch"
-    if deleting:
-        for path, size in await _move_instead(target, changes, stats):
-            progress.file_done(path, size, True, action)
-    await move_files(connection, replica, changes.files, changes.sizes, push, options, stats,
-                     lambda path, size, ok: progress.file_done(path, size, ok, action))
+
+    def sent(path: str, size: int, ok: bool) -> None:
+        progress.file_done(path, size, ok, action)
+
+    planned = moves(changes) if deleting else []
+    moving = {new for _, new, _ in planned}
+    # The moves are made while the other files go: a move reads a path the source lacks
+    # and writes one the target lacks, and no other file goes to either. (Made first,
+    # they held a renamed tree's push up 0.2 s.)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(move_files, connection, replica,
+                           [(path, there) for path, there in changes.files if path not in moving],
+                           changes.sizes, push, options, stats, sent)
+        for path, size in await _move_instead(target, planned, changes, stats):
+            sent(path, size, True)
+    unmoved = [(path, there) for path, there in changes.files if path in moving]
+    await move_files(connection, replica, unmoved, changes.sizes, push, options, stats, sent)
     links = [m.Op("link", p, target=t, expect=e) for p, t, e in changes.links]
     stats.links += sum(stats.ops_done(links, await target.apply(links)))
     if not deleting:
@@ -363,12 +376,12 @@ async def _may_delete(target: Side, replica: Replica, changes: Changes, options:
     return deletion is None or await _guard(target, changes, deletion, options, stats)
 
 
-async def _move_instead(target: Side, changes: Changes, stats: Stats) -> list[tuple[str, int]]:
+async def _move_instead(target: Side, planned: list[tuple[str, str, m.Expected]],
+                        changes: Changes, stats: Stats) -> list[tuple[str, int]]:
     """Move the files the target holds at a path it is to remove to where the source has
-    them (`rdc.transfer.compare.moves`), and return them with their sizes; one that
-    cannot be moved (changed meanwhile) is sent, and its old path removed, as without the
-    move."""
-    planned = moves(changes)
+    them (``planned``: `rdc.transfer.compare.moves`), and return them with their sizes;
+    one that cannot be moved (changed meanwhile) stays in ``changes.files``, to be sent,
+    and its old path removed, as without the move."""
     if not planned:
         return []
     ops = [m.Op("mv", old, destination=new, expect=e) for old, new, e in planned]
