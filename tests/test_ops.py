@@ -7,10 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
+from rdc.local.snapshot import lookup
 from rdc.transfer.ops import apply_ops
 from rdc.wire import messages as m
 
@@ -49,3 +52,84 @@ def test_a_link_made_meanwhile_elsewhere_is_a_conflict(replica, tmp_path, monkey
     [failure] = apply_ops(replica, [m.Op("link", "l", target=b"../big.bin", expect=m.NOTHING)])
     assert failure is not None and failure.code == "conflict"
     assert os.readlink(root / "l") == "other"
+
+
+names = st.sampled_from(["a", "b", "c", "d/a", "d/b", "d/e/a", "d", "d/e", "x"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["mv", "mv", "mv", "rm", "mkdir"]), names, names,
+                          st.booleans()), min_size=1, max_size=12))
+def test_a_batch_of_moves_does_what_the_moves_one_by_one_do(tmp_path_factory, ops) -> None:
+    """Moves applied in one batch (their rows looked up at once, the index changed in one
+    transaction at the end) give each op the result, the disk the entries, and the index
+    the rows that applying them one by one gives, chains of moves (a to b, then b to c),
+    moves of directories and removals among them; every row left describes its file."""
+    from rdc.content.signature import signature_of_bytes
+
+    def run(batched: bool) -> tuple[list, dict, dict]:
+        base = tmp_path_factory.mktemp("ops")
+        root = base / "root"
+        (root / "d" / "e").mkdir(parents=True)
+        for name in ["a", "b", "c", "d/a", "d/e/a"]:
+            (root / name).write_bytes(name.encode() * 100)
+        replica = Replica(str(root), base / "index.sqlite3", Excludes(()))
+        tree = replica.scan()
+        listed = {name: lookup(tree, name) for name in ["a", "b", "c", "d/a", "d/b", "d/e/a"]}
+        batch = []
+        for kind, path, other, expecting in ops:
+            entry = listed.get(path)
+            expect = (m.Expected("f", entry.root[:8]) if expecting and entry is not None
+                      and entry.kind == "f" else None)
+            if kind == "mv":
+                batch.append(m.Op("mv", path, destination=other, expect=expect))
+            elif kind == "rm":
+                batch.append(m.Op("rm", path, expect=expect))
+            else:
+                batch.append(m.Op("mkdir", path, mode=0o755))
+        if batched:
+            results = apply_ops(replica, batch)
+        else:
+            results = [result for op in batch for result in apply_ops(replica, [op])]
+        disk = {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+                for p in root.rglob("*")}
+        rows = {row.path: row.root for row in replica.db.files()}
+        for path, root_hash in rows.items():  # never a wrong row
+            assert disk.get(path) is not None
+            assert signature_of_bytes(disk[path]).root == root_hash
+        replica.close()
+        return [r if r is None else r.code for r in results], disk, rows
+
+    assert run(True) == run(False)
+
+
+def test_a_batch_of_moves_changes_the_index_once_and_keeps_the_rows(replica, tmp_path) -> None:
+    """50 renamed files: their rows looked up in one query and moved in one transaction
+    (one each took three holds of the index lock a move), each row kept at its new path,
+    so nothing is read again."""
+    root = tmp_path / "root"
+    for i in range(50):
+        (root / f"f{i}").write_bytes(os.urandom(2000))
+    for i in range(50):  # (old enough that their rows are not racy)
+        os.utime(root / f"f{i}", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    tree = replica.scan()
+    before = {row.path: (row.id, row.root) for row in replica.db.files()}
+    transactions, lookups = [], []
+    real_transaction, real_indexed = replica.db.transaction, replica.indexed
+
+    def transaction():
+        transactions.append(1)
+        return real_transaction()
+
+    def indexed(paths):
+        lookups.append(len(paths))
+        return real_indexed(paths)
+
+    replica.db.transaction = transaction
+    replica.indexed = indexed
+    ops = [m.Op("mv", f"f{i}", destination=f"g{i}",
+                expect=m.Expected("f", lookup(tree, f"f{i}").root[:8])) for i in range(50)]
+    assert apply_ops(replica, ops) == [None] * 50
+    assert transactions == [1] and lookups == [50]
+    assert {row.path: (row.id, row.root) for row in replica.db.files()} == {
+        f"g{i}": before[f"f{i}"] for i in range(50)}

@@ -815,14 +815,15 @@ class SafeRoot:
 
     @_changes(0, 1, replaces=True)
     def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None, *,
-               sync: bool = True) -> None:
+               sync: bool = True) -> os.stat_result:
         """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
         may be at ``new``: it is never replaced. ``expect`` is checked against ``rel``. A
         file or link moves by link-then-unlink, which refuses an existing destination
         atomically; a directory by rename after a check (a directory appearing at ``new``
         in between would be replaced only if empty). Without ``sync`` the caller fsyncs
         both directories later (a crash before may leave the entry at either path or at
-        both, never neither)."""
+        both, never neither). Returns the lstat of what moved, taken before (its inode,
+        size, mode and time are the same at ``new``)."""
         rel, new = check_relpath(rel), check_relpath(new)
         if new == rel or new.startswith(rel + "/"):
             raise PathError(path=new, reason=f"cannot move {rel!r} into itself")
@@ -842,6 +843,7 @@ class SafeRoot:
             if sync:
                 os.fsync(dfd)
                 os.fsync(sfd)
+            return st
 
     def set_meta(
         self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None,

@@ -53,9 +53,10 @@ def holds(replica: Replica, path: str, root: bytes) -> bool:
 
 
 def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
-             top: bool = False) -> None:
+             top: bool = False, row: IndexedFile | bool | None = True) -> None:
     """One op (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
-    opened directory's own mode and time may be set (``meta`` with the empty path)."""
+    opened directory's own mode and time may be set (``meta`` with the empty path).
+    ``row``: the index row of a ``mv``'s path, if the caller looked it up (None: none)."""
     path = op.path
     if not path and not (op.kind == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
@@ -65,7 +66,7 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     fs = replica.fs
     if op.kind == "link" and _is_link_to(fs, path, op.target):
         return  # made meanwhile (by another client): what was wanted is there
-    check = expectation(replica, path, op.expect)
+    check = expectation(replica, path, op.expect, row if op.kind == "mv" else True)
     if op.kind == "mkdir":  # in place of a file or link, which goes if it is as expected
         st = fs.lstat(path)
         if st is not None and not stat.S_ISDIR(st.st_mode):
@@ -93,7 +94,7 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     elif op.kind == "rmdir":
         fs.rmdir(path)
     elif op.kind == "mv":
-        replica.move(path, op.destination, check)
+        replica.move(path, op.destination, check, row)
     else:  # meta
         if fs.lstat(path) is None:
             raise FileNotFoundError(2, "no such entry", path)
@@ -144,23 +145,70 @@ def apply_ops(
     replica: Replica, ops: list[m.Op], excludes: Excludes | None = None, top: bool = False
 ) -> list[m.Failure | None]:
     """Apply ``ops`` in order; one result per op (None, or why it failed). ``excludes``:
-    the connection's, which a recursive removal spares; ``top`` as for `apply_op`."""
+    the connection's, which a recursive removal spares; ``top`` as for `apply_op`. The
+    moves' rows are looked up at once and what they change in the index is stored
+    together (`Replica.moving_together`); an op at a path an earlier one changed (a move
+    of a file just moved there) first stores those, and looks its row up then."""
     results: list[m.Failure | None] = []
-    for op in ops:
-        try:
-            apply_op(replica, op, excludes, top)
-            results.append(None)
-        except ConflictError as exc:
-            results.append(m.Failure("conflict", str(exc)))
-        except PathError as exc:
-            results.append(m.Failure("path", str(exc)))
-        except Refusal as exc:
-            results.append(m.Failure(exc.code, str(exc)))
-        except OSError as exc:
-            if disk_full(exc):  # no one op's failure: the run ends
-                raise
-            results.append(m.Failure("io", f"{op.path}: {exc.strerror or exc}"))
+    moved = [op.path for op in ops if op.kind == "mv"]
+    rows = replica.indexed(moved) if moved else {}
+    touched = _Touched()
+    with replica.moving_together():
+        for op in ops:
+            row: IndexedFile | bool | None = True
+            if op.kind == "mv" and not touched.near(op.path) and not touched.near(
+                    op.destination):
+                row = rows.get(op.path)
+            else:
+                replica.store_moves()
+            touched.add(op.path)
+            touched.add(op.destination)
+            results.append(_applied(replica, op, excludes, top, row))
     return results
+
+
+class _Touched:
+    """The paths a batch of ops changed so far: a path is near one if it is one, or is
+    inside one, or holds one."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.holding: set[str] = set()  # every directory that holds one
+
+    def add(self, path: str) -> None:
+        if not path:
+            return
+        self.paths.add(path)
+        while "/" in path:
+            path = path.rpartition("/")[0]
+            self.holding.add(path)
+
+    def near(self, path: str) -> bool:
+        if path in self.paths or path in self.holding:
+            return True
+        while "/" in path:
+            path = path.rpartition("/")[0]
+            if path in self.paths:
+                return True
+        return False
+
+
+def _applied(replica: Replica, op: m.Op, excludes: Excludes | None, top: bool,
+             row: IndexedFile | bool | None) -> m.Failure | None:
+    """`apply_op`'s outcome as an op result."""
+    try:
+        apply_op(replica, op, excludes, top, row)
+    except ConflictError as exc:
+        return m.Failure("conflict", str(exc))
+    except PathError as exc:
+        return m.Failure("path", str(exc))
+    except Refusal as exc:
+        return m.Failure(exc.code, str(exc))
+    except OSError as exc:
+        if disk_full(exc):  # no one op's failure: the run ends
+            raise
+        return m.Failure("io", f"{op.path}: {exc.strerror or exc}")
+    return None
 
 
 # ---------------------------------------------------------------- listings
