@@ -104,13 +104,13 @@ def test_a_batch_of_moves_does_what_the_moves_one_by_one_do(tmp_path_factory, op
 
 
 def test_a_batch_of_moves_changes_the_index_once_and_keeps_the_rows(replica, tmp_path) -> None:
-    """50 renamed files: their rows looked up in one query and moved in one transaction
-    (one each took three holds of the index lock a move), each row kept at its new path,
-    so nothing is read again."""
+    """50 renamed files and 20 removed: their rows looked up in one query, and the index
+    changed in one transaction (one each took three holds of the index lock a move), each
+    moved row kept at its new path, so nothing is read again."""
     root = tmp_path / "root"
-    for i in range(50):
+    for i in range(70):
         (root / f"f{i}").write_bytes(os.urandom(2000))
-    for i in range(50):  # (old enough that their rows are not racy)
+    for i in range(70):  # (old enough that their rows are not racy)
         os.utime(root / f"f{i}", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
     tree = replica.scan()
     before = {row.path: (row.id, row.root) for row in replica.db.files()}
@@ -129,7 +129,9 @@ def test_a_batch_of_moves_changes_the_index_once_and_keeps_the_rows(replica, tmp
     replica.indexed = indexed
     ops = [m.Op("mv", f"f{i}", destination=f"g{i}",
                 expect=m.Expected("f", lookup(tree, f"f{i}").root[:8])) for i in range(50)]
-    assert apply_ops(replica, ops) == [None] * 50
-    assert transactions == [1] and lookups == [50]
+    ops += [m.Op("rm", f"f{i}", expect=m.Expected("f", lookup(tree, f"f{i}").root[:8]))
+            for i in range(50, 70)]
+    assert apply_ops(replica, ops) == [None] * 70
+    assert transactions == [1] and lookups == [70]
     assert {row.path: (row.id, row.root) for row in replica.db.files()} == {
         f"g{i}": before[f"f{i}"] for i in range(50)}

@@ -732,7 +732,7 @@ class Replica:
         content did not change: nothing is read again); anything else's rows go. ``row``:
         the path's index row if the caller has it, looked up again unless it describes
         what moved (the caller's check may have signed the file again). Inside
-        `moving_together`, the index learns of the move at the end."""
+        `changing_together`, the index learns of the move at the end."""
         st = self.fs.rename(path, destination, expect, sync=False)
         with self._unsynced_lock:
             self._unsynced.update((path.rpartition("/")[0], destination.rpartition("/")[0]))
@@ -740,40 +740,46 @@ class Replica:
             row = self.indexed([path]).get(path)  # (the check may have signed it again)
         kept = (row.id if row is not None and stat.S_ISREG(st.st_mode) and row.describes(st)
                 else None)
-        moved = (path, destination, kept, st)
-        later = getattr(self._later, "moves", None)
-        if later is not None:
-            later.append(moved)
-        else:
-            self._store_moves([moved])
+        self._change((path, destination, kept, st))
 
     @contextlib.contextmanager
-    def moving_together(self) -> Iterator[None]:
-        """What `move` changes in the index on this thread inside is stored at the end, in
-        one transaction (989 moves of a renamed tree took one each, three holds of the
-        index lock a move, while the batches' threads held it too). Before anything inside
-        looks up a moved path's row, `store_moves`."""
-        self._later.moves = []
+    def changing_together(self) -> Iterator[None]:
+        """What `move` and `forget` change in the index on this thread inside is stored at
+        the end, in one transaction (989 moves of a renamed tree took one each, three holds
+        of the index lock a move, while the batches' threads held it too). Before anything
+        inside looks up the row of a path they changed, `store_changes`."""
+        self._later.changes = []
         try:
             yield
         finally:
-            moves, self._later.moves = self._later.moves, None
-            self._store_moves(moves)
+            changes, self._later.changes = self._later.changes, None
+            self._store_changes(changes)
 
-    def store_moves(self) -> None:
-        """Store now what `moving_together` kept so far on this thread."""
-        moves = getattr(self._later, "moves", None)
-        if moves:
-            self._store_moves(moves)
-            moves.clear()
+    def store_changes(self) -> None:
+        """Store now what `changing_together` kept so far on this thread."""
+        changes = getattr(self._later, "changes", None)
+        if changes:
+            self._store_changes(changes)
+            changes.clear()
 
-    def _store_moves(self, moves: list[tuple[str, str, int | None, os.stat_result]]) -> None:
-        if not moves:
+    def _change(self, change: tuple[str, str, int | None, os.stat_result | None]) -> None:
+        """(path, where it moved or "", the id of the row it keeps, its stat) in the index:
+        now, or at the end of `changing_together`."""
+        later = getattr(self._later, "changes", None)
+        if later is not None:
+            later.append(change)
+        else:
+            self._store_changes([change])
+
+    def _store_changes(self, changes: list[tuple[str, str, int | None, os.stat_result | None]]
+                       ) -> None:
+        if not changes:
             return
         with self.lock, self.db.transaction():
-            for path, destination, file_id, st in moves:
-                self.db.delete_tree(destination)
-                if file_id is not None:
+            for path, destination, file_id, st in changes:
+                if destination:
+                    self.db.delete_tree(destination)
+                if file_id is not None and st is not None:
                     self.db.move(file_id, destination, st, False)
                 else:
                     self.db.delete_tree(path)
@@ -886,9 +892,9 @@ class Replica:
             self.db.restamp_many(retimed)
 
     def forget(self, path: str) -> None:
-        """Drop ``path`` and everything below it from the index."""
-        with self.lock, self.db.transaction():
-            self.db.delete_tree(path)
+        """Drop ``path`` and everything below it from the index (inside
+        `changing_together`, at its end)."""
+        self._change((path, "", None, None))
 
 
 def _restamped(before: FileStat | None, after: FileStat | None) -> bool:

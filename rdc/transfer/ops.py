@@ -18,6 +18,8 @@ from rdc.wire import messages as m
 
 # A subtree with at most this many entries travels as one metadata vector.
 WHOLE_META = 4096
+# The ops whose paths' index rows a batch looks up at once.
+_LOOKED_UP = ("mv", "rm")
 
 
 def expectation(replica: Replica, path: str, expect: m.Expected | None,
@@ -56,7 +58,8 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
              top: bool = False, row: IndexedFile | bool | None = True) -> None:
     """One op (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
     opened directory's own mode and time may be set (``meta`` with the empty path).
-    ``row``: the index row of a ``mv``'s path, if the caller looked it up (None: none)."""
+    ``row``: the index row of a ``mv``'s or ``rm``'s path, if the caller looked it up
+    (None: none)."""
     path = op.path
     if not path and not (op.kind == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
@@ -66,7 +69,7 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     fs = replica.fs
     if op.kind == "link" and _is_link_to(fs, path, op.target):
         return  # made meanwhile (by another client): what was wanted is there
-    check = expectation(replica, path, op.expect, row if op.kind == "mv" else True)
+    check = expectation(replica, path, op.expect, row if op.kind in _LOOKED_UP else True)
     if op.kind == "mkdir":  # in place of a file or link, which goes if it is as expected
         st = fs.lstat(path)
         if st is not None and not stat.S_ISDIR(st.st_mode):
@@ -146,21 +149,22 @@ def apply_ops(
 ) -> list[m.Failure | None]:
     """Apply ``ops`` in order; one result per op (None, or why it failed). ``excludes``:
     the connection's, which a recursive removal spares; ``top`` as for `apply_op`. The
-    moves' rows are looked up at once and what they change in the index is stored
-    together (`Replica.moving_together`); an op at a path an earlier one changed (a move
-    of a file just moved there) first stores those, and looks its row up then."""
+    rows of the moves' and removals' paths are looked up at once, and what the ops change
+    in the index is stored together (`Replica.changing_together`); an op at a path an
+    earlier one changed (a move of a file just moved there) first stores those, and looks
+    its row up then."""
     results: list[m.Failure | None] = []
-    moved = [op.path for op in ops if op.kind == "mv"]
-    rows = replica.indexed(moved) if moved else {}
+    looked_up = [op.path for op in ops if op.kind in _LOOKED_UP]
+    rows = replica.indexed(looked_up) if looked_up else {}
     touched = _Touched()
-    with replica.moving_together():
+    with replica.changing_together():
         for op in ops:
             row: IndexedFile | bool | None = True
-            if op.kind == "mv" and not touched.near(op.path) and not touched.near(
+            if op.kind in _LOOKED_UP and not touched.near(op.path) and not touched.near(
                     op.destination):
                 row = rows.get(op.path)
             else:
-                replica.store_moves()
+                replica.store_changes()
             touched.add(op.path)
             touched.add(op.destination)
             results.append(_applied(replica, op, excludes, top, row))
