@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Generic, TypeVar
 
 from rdc._native import stamp_tree
 from rdc.content.check import matches
@@ -76,6 +76,43 @@ RootHashes = tuple[bytes, bytes, bytes]  # content, meta, sync meta of the root
 # small enough) and whether the content is not what the file's index row says.
 Signed = tuple[FileSignature, FileStat, bytes | None, bool]
 Retimed = tuple[str, FileStat, FileStat]  # path, lstat before and after
+# A move or removal for the index: path, where it moved ("": removed), the id of the row
+# it keeps there, and its stat.
+Changed = tuple[str, str, int | None, os.stat_result | None]
+_T = TypeVar("_T")
+
+
+class _Later(Generic[_T]):
+    """Index writes that a thread keeps, inside `together`, to store at its end in one
+    transaction (``store``: what stores a list of them)."""
+
+    def __init__(self, store: Callable[[list[_T]], None]) -> None:
+        self.store = store
+        self._kept = threading.local()
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        self._kept.items = []
+        try:
+            yield
+        finally:
+            items, self._kept.items = self._kept.items, None
+            self.store(items)
+
+    def now(self) -> None:
+        """Store now what this thread kept so far."""
+        items = getattr(self._kept, "items", None)
+        if items:
+            self.store(items)
+            items.clear()
+
+    def add(self, item: _T) -> None:
+        """Keep ``item`` for the end if this thread is inside `together`, else store it."""
+        items = getattr(self._kept, "items", None)
+        if items is not None:
+            items.append(item)
+        else:
+            self.store([item])
 
 
 class Replica:
@@ -115,7 +152,8 @@ class Replica:
         self.fs.changed = set()  # what `rescan` lists again
         self.fs.replaced = set()
         self._commits = GroupCommit(self)
-        self._later = threading.local()  # records kept for the end of `recording_together`
+        self._records = _Later(self._store)  # for the end of `recording_together`
+        self._changes = _Later(self._store_changes)  # for the end of `changing_together`
         self._kept: bytes | None = None  # the fingerprint of the tree kept in the index
         self._held_before: int | None = None  # the largest file id at `warm`
         # Directories whose time batches in flight keep (`keep_dir_times`): the time
@@ -521,11 +559,7 @@ class Replica:
                 after: os.stat_result) -> None:
         """Store a signature just made from the file at ``path`` (``st`` before the read,
         ``after`` it), or keep it for the end of `recording_together`."""
-        later = getattr(self._later, "records", None)
-        if later is not None:
-            later.append((path, st, signature, _changed(st, after)))
-        else:
-            self.record(path, st, signature, racy=_changed(st, after))
+        self._records.add((path, st, signature, _changed(st, after)))
 
     def expect_version(self, path: str, prefix: bytes,
                        row: IndexedFile | bool | None = True) -> Expect:
@@ -645,26 +679,17 @@ class Replica:
         """Store the signature of a file just written or read."""
         self._store([(path, st, signature, racy)])
 
-    @contextlib.contextmanager
-    def recording_together(self) -> Iterator[None]:
+    def recording_together(self) -> contextlib.AbstractContextManager[None]:
         """What `sign` signs on this thread inside is stored at the end, in one
         transaction: a batch's files signed one by one cost one commit, not one each
         (about 60 us a file of SQLite's time). Before anything inside records or looks up
         one of those files otherwise (`recheck`), `store_recorded`: their rows are not
         there yet."""
-        self._later.records = []
-        try:
-            yield
-        finally:
-            records, self._later.records = self._later.records, None
-            self._store(records)
+        return self._records.together()
 
     def store_recorded(self) -> None:
         """Store now what `recording_together` kept so far on this thread."""
-        records = getattr(self._later, "records", None)
-        if records:
-            self._store(records)
-            records.clear()
+        self._records.now()
 
     def record_many(
         self, files: list[tuple[str, FileStat, FileSignature]], racy: bool | None = None
@@ -740,39 +765,21 @@ class Replica:
             row = self.indexed([path]).get(path)  # (the check may have signed it again)
         kept = (row.id if row is not None and stat.S_ISREG(st.st_mode) and row.describes(st)
                 else None)
-        self._change((path, destination, kept, st))
+        self._changes.add((path, destination, kept, st))
 
-    @contextlib.contextmanager
-    def changing_together(self) -> Iterator[None]:
+    def changing_together(self) -> contextlib.AbstractContextManager[None]:
         """What `move` and `forget` change in the index on this thread inside is stored at
         the end, in one transaction (989 moves of a renamed tree took one each, three holds
         of the index lock a move, while the batches' threads held it too). Before anything
         inside looks up the row of a path they changed, `store_changes`."""
-        self._later.changes = []
-        try:
-            yield
-        finally:
-            changes, self._later.changes = self._later.changes, None
-            self._store_changes(changes)
+        return self._changes.together()
 
     def store_changes(self) -> None:
         """Store now what `changing_together` kept so far on this thread."""
-        changes = getattr(self._later, "changes", None)
-        if changes:
-            self._store_changes(changes)
-            changes.clear()
+        self._changes.now()
 
-    def _change(self, change: tuple[str, str, int | None, os.stat_result | None]) -> None:
-        """(path, where it moved or "", the id of the row it keeps, its stat) in the index:
-        now, or at the end of `changing_together`."""
-        later = getattr(self._later, "changes", None)
-        if later is not None:
-            later.append(change)
-        else:
-            self._store_changes([change])
-
-    def _store_changes(self, changes: list[tuple[str, str, int | None, os.stat_result | None]]
-                       ) -> None:
+    def _store_changes(self, changes: list[Changed]) -> None:
+        """Each (path, where it moved or "", the id of the row it keeps there, its stat)."""
         if not changes:
             return
         with self.lock, self.db.transaction():
@@ -894,7 +901,7 @@ class Replica:
     def forget(self, path: str) -> None:
         """Drop ``path`` and everything below it from the index (inside
         `changing_together`, at its end)."""
-        self._change((path, "", None, None))
+        self._changes.add((path, "", None, None))
 
 
 def _restamped(before: FileStat | None, after: FileStat | None) -> bool:
