@@ -427,6 +427,7 @@ def test_a_large_rebuilt_file_signs_on_a_thread_of_its_own_to_the_same_root(
         assert kept.signer.finish() == signature_of_bytes(data)
     finally:
         kept.abort()
+        replica.close()
     assert not [t for t in threading.enumerate() if t.name == "rdc-sign"]
 
 

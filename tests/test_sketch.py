@@ -189,6 +189,7 @@ def test_loaded_and_batched_lists_are_the_sketches_added_one_by_one(tmp_path,
             one_by_one.add(file_id, sketch)
     monkeypatch.setattr(traits, "LOAD_ROWS", 1000)  # (several chunks)
     loaded = TraitLists.load(conn)
+    conn.close()
     assert loaded.lists == one_by_one.lists and loaded.max_id == one_by_one.max_id == 2999
     # A batch's new rows at once (`add_many`, what an index write does), in batches of a
     # few hundred: the same lists again.
