@@ -58,8 +58,8 @@ from rdc.wire.connection import Conversation
 OPEN_SEEDS = 64
 # A seed of at most WHOLE_SEED bytes (by its indexed tree) is read whole at its first read
 # and served from memory after, and a batch's readers keep at most WHOLE_SEEDS bytes of
-# such seeds. A batch of 200 scattered edits has 500-600 seeds, more than OPEN_SEEDS: each
-# round of the descents opened every seed again, and read it in 18 small reads a file.
+# such seeds. A batch of 200 scattered edits has about 280 seeds, more than OPEN_SEEDS:
+# each round of the descents opened every seed again, and read it in 18 small reads a file.
 WHOLE_SEED = 64 << 10
 WHOLE_SEEDS = 4 << 20
 _KINDS = {m.WantExpand: "expand", m.WantSubs: "subs", m.WantFine: "fine"}
