@@ -338,14 +338,15 @@ class IndexDatabase:
         return {_fsdecode(path): root for path, root in self._by_paths("path, root", paths)}
 
     def _by_paths(self, columns: str, paths: list[str]) -> Iterator[tuple]:
-        return self._by_encoded(columns, [os.fsencode(p) for p in paths])
+        return self._where_in(columns, "path", [os.fsencode(p) for p in paths])
 
-    def _by_encoded(self, columns: str, encoded: list[bytes]) -> Iterator[tuple]:
-        for i in range(0, len(encoded), 500):
-            chunk = encoded[i : i + 500]
+    def _where_in(self, columns: str, key: str, values: list) -> Iterator[tuple]:
+        """``columns`` of the rows whose ``key`` is one of ``values``, 500 at a query."""
+        for i in range(0, len(values), 500):
+            chunk = values[i : i + 500]
             marks = ",".join("?" * len(chunk))
             yield from self.conn.execute(
-                f"SELECT {columns} FROM file WHERE path IN ({marks})", chunk)
+                f"SELECT {columns} FROM file WHERE {key} IN ({marks})", chunk)
 
     def by_id(self, file_id: int) -> IndexedFile | None:
         row = self.conn.execute(
@@ -403,14 +404,8 @@ class IndexDatabase:
     def packed_trees(self, ids: list[int]) -> dict[int, tuple[str, bytes]]:
         """The path and packed tree of those of ``ids`` still in the index, by id (a few
         queries for many ids; `tree` unpacks and checks one)."""
-        out = {}
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for file_id, path, blob in self.conn.execute(
-                    f"SELECT id, path, tree FROM file WHERE id IN ({marks})", chunk):
-                out[file_id] = (_fsdecode(path), blob)
-        return out
+        return {file_id: (_fsdecode(path), blob)
+                for file_id, path, blob in self._where_in("id, path, tree", "id", ids)}
 
     def tree(self, file_id: int) -> Tree:
         """The stored tree, checked: TreeFormatError if it does not add up, or if the row
