@@ -58,8 +58,8 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
              top: bool = False, row: IndexedFile | bool | None = True) -> None:
     """One op (blocking; raises Refusal, ConflictError, PathError or OSError). ``top``: the
     opened directory's own mode and time may be set (``meta`` with the empty path).
-    ``row``: the index row of a ``mv``'s or ``rm``'s path, if the caller looked it up
-    (None: none)."""
+    ``row``: the index row of the op's path, if the caller looked it up (None: it has
+    none; True: look it up here)."""
     path = op.path
     if not path and not (op.kind == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
@@ -69,7 +69,7 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     fs = replica.fs
     if op.kind == "link" and _is_link_to(fs, path, op.target):
         return  # made meanwhile (by another client): what was wanted is there
-    check = expectation(replica, path, op.expect, row if op.kind in _LOOKED_UP else True)
+    check = expectation(replica, path, op.expect, row)
     if op.kind == "mkdir":  # in place of a file or link, which goes if it is as expected
         st = fs.lstat(path)
         if st is not None and not stat.S_ISDIR(st.st_mode):
