@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rdc.local import fs as fs_module
 from rdc.local import replica as replica_module
 from rdc.local import rescan as rescan_module
+from rdc.local.fs import Expect, HeldDirs, TempFile, sync_all
 from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, Scan, entries_below, fingerprint
@@ -34,6 +36,9 @@ op = st.one_of(
     st.tuples(st.just("link"), st.sampled_from(PATHS), st.sampled_from(["x", "../y", "a"])),
     st.tuples(st.just("meta"), st.sampled_from(["", *PATHS]), st.sampled_from([0o755, 0o700]),
               st.integers(0, 5)),
+    st.tuples(st.just("batch"), st.lists(st.sampled_from(PATHS), min_size=1, max_size=3),
+              st.binary(max_size=300)),
+    st.tuples(st.just("abandon"), st.sampled_from(PATHS)),
 )
 
 
@@ -62,6 +67,10 @@ def apply(replica: Replica, step: tuple) -> None:
         elif kind == "link":
             fs.symlink(path, rest[0], mtime_ns=OLD)
             replica.forget(path)
+        elif kind == "batch":  # as a batch writes: natively, linked in where nothing was
+            _write_batch(replica, path, rest[0])
+        elif kind == "abandon":  # a temporary made, then removed
+            fs.create_temp(path).abort()
         else:
             mode, seconds = rest
             replica.set_meta(path, mode, OLD + seconds * 10**9)
@@ -70,6 +79,20 @@ def apply(replica: Replica, step: tuple) -> None:
     except Exception as exc:  # PathError, ConflictError: refused, nothing done
         if type(exc).__name__ not in ("PathError", "ConflictError"):
             raise
+
+
+def _write_batch(replica: Replica, paths: list[str], data: bytes) -> None:
+    """Write ``paths`` (each once) as `rdc.transfer.batch` does: temporaries made in one
+    go, made durable together, installed together (those where nothing is, by a link)."""
+    paths = list(dict.fromkeys(paths))
+    with HeldDirs(replica.fs) as held:
+        temps = list(replica.fs.create_temps(
+            [(path, data + path.encode(), 0o644, OLD + len(data)) for path in paths], held))
+    made = [temp for temp in temps if isinstance(temp, TempFile)]
+    sync_all(replica.fs, made)
+    expects = [Expect.absent() if replica.fs.lstat(temp.path) is None else None
+               for temp in made]
+    replica.install_all(list(zip(made, expects, strict=True)))
 
 
 def described(tree: Entry) -> list[tuple]:
@@ -89,9 +112,13 @@ def full_scan(root: str, index: Path, excludes: Excludes) -> tuple[Entry, bytes]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds=st.lists(st.lists(op, max_size=12), min_size=1, max_size=3),
-       exclude=st.booleans())
-def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool) -> None:
+       exclude=st.booleans(), notes=st.sampled_from([2, fs_module.NOTES_MAX]))
+def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool,
+                                     notes: int) -> None:
+    """(``notes``: how many installed files and made directories the root notes before it
+    leaves the rest to listings.)"""
     base = Path(tempfile.mkdtemp())
+    saved_notes, fs_module.NOTES_MAX = fs_module.NOTES_MAX, notes
     try:
         root = base / "root"
         (root / "a" / "b").mkdir(parents=True)
@@ -107,6 +134,7 @@ def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool) -
             with pytest.MonkeyPatch.context() as mp:  # the roots read a few rows at a time
                 mp.setattr(replica_module, "ROOTS_AT_ONCE", 2)
                 patched = replica.rescan()
+            fs_module.NOTES_MAX = notes  # (for the next round's writes)
             fresh, walked_print = full_scan(str(root), base / f"fresh{n}.sqlite3", excludes)
             assert described(patched) == described(fresh)
             assert (patched.content, patched.meta, patched.smeta) == (
@@ -115,6 +143,7 @@ def test_a_rescan_equals_a_full_scan(rounds: list[list[tuple]], exclude: bool) -
             assert fingerprint(patched, salt) == walked_print
         replica.close()
     finally:
+        fs_module.NOTES_MAX = saved_notes
         shutil.rmtree(base)
 
 
@@ -132,7 +161,7 @@ def _count_listings(monkeypatch) -> list[str]:
 
 
 def test_a_rescan_lists_only_the_touched_directories(tmp_path, monkeypatch) -> None:
-    """In a tree of 40 directories, a file written in one lists that one and its parent
+    """In a tree of 40 directories, a file removed from one lists that one and its parent
     again, no other; the next quick walk finds the hashes the rescan cached."""
     root = tmp_path / "root"
     for i in range(40):
@@ -142,13 +171,92 @@ def test_a_rescan_lists_only_the_touched_directories(tmp_path, monkeypatch) -> N
     replica = Replica(str(root), tmp_path / "index.sqlite3")
     replica.scan()
     listed = _count_listings(monkeypatch)
-    temp = replica.fs.create_temp("d7/sub/new")
-    temp.write(b"new content")
-    replica.commit(temp, "d7/sub/new", 0o644, OLD, None)
+    replica.fs.remove("d7/sub/f")
+    replica.forget("d7/sub/f")
     tree = replica.rescan()
     assert sorted(listed) == ["d7", "d7/sub"]
     assert replica.quick()[0] == (tree.content, tree.meta, tree.smeta)
     assert replica.rescan() is tree  # nothing written since: the same tree
+    replica.close()
+
+
+def test_what_this_replica_installed_and_made_is_patched_in_without_a_listing(
+        tmp_path, monkeypatch) -> None:
+    """New directories two levels deep, files installed in them one by one and in a batch,
+    and an old file written again: no directory is listed again, and the rescan equals a
+    full scan; the next quick walk finds the hashes it cached. A temporary removed, or a
+    file written twice before the rescan, lists its directory."""
+    root = tmp_path / "root"
+    for i in range(10):
+        (root / f"d{i}").mkdir(parents=True)
+        (root / f"d{i}" / "f").write_bytes(b"x" * i)
+        os.utime(root / f"d{i}" / "f", ns=(OLD, OLD))
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    listed = _count_listings(monkeypatch)
+    for path in ("new", "new/deeper", "d3/new"):
+        assert replica.mkdir(path, 0o750)
+    for path in ("new/one", "d4/f"):
+        temp = replica.fs.create_temp(path)
+        temp.write(path.encode())
+        replica.commit(temp, path, 0o640, OLD + 5, None)
+    _write_batch(replica, ["new/deeper/two", "new/three", "d3/new/four", "d5/f"], b"batch")
+    tree = replica.rescan()
+    assert listed == []
+    fresh, walked_print = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
+    assert described(tree) == described(fresh)
+    assert fingerprint(tree, b"") == walked_print
+    assert replica.quick()[0] == (tree.content, tree.meta, tree.smeta)
+
+    listed.clear()  # (the full scan and the walk listed everything)
+    replica.fs.create_temp("d6/f").abort()
+    for _ in range(2):
+        _write_batch(replica, ["d7/g"], b"twice")
+    tree = replica.rescan()
+    assert sorted(listed) == ["", "d6", "d7"]
+    fresh, _ = full_scan(str(root), tmp_path / "fresh2.sqlite3", Excludes([]))
+    assert described(tree) == described(fresh)
+    replica.close()
+
+
+def test_a_temporary_still_being_written_at_a_rescan_is_patched_in_at_the_next(
+        tmp_path) -> None:
+    """A temporary made before a rescan and installed after it: the first rescan has the
+    directory's new time and not the temporary, the second the installed file; each equals
+    a full scan."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "old").write_bytes(b"old")
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    temp = replica.fs.create_temp("d/new")
+    temp.write(b"being written")
+    for n in range(2):
+        tree = replica.rescan()
+        fresh, _ = full_scan(str(root), tmp_path / f"fresh{n}.sqlite3", Excludes([]))
+        assert described(tree) == described(fresh)
+        assert sorted(tree.children["d"].children) == (["old"] if n == 0 else ["new", "old"])
+        if n == 0:
+            replica.commit(temp, "d/new", 0o644, OLD, None)
+    replica.close()
+
+
+def test_a_file_another_program_adds_beside_an_installed_one_is_found_by_the_next_walk(
+        tmp_path) -> None:
+    """The rescan does not list a directory this replica only added to, so it cannot see a
+    file another program put there meanwhile (as it never saw one put in a directory it
+    did not touch); the next quick walk's stamp differs, and the scan after it has both."""
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    _write_batch(replica, ["d/ours"], b"ours")
+    (root / "d" / "theirs").write_bytes(b"theirs")
+    tree = replica.rescan()
+    assert sorted(tree.children["d"].children) == ["ours"]
+    cached, walked = replica.quick()
+    assert cached is None
+    assert sorted(replica.scan(walked=walked).children["d"].children) == ["ours", "theirs"]
     replica.close()
 
 

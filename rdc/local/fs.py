@@ -393,8 +393,11 @@ class SafeRoot:
 
     ``changed``, when a set, collects the directories whose listing a call here may have
     changed (their entries, or an entry's mode or time), noted after the change: what a
-    rescan must list again (`rdc.local.rescan`). Temporaries do not count until
-    installed, which their owner notes."""
+    rescan must list again (`rdc.local.rescan`). What this root made itself is noted
+    instead where a rescan can patch it in without a listing: a file installed from a
+    temporary (``installed``, with its stat), a directory made (``made``), and the
+    directories whose time that moved (``grown``: a rescan lstats them). A temporary
+    that leaves its directory otherwise (removed, kept) notes it ``changed``."""
 
     changed: set[str] | None = None
 
@@ -412,6 +415,11 @@ class SafeRoot:
         # their lstat after: a rescan patches them in (their directory's listing is as it
         # was) instead of listing the directory again.
         self.retimed: dict[str, os.stat_result] = {}
+        # With ``changed``: files installed from temporaries and directories made here,
+        # with their stat after, and the directories that gained them (or a temporary).
+        self.installed: dict[str, Seen] = {}
+        self.made: dict[str, Seen] = {}
+        self.grown: set[str] = set()
         if fd is None:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._fd = fd
@@ -496,6 +504,43 @@ class SafeRoot:
         taken = set(self.replaced)
         self.replaced.difference_update(taken)
         return taken
+
+    def take_made(self) -> tuple[set[str], dict[str, Seen], dict[str, Seen]]:
+        """The directories noted in ``grown``, the files in ``installed`` and the
+        directories in ``made`` so far, no longer noted (as `take_changes`). A note made
+        again meanwhile (its path written twice) stays for the next time."""
+        grown = set(self.grown)
+        self.grown.difference_update(grown)
+        installed, made = dict(self.installed), dict(self.made)
+        for notes, taken in ((self.installed, installed), (self.made, made)):
+            for rel, seen in taken.items():
+                if notes.get(rel) is seen:
+                    notes.pop(rel, None)
+        return grown, installed, made
+
+    def note_installed(self, rel: str, seen: FileStat | None) -> None:
+        """A temporary for ``rel`` left its directory: installed there (``seen``: the
+        file's stat after) or not (None: removed, or kept for resuming)."""
+        if self.changed is None:
+            return
+        folder = parent(rel)
+        if seen is None or rel in self.installed or len(self.installed) >= NOTES_MAX:
+            self.changed.add(folder)  # (twice: the notes' order is unsure)
+        else:
+            self.installed[rel] = Seen(seen.st_mode, seen.st_size, seen.st_mtime_ns,
+                                       seen.st_ino)
+        self.grown.add(folder)
+
+    def _note_made(self, rel: str, after: os.stat_result | None) -> None:
+        """Directory ``rel`` was made here (``after``: its lstat then)."""
+        if self.changed is None:
+            return
+        if (after is None or not stat.S_ISDIR(after.st_mode) or rel in self.made
+                or len(self.made) >= NOTES_MAX):
+            self.changed.add(parent(rel))
+        else:
+            self.made[rel] = Seen(after.st_mode, 0, after.st_mtime_ns, after.st_ino)
+            self.grown.add(parent(rel))
 
     def _open_dir(self, rel_dir: str, rel: str) -> int:
         """A new descriptor on directory ``rel_dir``, reached without following a symlink:
@@ -607,8 +652,8 @@ class SafeRoot:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "alive": see clean_temporaries
                     if self.changed is not None:
-                        self.changed.add(parent(rel))  # the directory's time moved
-                    temp = TempFile(os.dup(dfd), rel, tmp, fd, self.changed)
+                        self.grown.add(parent(rel))  # the directory's time moved
+                    temp = TempFile(os.dup(dfd), rel, tmp, fd, self)
                     temp.keeper = self.keeper
                     temp.full = faults.full(os.path.join(self.path, rel))
                     return temp
@@ -645,8 +690,8 @@ class SafeRoot:
                     continue
                 fd, dfd, tmp, st = one
                 if self.changed is not None:
-                    self.changed.add(parent(rel))  # the directory's time moved
-                temp = TempFile(dfd, rel, os.fsdecode(tmp), fd, self.changed, os.stat_result(st))
+                    self.grown.add(parent(rel))  # the directory's time moved
+                temp = TempFile(dfd, rel, os.fsdecode(tmp), fd, self, os.stat_result(st))
                 temp.keeper = self.keeper
                 yield temp
             at += len(run)
@@ -662,7 +707,6 @@ class SafeRoot:
             return exc
         return temp
 
-    @_changes(0)
     def mkdir(
         self, rel: str | bytes, mode: int, *, exist_ok: bool = True, sync: bool = True
     ) -> bool:
@@ -671,13 +715,20 @@ class SafeRoot:
         a symlink included, is FileExistsError. Without ``sync`` the new entry is durable
         only once the caller syncs the parent (`sync_dir`)."""
         rel = check_relpath(rel)
-        with self._parent(rel) as (dfd, leaf):
-            if _mkdir_at(dfd, leaf, mode, sync):
-                return True
-            st = _lstat_at(dfd, leaf)
-            if not (exist_ok and st is not None and stat.S_ISDIR(st.st_mode)):
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), rel)
-            return False
+        noted = False
+        try:
+            with self._parent(rel) as (dfd, leaf):
+                if _mkdir_at(dfd, leaf, mode, sync):
+                    self._note_made(rel, _lstat_at(dfd, leaf))
+                    noted = True
+                    return True
+                st = _lstat_at(dfd, leaf)
+                if not (exist_ok and st is not None and stat.S_ISDIR(st.st_mode)):
+                    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), rel)
+                return False
+        finally:
+            if not noted and self.changed is not None:
+                self.changed.add(parent(rel))
 
     def makedirs(self, rel: str | bytes, mode: int) -> bool:
         """Make ``rel`` and missing parents, each with ``mode``; True if any was made. A
@@ -1206,6 +1257,11 @@ def install_all(items: Sequence[tuple[TempFile, Expect | None]]
     return out  # type: ignore[return-value]
 
 
+# Files noted installed (`SafeRoot.note_installed`) until a rescan takes them, at most: about
+# 300 bytes each (100,000 were 30 MB, a sixth of the server's peak in a first copy of them);
+# past this many, a file installed lists its directory again at the rescan instead.
+NOTES_MAX = 16384
+
 # More directories to sync than this: one syncfs of the file system instead (a first copy
 # of Django wrote into 3,222; an fsync each cost more than the whole batch's data sync).
 SYNCFS_FROM = 32
@@ -1245,17 +1301,17 @@ class TempFile:
     process killed meanwhile leaves only the temporary, for ``clean_temporaries``."""
 
     def __init__(self, dfd: int, rel: str, temp_name: str, fd: int,
-                 changed: set[str] | None = None, st: os.stat_result | None = None) -> None:
-        """``changed``: the root's `SafeRoot.changed`, noted when the temporary leaves
-        its directory (installed or removed): the directory's time moves each time.
-        ``st``: the file's fstat, if the caller has it (its inode is what says later
-        that the temporary is still ours)."""
+                 root: SafeRoot | None = None, st: os.stat_result | None = None) -> None:
+        """``root``: the `SafeRoot` it was made in, told when the temporary leaves its
+        directory (`SafeRoot.note_installed`): installed, or removed. ``st``: the file's
+        fstat, if the caller has it (its inode is what says later that the temporary is
+        still ours)."""
         self.path = rel
         self.temp_name = temp_name
         self._dfd = dfd
         self._fd = fd
         self._st = os.fstat(fd) if st is None else st
-        self._changed = changed
+        self._root = root
         self.keeper: Keeper | None = None  # as SafeRoot.keeper
         self.full = False  # a test's full disk (rdc.local.faults)
         self._written = 0  # bytes appended by `write`
@@ -1338,7 +1394,7 @@ class TempFile:
         except BaseException as exc:
             self._fail(exc)
             raise
-        self._close()
+        self._close(None if replace_dir else final)  # (a directory went: list it again)
         return final
 
     def pinned(self) -> tuple[int, bytes, bytes, int, int, int]:
@@ -1352,12 +1408,15 @@ class TempFile:
         """Note an install `rdc._native.install_new` made (it closed both descriptors), and
         return the file's stat after (``seen``: its `Seen` fields; True where there was no
         memory for them)."""
-        if self._changed is not None:
-            self._changed.add(parent(self.path))
         self._fd = self._dfd = -1
         if seen is True:
+            if self._root is not None:
+                self._root.note_installed(self.path, None)
             raise MemoryError(f"{self.path}: installed, but no memory for its stat")
-        return Seen(*seen)
+        after = Seen(*seen)
+        if self._root is not None:
+            self._root.note_installed(self.path, after)
+        return after
 
     def abort(self) -> None:
         """Remove the temporary (if it is still ours) and close; idempotent."""
@@ -1382,9 +1441,11 @@ class TempFile:
         finally:
             self._close()
 
-    def _close(self) -> None:
-        if self._changed is not None and self._fd >= 0:
-            self._changed.add(parent(self.path))  # installed or removed: after the change
+    def _close(self, installed: os.stat_result | None = None) -> None:
+        """Close both descriptors; the root notes the temporary gone from its directory
+        (``installed`` there with this stat, else removed or kept)."""
+        if self._root is not None and self._fd >= 0:
+            self._root.note_installed(self.path, installed)  # (after the change)
         fd, dfd, self._fd, self._dfd = self._fd, self._dfd, -1, -1
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -53,7 +53,7 @@ from rdc.local.index import (
 )
 from rdc.local.marker import MARKER
 from rdc.local.paths import TEMP_PREFIX, PathError, parent
-from rdc.local.rescan import Patch, Unsure, patch
+from rdc.local.rescan import Made, Patch, Unsure, patch
 from rdc.local.snapshot import (
     MAX_DEPTH,
     Entry,
@@ -255,6 +255,7 @@ class Replica:
         self.fs.take_changes()  # the walk sees them all
         self.fs.take_replaced()
         self.fs.take_retimed()
+        self.fs.take_made()
         walked = walked or self.walk(excludes)
         if (self.tree is not None and not walked.errors and not checksum
                 and walked.fingerprint == self._fingerprint):
@@ -415,14 +416,15 @@ class Replica:
         touched = self.fs.take_changes()
         replaced = self.fs.take_replaced()
         retimed = self.fs.take_retimed()
+        made = Made(*self.fs.take_made())
         old = self.tree
         if old is None or self.errors or salt != self._salt:
             return self.scan(excludes)
-        if not touched and not retimed:
+        if not touched and not retimed and not made.grown and not made.dirs:
             return old
         try:
             found = patch(self.fs, old, touched, excludes, replaced, retimed,
-                          reuse=self._fingerprint is not None)
+                          reuse=self._fingerprint is not None, made=made)
         except (Unsure, OSError, PathError):
             return self.scan(excludes)
         if self._filled(found) is None:

@@ -380,6 +380,13 @@ class Scan:
         self.errors: list[tuple[str, str]] = []
         self.temporaries: list[str] = []
 
+    def leaves_out(self, rel: str, is_dir: bool) -> bool:
+        """Whether a listing here would leave out the entry at ``rel`` (a temporary, the
+        folder marker, an excluded path)."""
+        name = rel.rpartition("/")[2]
+        return (name == self.skip or (name.startswith(TEMP_PREFIX) and is_temporary(name))
+                or bool(self.exclude and self.exclude(rel, is_dir)))
+
     def list(self, fd: int, rel_dir: str, node: Entry, kept: Mapping[str, Entry] | None = None
              ) -> list[tuple[str, bytes, Entry]] | None:
         """Put the files and links of directory ``fd`` into ``node``; return its
