@@ -36,6 +36,7 @@ if PURE_PYTHON:
     pack_tree = None  # (rdc.content.tree packs in Python)
     make_temps = None  # (temporaries are then made one at a time)
     install_new = None  # (and installed one at a time)
+    make_dirs = None  # (directories are then made one at a time)
     start_writeback = None  # (the commit's fsync writes a file's every page)
     IMPLEMENTATION = "python"
 else:
@@ -55,7 +56,7 @@ else:
             trait_buckets,
             trait_candidates,
         )
-        from rdc._native._temps import install_new, make_temps, start_writeback
+        from rdc._native._temps import install_new, make_dirs, make_temps, start_writeback
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
         raise ImportError(
             f"rdc's C extension did not load ({exc}). Reinstall rdc where gcc and the "
@@ -84,6 +85,7 @@ __all__ = [
     "hash_chunks",
     "install_new",
     "list_dir",
+    "make_dirs",
     "make_temps",
     "next_level_payloads",
     "pack_tree",

@@ -272,6 +272,87 @@ done:
     return result;
 }
 
+/* ---- Directories made (make_dirs) ---- */
+
+struct dir_job {
+    int dfd;
+    const char *leaf;
+    mode_t mode;
+    int err; /* out: 0, or the errno of the step that failed (nothing is left then) */
+    struct stat st;
+};
+
+/* The steps of fs._mkdir_at without its fsync: made owner-only, then given its mode
+ * through a descriptor (never wider than asked, even for an instant). A directory made
+ * whose mode cannot be set is removed again: the caller's one-by-one path says why. */
+static void make_dir(struct dir_job *job) {
+    if (mkdirat(job->dfd, job->leaf, 0700)) {
+        job->err = errno;
+        return;
+    }
+    int fd = openat(job->dfd, job->leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fchmod(fd, job->mode) || fstat(fd, &job->st)) {
+        job->err = errno;
+        if (fd >= 0) close(fd);
+        unlinkat(job->dfd, job->leaf, AT_REMOVEDIR);
+        return;
+    }
+    close(fd);
+}
+
+static PyObject *py_make_dirs(PyObject *module, PyObject *arg) {
+    (void)module;
+    PyObject *seq = PySequence_Tuple(arg); /* (the names borrowed below outlive the call) */
+    if (!seq) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    struct dir_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
+    PyObject *result = NULL;
+    if (!jobs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        struct dir_job *job = &jobs[i];
+        PyObject *leaf;
+        unsigned int mode;
+        if (!PyTuple_Check(PyTuple_GET_ITEM(seq, i))
+            || !PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "iSI", &job->dfd, &leaf, &mode)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "each directory must be (dir_fd, name, mode)");
+            goto done;
+        }
+        job->leaf = PyBytes_AS_STRING(leaf);
+        job->mode = (mode_t)(mode & 07777);
+        if (!one_component(job->leaf, PyBytes_GET_SIZE(leaf))) {
+            PyErr_SetString(PyExc_ValueError, "a name must be one path component");
+            goto done;
+        }
+    }
+    /* Made before anything is: once a directory is made, its result must reach the caller. */
+    if (!(result = PyList_New(n))) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) make_dir(&jobs[i]);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *one;
+        if (jobs[i].err) {
+            one = PyLong_FromLong(jobs[i].err);
+        } else {
+            struct seen after = seen_clamped(&jobs[i].st);
+            one = seen_tuple(&after);
+        }
+        if (!one) { /* (no memory for its stat: made all the same; its directory is listed) */
+            PyErr_Clear();
+            one = Py_NewRef(Py_True);
+        }
+        PyList_SET_ITEM(result, i, one);
+    }
+done:
+    free(jobs);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* Writeback of a range started now, not at the fsync: a large file's pages go to the disk
  * while the rest of it is still being built, and the commit's sync waits for the tail
  * alone (a 256 MiB rebuild waited about 0.2 s there). Only a hint: where the kernel or the
@@ -297,6 +378,11 @@ static PyMethodDef module_methods[] = {
      "start_writeback(fd, offset, length) -> bool: start writing that range of the file to "
      "the disk, without waiting (sync_file_range); False where that was not taken (a hint: "
      "the fsync still does all)."},
+    {"make_dirs", py_make_dirs, METH_O,
+     "make_dirs(dirs) -> [stat or errno]: each (dir_fd, name, mode) made a directory with "
+     "exactly that mode (not yet durable: the caller syncs dir_fd), in order; stat is its "
+     "(mode, size, mtime_ns, inode) after (True if there was no memory for it). A directory "
+     "that failed (errno) left nothing behind."},
     {"install_new", py_install_new, METH_O,
      "install_new(temps) -> [stat or None]: each (dir_fd, temporary, name, fd, inode, device) "
      "linked into place where nothing is, its temporary name removed, fd and dir_fd closed; "

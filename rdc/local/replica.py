@@ -803,6 +803,17 @@ class Replica:
                 self._unsynced.add(path.rpartition("/")[0])
         return made
 
+    def mkdir_many(self, dirs: Sequence[tuple[str, int]]) -> list[bool]:
+        """`mkdir` of each (path, mode) where nothing is, as many as it can in native runs
+        (`SafeRoot.make_dirs`); True for each made. The others are the caller's to make one
+        by one."""
+        with HeldDirs(self.fs) as held:
+            made = self.fs.make_dirs(dirs, held)
+        with self._unsynced_lock:
+            self._unsynced.update(path.rpartition("/")[0]
+                                  for (path, _), done in zip(dirs, made, strict=True) if done)
+        return made
+
     def sync_dirs(self) -> None:
         """Make the renames of `commit` and the directories of `mkdir` durable. Until then
         a crash may leave the old version of a file, never a mix."""

@@ -157,8 +157,15 @@ def apply_ops(
     looked_up = [op.path for op in ops if op.kind in _LOOKED_UP]
     rows = replica.indexed(looked_up) if looked_up else {}
     touched = _Touched()
+    made: dict[int, bool] = {}  # (op index: its directory made in a native run)
     with replica.changing_together():
-        for op in ops:
+        for at, op in enumerate(ops):
+            if at not in made and _plain_mkdir(op):
+                made.update(_made_together(replica, ops, at))
+            if made.get(at):
+                touched.add(op.path)
+                results.append(None)
+                continue
             row: IndexedFile | bool | None = True
             if op.kind in _LOOKED_UP and not touched.near(op.path) and not touched.near(
                     op.destination):
@@ -169,6 +176,25 @@ def apply_ops(
             touched.add(op.destination)
             results.append(_applied(replica, op, excludes, top, row))
     return results
+
+
+def _made_together(replica: Replica, ops: list[m.Op], start: int) -> dict[int, bool]:
+    """Make the directories of the run of plain ``mkdir`` ops from ``start`` (nothing, or
+    a directory, expected there: a first copy's thousands) in native runs
+    (`Replica.mkdir_many`), when the ops before them are done; whether each was made, by
+    op index. One not made is applied one by one, in its place (something is there: it
+    says what)."""
+    end = start
+    while end < len(ops) and _plain_mkdir(ops[end]):
+        end += 1
+    done = replica.mkdir_many([(op.path, op.mode | 0o700) for op in ops[start:end]])
+    return dict(zip(range(start, end), done, strict=True))
+
+
+def _plain_mkdir(op: m.Op) -> bool:
+    """Whether ``op`` is a ``mkdir`` `_make_dir` makes (owner rwx while it is filled)."""
+    return op.kind == "mkdir" and bool(op.path) and (op.expect is None
+                                                     or op.expect.kind in ("", "d"))
 
 
 class _Touched:
