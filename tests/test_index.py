@@ -166,6 +166,7 @@ def test_corrupt_index_is_rebuilt(tmp_path) -> None:
     db = IndexDatabase(location)
     refresh(db, str(root))
     assert contents(db) == expected(root)
+    db.close()
 
 
 def test_index_of_other_parameters_is_rebuilt(tmp_path) -> None:
@@ -176,6 +177,7 @@ def test_index_of_other_parameters_is_rebuilt(tmp_path) -> None:
     db.close()
     db = IndexDatabase(location, DEFAULT_SIGNATURE)
     assert db.count() == 0
+    db.close()
 
 
 def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
@@ -209,6 +211,7 @@ def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
     stats = refresh(db, str(root))
     assert stats.signed == 120 - partial
     assert contents(db) == expected(root)
+    db.close()
 
 
 def test_files_changing_while_read_are_marked_racy(tree, monkeypatch) -> None:
@@ -594,16 +597,18 @@ def test_roots_are_found_by_their_first_bytes(tmp_path_factory, roots, data) -> 
     """`with_roots` of a prefix (a batch's offer may name a root by its first 16 bytes)
     finds exactly the paths whose roots start with it, as of a whole root those with it."""
     db = IndexDatabase(tmp_path_factory.mktemp("prefixes") / "index.sqlite3")
-    with db.transaction():
-        for i, root in enumerate(roots):
-            db.conn.execute(
-                "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree, racy)"
-                " VALUES (?, 0, 0, ?, 33188, ?, NULL, x'', 0)", (b"f%d" % i, i, root))
-    asked = data.draw(st.lists(st.one_of(
-        st.sampled_from(roots).map(lambda r: r[:16]), st.sampled_from(roots),
-        _byte_runs().map(lambda r: r[:16])), min_size=1, max_size=10))
-    found = db.with_roots(asked)
-    for query in asked:
-        want = sorted(f"f{i}" for i, root in enumerate(roots) if root.startswith(query))
-        assert sorted(found.get(query, [])) == want
-    db.close()
+    try:
+        with db.transaction():
+            for i, root in enumerate(roots):
+                db.conn.execute(
+                    "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree,"
+                    " racy) VALUES (?, 0, 0, ?, 33188, ?, NULL, x'', 0)", (b"f%d" % i, i, root))
+        asked = data.draw(st.lists(st.one_of(
+            st.sampled_from(roots).map(lambda r: r[:16]), st.sampled_from(roots),
+            _byte_runs().map(lambda r: r[:16])), min_size=1, max_size=10))
+        found = db.with_roots(asked)
+        for query in asked:
+            want = sorted(f"f{i}" for i, root in enumerate(roots) if root.startswith(query))
+            assert sorted(found.get(query, [])) == want
+    finally:  # (hypothesis ends some examples inside: their descriptors are not left behind)
+        db.close()

@@ -137,6 +137,7 @@ def test_candidates_rank_more_matching_traits_first(tmp_path) -> None:
     ranked = [(db.by_id(i).path, n) for i, n in db.candidates(query)]
     assert ranked == [("all", 12), ("eight", 8), ("four", 4)]
     assert os.path.exists(tmp_path / "index.sqlite3")
+    db.close()
 
 
 def test_a_trait_out_of_range_is_refused_on_the_wire_and_ignored_from_disk(tmp_path) -> None:
