@@ -1189,9 +1189,41 @@ def test_native_temporaries_refuse_what_is_not_one_name(tmp_path: Path) -> None:
             errno.EBADF]
         with pytest.raises(ValueError, match="no room"):
             _native.make_temps([], b".rdc-tmp-", 20)
+        before = os.fstat(0)  # (a call refused early once closed descriptor 0, unopened)
+        with pytest.raises(TypeError):
+            _native.make_temps([(fd, b"ok", b"x", 0o644, T1), ("bad",)], b".rdc-tmp-", 255)
+        assert os.path.samestat(os.fstat(0), before)
     finally:
         os.close(fd)
     assert os.listdir(tmp_path) == []
+
+
+def test_native_directories_are_made_with_their_mode_or_say_why(tmp_path: Path) -> None:
+    """`make_dirs` makes each directory with exactly its mode (umask or not) and gives its
+    stat; one that exists, or whose directory descriptor is not one, gives its errno and
+    leaves nothing; a name must be one path component."""
+    from rdc import _native
+
+    if _native.make_dirs is None:
+        pytest.skip("no native code in the pure run")
+    (tmp_path / "there").mkdir()
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    old = os.umask(0o077)
+    try:
+        made = _native.make_dirs([(fd, b"a", 0o775), (fd, b"there", 0o755), (-1, b"b", 0o755),
+                                  (fd, b"c", 0o7777 | 0o10000)])
+        for bad in (b"a/b", b"", b"a\0b"):
+            with pytest.raises(ValueError, match="one path component"):
+                _native.make_dirs([(fd, bad, 0o755)])
+    finally:
+        os.umask(old)
+        os.close(fd)
+    assert made[1:3] == [errno.EEXIST, errno.EBADF]
+    for name, index, mode in (("a", 0, 0o775), ("c", 3, 0o7777)):
+        st = os.lstat(tmp_path / name)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == mode
+        assert made[index] == (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+    assert sorted(os.listdir(tmp_path)) == ["a", "c", "there"]
 
 
 # --- the walk -----------------------------------------------------------------------------

@@ -119,6 +119,32 @@ static PyObject *stat_tuple(const struct stat *st) {
                          (long long)st->st_ctim.tv_sec);
 }
 
+/* The jobs for the items of `arg`, `size` bytes each and zeroed, and in *seq the items as a
+ * tuple (names borrowed from them outlive the call); NULL, with an exception, if not. */
+static void *job_array(PyObject *arg, size_t size, PyObject **seq, Py_ssize_t *n) {
+    *seq = PySequence_Tuple(arg);
+    if (!*seq) return NULL;
+    *n = PyTuple_GET_SIZE(*seq);
+    void *jobs = calloc((size_t)(*n ? *n : 1), size);
+    if (!jobs) {
+        PyErr_NoMemory();
+        Py_CLEAR(*seq);
+    }
+    return jobs;
+}
+
+/* The (mode, size, mtime_ns, inode) of an entry made or installed; True where there was no
+ * memory for it (it is there all the same: the caller must not take it for a failure). */
+static PyObject *made_stat(const struct stat *st) {
+    struct seen after = seen_clamped(st);
+    PyObject *one = seen_tuple(&after);
+    if (!one) {
+        PyErr_Clear();
+        one = Py_NewRef(Py_True);
+    }
+    return one;
+}
+
 static PyObject *py_make_temps(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *files;
@@ -129,16 +155,12 @@ static PyObject *py_make_temps(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "max_name leaves no room for a temporary name");
         return NULL;
     }
-    /* A tuple of tuples: the names borrowed below outlive the call. */
-    PyObject *seq = PySequence_Tuple(files);
-    if (!seq) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq), held = 0;
-    struct temp_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
-    PyObject *result = NULL;
-    if (!jobs) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    PyObject *seq, *result = NULL;
+    Py_ssize_t n, held = 0;
+    struct temp_job *jobs = job_array(files, sizeof *jobs, &seq, &n);
+    if (!jobs) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) /* (none open yet: an early error closes none) */
+        jobs[i].fd = jobs[i].own_dfd = -1;
     for (; held < n; held++) {
         struct temp_job *job = &jobs[held];
         PyObject *name;
@@ -223,15 +245,10 @@ static void install_one(struct install_job *job) {
 
 static PyObject *py_install_new(PyObject *module, PyObject *arg) {
     (void)module;
-    PyObject *seq = PySequence_Tuple(arg); /* (the names borrowed below outlive the call) */
-    if (!seq) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    struct install_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
-    PyObject *result = NULL;
-    if (!jobs) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    PyObject *seq, *result = NULL;
+    Py_ssize_t n;
+    struct install_job *jobs = job_array(arg, sizeof *jobs, &seq, &n);
+    if (!jobs) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         struct install_job *job = &jobs[i];
         PyObject *tmp, *leaf;
@@ -257,15 +274,8 @@ static PyObject *py_install_new(PyObject *module, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) install_one(&jobs[i]);
     Py_END_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        struct seen after = seen_clamped(&jobs[i].st);
-        PyObject *one = jobs[i].done ? seen_tuple(&after) : Py_NewRef(Py_None);
-        if (!one) { /* (no memory for its stat: installed all the same) */
-            PyErr_Clear();
-            one = Py_NewRef(Py_True);
-        }
-        PyList_SET_ITEM(result, i, one);
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyList_SET_ITEM(result, i, jobs[i].done ? made_stat(&jobs[i].st) : Py_NewRef(Py_None));
 done:
     free(jobs);
     Py_DECREF(seq);
@@ -302,15 +312,10 @@ static void make_dir(struct dir_job *job) {
 
 static PyObject *py_make_dirs(PyObject *module, PyObject *arg) {
     (void)module;
-    PyObject *seq = PySequence_Tuple(arg); /* (the names borrowed below outlive the call) */
-    if (!seq) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    struct dir_job *jobs = calloc((size_t)(n ? n : 1), sizeof *jobs);
-    PyObject *result = NULL;
-    if (!jobs) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    PyObject *seq, *result = NULL;
+    Py_ssize_t n;
+    struct dir_job *jobs = job_array(arg, sizeof *jobs, &seq, &n);
+    if (!jobs) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         struct dir_job *job = &jobs[i];
         PyObject *leaf;
@@ -333,20 +338,9 @@ static PyObject *py_make_dirs(PyObject *module, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) make_dir(&jobs[i]);
     Py_END_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *one;
-        if (jobs[i].err) {
-            one = PyLong_FromLong(jobs[i].err);
-        } else {
-            struct seen after = seen_clamped(&jobs[i].st);
-            one = seen_tuple(&after);
-        }
-        if (!one) { /* (no memory for its stat: made all the same; its directory is listed) */
-            PyErr_Clear();
-            one = Py_NewRef(Py_True);
-        }
-        PyList_SET_ITEM(result, i, one);
-    }
+    for (Py_ssize_t i = 0; i < n; i++) /* (an errno is a small int: never out of memory) */
+        PyList_SET_ITEM(result, i, jobs[i].err ? PyLong_FromLong(jobs[i].err)
+                                               : made_stat(&jobs[i].st));
 done:
     free(jobs);
     Py_DECREF(seq);
