@@ -219,6 +219,38 @@ def test_what_this_replica_installed_and_made_is_patched_in_without_a_listing(
     replica.close()
 
 
+def test_the_rows_of_files_written_and_recorded_are_read_once(tmp_path, monkeypatch) -> None:
+    """Files a batch wrote and recorded (as `rdc.transfer.batch` does): the rescan takes
+    their roots with the rows that vouch for them, and looks up no root again; a file
+    written without a row is read, and its root looked up after."""
+    from rdc.content.signature import signature_of_bytes
+    from rdc.local.index.db import IndexDatabase
+
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica.scan()
+    paths = [f"d/f{i}" for i in range(30)]
+    _write_batch(replica, paths, b"recorded")
+    replica.record_many([(path, os.lstat(root / path),
+                          signature_of_bytes(b"recorded" + path.encode())) for path in paths],
+                        racy=False)
+    _write_batch(replica, ["d/unrecorded"], b"not recorded")
+    asked: list[list[str]] = []
+    real = IndexDatabase.roots_of
+
+    def roots_of(self: IndexDatabase, some: list[str]) -> dict[str, bytes]:
+        asked.append(list(some))
+        return real(self, some)
+
+    monkeypatch.setattr(IndexDatabase, "roots_of", roots_of)
+    tree = replica.rescan()
+    assert asked == [["d/unrecorded"]]
+    fresh, _ = full_scan(str(root), tmp_path / "fresh.sqlite3", Excludes([]))
+    assert described(tree) == described(fresh)
+    replica.close()
+
+
 def test_a_temporary_still_being_written_at_a_rescan_is_patched_in_at_the_next(
         tmp_path) -> None:
     """A temporary made before a rescan and installed after it: the first rescan has the

@@ -322,6 +322,13 @@ class IndexDatabase:
         make = Stamped._make
         return {_fsdecode(row[0]): make(row[1:]) for row in self._by_paths(_STAMPED, paths)}
 
+    def stamps_and_roots_of(self, paths: list[str]) -> dict[str, tuple[Stamped, bytes]]:
+        """`stamps_of`, each with the row's root (one read of the rows where a rescan
+        needs both)."""
+        make = Stamped._make
+        return {_fsdecode(row[0]): (make(row[1:7]), row[7])
+                for row in self._by_paths(_STAMPED + ", root", paths)}
+
     def stamps_under(self, paths: list[str]) -> list[Stamped]:
         """The `Stamped` columns of the rows at or below each of ``paths``."""
         make = Stamped._make
