@@ -524,8 +524,10 @@ class SafeRoot:
         if self.changed is None:
             return
         folder = parent(rel)
+        # Listed again instead: a file not installed, one noted twice (two writers' notes
+        # may come in either order), or one past the notes' bound.
         if seen is None or rel in self.installed or len(self.installed) >= NOTES_MAX:
-            self.changed.add(folder)  # (twice: the notes' order is unsure)
+            self.changed.add(folder)
         else:
             self.installed[rel] = Seen(seen.st_mode, seen.st_size, seen.st_mtime_ns,
                                        seen.st_ino)
@@ -732,9 +734,9 @@ class SafeRoot:
 
     def make_dirs(self, dirs: Sequence[tuple[str, int]], held: HeldDirs) -> list[bool]:
         """`mkdir` (without ``sync``) of each (rel, mode) of ``dirs`` in order, in runs of
-        one native call each (`rdc._native.make_dirs`, without the GIL: a first copy's
-        directories, made one system call at a time while the batches' threads wanted the
-        GIL too, took 0.2-0.7 s per 256); True for each made. A directory not made here
+        one native call each (`rdc._native.make_dirs`: from Python, each directory let the
+        GIL go and took it back six times, and while other threads were busy, 256 of them
+        took 0.2-0.7 s); True for each made. A directory not made here
         (something there, a parent missing or not yet opened, no native code) is the
         caller's to make one by one, which says why. Those after one whose directory does
         not open are all the caller's: made here first, they could give it a parent that

@@ -12,9 +12,10 @@ instead: its directory's listing did not change, and a sync that set every file'
 release's sdist) used to list every directory again. So are the files this replica
 installed and the directories it made (`SafeRoot.installed`, `SafeRoot.made`, with their
 stat), in directories it did nothing else to: each such directory is lstat-ed for its new
-time, not listed (a first copy of 100,000 files listed all 8,333 of its directories again
-after writing them, 2.2 s of the server's time). Everything else, with its hashes and its
-`stamp`, is the old tree's, shared, never changed in place.
+time, not listed (after a first copy of Django, the rescan listed all 3,222 directories
+again: 0.30 s, against 0.19 s patched). The notes are bounded (`rdc.local.fs.NOTES_MAX`
+files); past that, directories are listed as before. Everything else, with its hashes and
+its `stamp`, is the old tree's, shared, never changed in place.
 
 What this does not see is an edit that did not go through this replica (another program on
 this machine, or another replica over the same files): the server falls back to a full scan
