@@ -1287,9 +1287,10 @@ def install_all(items: Sequence[tuple[TempFile, Expect | None]]
 
 
 # Files noted installed (`SafeRoot.note_installed`) until a rescan takes them, at most: about
-# 300 bytes each (100,000 were 30 MB, a sixth of the server's peak in a first copy of them);
-# past this many, a file installed lists its directory again at the rescan instead.
-NOTES_MAX = 16384
+# 300 bytes each (100,000 were 30 MB, a sixth of the server's peak in a first copy of them,
+# and no faster to patch in than to list); past this many, a file installed lists its
+# directory again at the rescan instead. Django's first copy is 6,759 files.
+NOTES_MAX = 8192
 
 # More directories to sync than this: one syncfs of the file system instead (a first copy
 # of Django wrote into 3,222; an fsync each cost more than the whole batch's data sync).
