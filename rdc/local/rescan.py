@@ -114,26 +114,17 @@ def additions(fs: SafeRoot, old: Entry, made: Made, scan: Scan, touched: set[str
     with HeldDirs(fs) as held:  # (siblings' parent opened once: the paths go in order)
         now_of = {path: _lstat(fs, path, held) for path in sorted(
             {*made.grown, *made.dirs} - {""})}  # (the top's own stat is taken anyway)
-    new_dirs: dict[str, os.stat_result] = {}
-    for folder in made.grown - {""}:
-        now = now_of[folder]
-        was = made.dirs.get(folder) or lookup(old, folder)
-        if (now is None or not stat.S_ISDIR(now.st_mode) or was is None
-                or (was.st_ino if isinstance(was, Seen) else was.ino) != now.st_ino
-                or (isinstance(was, Entry) and was.kind != "d")):
+    for folder in made.grown - made.dirs.keys() - {""}:  # (a made one is an entry of its own)
+        now, was = now_of[folder], lookup(old, folder)
+        if (now is None or not stat.S_ISDIR(now.st_mode) or was is None or was.kind != "d"
+                or was.ino != now.st_ino):
             touched.add(parent(folder))
-        elif folder in made.dirs:
-            new_dirs[folder] = now
         else:
             retimes[folder] = now
     for path, seen in made.dirs.items():
         now = now_of[path]
-        if path not in made.grown and now is not None and stat.S_ISDIR(now.st_mode) and (
-                now.st_ino == seen.st_ino):  # (nothing made in it since)
-            new_dirs[path] = now
-    for path in made.dirs:
-        now = new_dirs.get(path)
-        if (now is None or lookup(old, path) is not None or path.count("/") >= MAX_DEPTH
+        if (now is None or not stat.S_ISDIR(now.st_mode) or now.st_ino != seen.st_ino
+                or lookup(old, path) is not None or path.count("/") >= MAX_DEPTH
                 or scan.leaves_out(path, True)):
             touched.add(parent(path))
             continue
