@@ -229,21 +229,23 @@ def _open_step(fd: int, part: str, rel: str) -> int:
         raise
 
 
-def _mkdir_at(dfd: int, leaf: str, mode: int, sync: bool = True) -> bool:
-    """Make directory ``leaf`` with exactly ``mode`` (no umask); False if something exists.
-    ``sync``: fsync ``dfd`` so the new entry is durable (else the caller does, later)."""
+def _mkdir_at(dfd: int, leaf: str, mode: int, sync: bool = True) -> os.stat_result | None:
+    """Make directory ``leaf`` with exactly ``mode`` (no umask): its fstat then, or None if
+    something exists. ``sync``: fsync ``dfd`` so the new entry is durable (else the caller
+    does, later)."""
     try:
         os.mkdir(leaf, 0o700, dir_fd=dfd)  # never wider than asked, even for an instant
     except FileExistsError:
-        return False
+        return None
     fd = os.open(leaf, _DIR, dir_fd=dfd)
     try:
         os.fchmod(fd, stat.S_IMODE(mode))
+        made = os.fstat(fd)
     finally:
         os.close(fd)
     if sync:
         os.fsync(dfd)
-    return True
+    return made
 
 
 def _rmtree_at(dfd: int, leaf: str) -> None:
@@ -720,8 +722,9 @@ class SafeRoot:
         noted = False
         try:
             with self._parent(rel) as (dfd, leaf):
-                if _mkdir_at(dfd, leaf, mode, sync):
-                    self._note_made(rel, _lstat_at(dfd, leaf))
+                made = _mkdir_at(dfd, leaf, mode, sync)
+                if made is not None:
+                    self._note_made(rel, made)
                     noted = True
                     return True
                 st = _lstat_at(dfd, leaf)
@@ -774,7 +777,7 @@ class SafeRoot:
         whole = False  # more of them than to sync one by one: the file system at once
         try:
             for part in rel.split("/"):
-                if _mkdir_at(fd, part, mode, sync=False):
+                if _mkdir_at(fd, part, mode, sync=False) is not None:
                     made = True
                     if self.changed is not None:
                         self.changed.add(done)
