@@ -71,6 +71,7 @@ ALLOW_SETID = False
 RUN_ENTRIES, RUN_ENTRIES_MAX = 64, 4096
 
 _R = TypeVar("_R")
+_V = TypeVar("_V")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_PREFIX = TEMP_PREFIX.encode()
 # Called with (directory descriptor, name in it, relative path, its lstat) just before an
@@ -367,6 +368,23 @@ def _unlink_if(dfd: int, tmp: str, st: os.stat_result) -> None:
             os.unlink(tmp, dir_fd=dfd)
 
 
+def _take_all(notes: set[str]) -> set[str]:
+    """What ``notes`` holds, no longer held there. One noted meanwhile is either returned
+    or kept for next time, never lost (each is noted after its change is made)."""
+    taken = set(notes)
+    notes.difference_update(taken)
+    return taken
+
+
+def _take_each(notes: dict[str, _V]) -> dict[str, _V]:
+    """`_take_all` of notes with a value. A path noted again before it is taken is not
+    overwritten (its directory is listed instead), so each value popped is the one taken."""
+    taken = dict(notes)
+    for rel in taken:
+        notes.pop(rel, None)
+    return taken
+
+
 def _changes(*arguments: int, replaces: bool = False
              ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Note, when the method returns or raises, the directories whose listing it may have
@@ -477,18 +495,11 @@ class SafeRoot:
         """The directories noted in ``changed`` so far, no longer noted. A change noted
         while this runs is either returned or kept for next time, never lost (each is
         noted after it is made, and taken before the caller looks)."""
-        if self.changed is None:
-            return set()
-        taken = set(self.changed)
-        self.changed.difference_update(taken)
-        return taken
+        return set() if self.changed is None else _take_all(self.changed)
 
     def take_retimed(self) -> dict[str, os.stat_result]:
         """The entries noted in ``retimed`` so far, no longer noted (as `take_changes`)."""
-        taken = dict(self.retimed)
-        for rel in taken:
-            self.retimed.pop(rel, None)
-        return taken
+        return _take_each(self.retimed)
 
     def _note_retimed(self, rel: str, after: os.stat_result) -> None:
         """``rel``'s own mode or time changed in place (``after``, its lstat then). Noted
@@ -503,22 +514,12 @@ class SafeRoot:
 
     def take_replaced(self) -> set[str]:
         """The paths noted in ``replaced`` so far, no longer noted (as `take_changes`)."""
-        taken = set(self.replaced)
-        self.replaced.difference_update(taken)
-        return taken
+        return _take_all(self.replaced)
 
     def take_made(self) -> tuple[set[str], dict[str, Seen], dict[str, Seen]]:
         """The directories noted in ``grown``, the files in ``installed`` and the
-        directories in ``made`` so far, no longer noted (as `take_changes`). A note made
-        again meanwhile (its path written twice) stays for the next time."""
-        grown = set(self.grown)
-        self.grown.difference_update(grown)
-        installed, made = dict(self.installed), dict(self.made)
-        for notes, taken in ((self.installed, installed), (self.made, made)):
-            for rel, seen in taken.items():
-                if notes.get(rel) is seen:
-                    notes.pop(rel, None)
-        return grown, installed, made
+        directories in ``made`` so far, no longer noted (as `take_changes`)."""
+        return _take_all(self.grown), _take_each(self.installed), _take_each(self.made)
 
     def note_installed(self, rel: str, seen: FileStat | None) -> None:
         """A temporary for ``rel`` left its directory: installed there (``seen``: the
