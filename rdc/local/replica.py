@@ -383,9 +383,9 @@ class Replica:
         `refresh_some`), their roots put in place and the tree sealed; None if a file could
         not be read or has no row after (the caller scans in full)."""
         with self.lock, self._reader() as reader:
-            refreshed = refresh_some(self.db, found.files, found.gone, self.fs.open_read,
-                                     moves=moves, reader=reader, open_dir=self.fs.open_dir,
-                                     entries=found.entries)
+            refreshed = refresh_some(self.db, found.files, found.entries, found.gone,
+                                     self.fs.open_read, moves=moves, reader=reader,
+                                     open_dir=self.fs.open_dir)
             rooted = self._rooted([item for item in found.entries if not item[1].root])
         if refreshed.errors or not rooted:
             return None

@@ -317,14 +317,9 @@ class IndexDatabase:
         paths)."""
         return {row.path: row for row in map(self._row, self._by_paths(self._COLUMNS, paths))}
 
-    def stamps_of(self, paths: list[str]) -> dict[str, Stamped]:
-        """The `Stamped` columns of those of ``paths`` that have a row, by path."""
-        make = Stamped._make
-        return {_fsdecode(row[0]): make(row[1:]) for row in self._by_paths(_STAMPED, paths)}
-
     def stamps_and_roots_of(self, paths: list[str]) -> dict[str, tuple[Stamped, bytes]]:
-        """`stamps_of`, each with the row's root (one read of the rows where a rescan
-        needs both)."""
+        """The `Stamped` columns and the root of those of ``paths`` that have a row, by
+        path (one read of the rows where a rescan needs both)."""
         make = Stamped._make
         return {_fsdecode(row[0]): (make(row[1:7]), row[7])
                 for row in self._by_paths(_STAMPED + ", root", paths)}

@@ -239,18 +239,18 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
 
 
 def refresh_some(
-    db: IndexDatabase, files: Mapping[str, FileStat], gone: list[str], opener: Opener,
-    moves: bool = False, reader: Reader | None = None, open_dir: DirOpener | None = None,
-    entries: Sequence[tuple[str, Rooted]] | None = None,
+    db: IndexDatabase, files: Mapping[str, FileStat], entries: Sequence[tuple[str, Rooted]],
+    gone: list[str], opener: Opener, moves: bool = False, reader: Reader | None = None,
+    open_dir: DirOpener | None = None,
 ) -> RefreshStats:
     """Bring the rows of some paths up to date, for a caller that knows what else did not
     change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
     was below them) are not. With ``moves``, a file new at its path whose inode, size and
     time are those of a row that left (under ``gone``) keeps that row, as a full refresh
-    does (renamed, not read again); else a new path is read. ``entries``: the files' paths
-    (each one of ``files``) with their tree entries, into which the root of each file
-    found unchanged is put, read with its row (the caller then looks up only the roots of
-    those read again: reading each row twice was a third of a rescan's index work)."""
+    does (renamed, not read again); else a new path is read. ``entries``: the paths of
+    ``files`` with their tree entries, into which the root of each file found unchanged is
+    put, read with its row (the caller then looks up only the roots of those read again:
+    reading each row twice was a third of a rescan's index work)."""
     stats = RefreshStats(files=len(files))
     started = time.time_ns()
 
@@ -259,7 +259,7 @@ def refresh_some(
 
     left = {row.inode: row for row in db.stamps_under(gone) if not row.racy} if moves else {}
     with db.transaction():
-        changed = _changed(db, files, stats, entries)
+        changed = _changed(db, files, entries, stats)
         if left:
             changed = [rel for rel in changed if not _moved(db, rel, files[rel], left,
                                                             racy, stats)]
@@ -282,30 +282,23 @@ def _moved(db: IndexDatabase, rel: str, st: FileStat, left: dict[int, Stamped],
     return True
 
 
-def _changed(db: IndexDatabase, files: Mapping[str, FileStat], stats: RefreshStats,
-             entries: Sequence[tuple[str, Rooted]] | None = None) -> list[str]:
-    """The paths of ``files`` whose rows no longer describe them (to be read again); a
-    row that does gets the file's current mode (inside the caller's transaction), and its
-    root goes into its entry if ``entries`` are given (`refresh_some`). The rows are read
-    STAMPS_AT_ONCE paths at a time: all of a first copy's 100,000 at once were 40 MB, the
-    server's peak."""
+def _changed(db: IndexDatabase, files: Mapping[str, FileStat],
+             entries: Sequence[tuple[str, Rooted]], stats: RefreshStats) -> list[str]:
+    """The paths of ``entries`` whose rows no longer describe their files (to be read
+    again); a row that does gets the file's current mode (inside the caller's transaction)
+    and gives its root to the entry. The rows are read STAMPS_AT_ONCE paths at a time: all
+    of a first copy's 100,000 at once were 40 MB, the server's peak."""
     changed = []
-    items = entries if entries is not None else [(path, None) for path in files]
-    for at in range(0, len(items), STAMPS_AT_ONCE):
-        some = items[at : at + STAMPS_AT_ONCE]
-        if entries is None:
-            rows = {rel: (row, b"") for rel, row in db.stamps_of([p for p, _ in some]).items()}
-        else:
-            rows = db.stamps_and_roots_of([path for path, _ in some])
+    for at in range(0, len(entries), STAMPS_AT_ONCE):
+        some = entries[at : at + STAMPS_AT_ONCE]
+        rows = db.stamps_and_roots_of([path for path, _ in some])
         for rel, entry in some:
             st, found = files[rel], rows.get(rel)
-            row = found[0] if found is not None else None
-            if row and row.describes(st):
+            if found is not None and found[0].describes(st):
+                row, entry.root = found
                 stats.unchanged += 1
                 if row.mode != st.st_mode:
                     db.touch(row.id, st, False)
-                if entry is not None:
-                    entry.root = found[1]
             else:
                 changed.append(rel)
     return changed
