@@ -63,7 +63,7 @@ def apply_op(replica: Replica, op: m.Op, excludes: Excludes | None = None,
     path = op.path
     if not path and not (op.kind == "meta" and top):
         raise PathError(path=path, reason="the opened directory itself cannot be changed")
-    if op.kind == "mkdir" and (op.expect is None or op.expect.kind in ("", "d")):
+    if _plain_mkdir(op):
         _make_dir(replica, op)
         return
     fs = replica.fs
@@ -192,7 +192,8 @@ def _made_together(replica: Replica, ops: list[m.Op], start: int) -> dict[int, b
 
 
 def _plain_mkdir(op: m.Op) -> bool:
-    """Whether ``op`` is a ``mkdir`` `_make_dir` makes (owner rwx while it is filled)."""
+    """Whether ``op`` is a ``mkdir`` that `_make_dir` makes (nothing, or a directory,
+    expected there), not one that replaces a file or link."""
     return op.kind == "mkdir" and bool(op.path) and (op.expect is None
                                                      or op.expect.kind in ("", "d"))
 
