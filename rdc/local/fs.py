@@ -740,11 +740,11 @@ class SafeRoot:
         """`mkdir` (without ``sync``) of each (rel, mode) of ``dirs`` in order, in runs of
         one native call each (`rdc._native.make_dirs`: from Python, each directory let the
         GIL go and took it back six times, and while other threads were busy, 256 of them
-        took 0.2-0.7 s); True for each made. A directory not made here
-        (something there, a parent missing or not yet opened, no native code) is the
-        caller's to make one by one, which says why. Those after one whose directory does
-        not open are all the caller's: made here first, they could give it a parent that
-        it did not have in its place."""
+        took 0.2-0.7 s); True for each made. A directory not made here (something there, a
+        parent missing or not yet opened, no native code) is the caller's to make one by
+        one, which says why. Those after one whose directory does not open are all the
+        caller's: made here first, they could give it a parent that it did not have in its
+        place."""
         out = [False] * len(dirs)
         if _native.make_dirs is None:
             return out
@@ -1443,13 +1443,11 @@ class TempFile:
         return the file's stat after (``seen``: its `Seen` fields; True where there was no
         memory for them)."""
         self._fd = self._dfd = -1
-        if seen is True:
-            if self._root is not None:
-                self._root.note_installed(self.path, None)
-            raise MemoryError(f"{self.path}: installed, but no memory for its stat")
-        after = Seen(*seen)
+        after = None if seen is True else Seen(*seen)
         if self._root is not None:
             self._root.note_installed(self.path, after)
+        if after is None:
+            raise MemoryError(f"{self.path}: installed, but no memory for its stat")
         return after
 
     def abort(self) -> None:
