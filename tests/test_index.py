@@ -525,9 +525,10 @@ def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
 
 
 def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
-    """Schema 2 drops the trait table (and 3 adds the kept tree's): an index made by schema
-    1 keeps its rows, loses the table, and still answers candidate queries (from the sketch
-    column)."""
+    """Schema 2 drops the trait table (3 adds the kept tree's, 4 swaps the root and inode
+    indexes for one of the roots' first bytes): an index made by schema 1 keeps its rows,
+    loses the table, still answers candidate queries (from the sketch column) and finds
+    its files by root through the new index."""
     from rdc.local.index.db import _migrations, _statements
 
     root = tmp_path / "data"
@@ -541,16 +542,21 @@ def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
     conn = sqlite3.connect(tmp_path / "index.sqlite3", isolation_level=None)
     (_, first), *_ = _migrations()
     for statement in _statements(first):
-        if "CREATE TABLE trait" in statement or "CREATE INDEX trait_file" in statement:
+        if "CREATE TABLE trait" in statement or "CREATE INDEX" in statement:
             conn.execute(statement)
     conn.execute("DROP TABLE sealed")  # (schema 3's)
+    conn.execute("DROP INDEX file_root8")  # (schema 4's)
     conn.execute("PRAGMA user_version=1")
     conn.close()
     db = IndexDatabase(tmp_path / "index.sqlite3")
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     tables = {name for (name,) in db.conn.execute("SELECT name FROM sqlite_master")}
-    assert "trait" not in tables and {"file", "sealed"} <= tables
+    assert "trait" not in tables and {"file", "sealed", "file_root8"} <= tables
+    assert not {"file_root", "file_inode"} & tables
     assert sorted((f.path, f.root) for f in db.files()) == rows
+    for path, root in rows:
+        assert [f.path for f in db.with_root(root)] == [path]
+        assert db.with_roots([root, root[:5]]) == {root: [path], root[:5]: [path]}
     a = next(f for f in db.files() if f.path == "a")
     assert [file_id for file_id, _ in db.candidates(a.sketch, 4, 5, exclude=a.id)] == [
         f.id for f in db.files() if f.path == "b"
@@ -587,7 +593,8 @@ def test_the_seed_threshold_keeps_chance_candidates_rare_as_an_index_grows() -> 
 
 def _byte_runs() -> st.SearchStrategy[bytes]:
     """32-byte roots that share prefixes often, 0xff runs among them (a prefix's end)."""
-    head = st.sampled_from([b"", b"\x00", b"\x7f", b"\x7f\xff", b"\xff" * 15, b"\xff" * 16])
+    head = st.sampled_from([b"", b"\x00", b"\x7f", b"\x7f\xff", b"\xff" * 7, b"\xff" * 8,
+                            b"\x01" * 8 + b"\xff", b"\xff" * 15, b"\xff" * 16])
     return st.tuples(head, st.binary(min_size=32, max_size=32)).map(
         lambda t: (t[0] + t[1])[:32])
 
@@ -595,7 +602,8 @@ def _byte_runs() -> st.SearchStrategy[bytes]:
 @given(st.lists(_byte_runs(), min_size=1, max_size=30, unique=True), st.data())
 def test_roots_are_found_by_their_first_bytes(tmp_path_factory, roots, data) -> None:
     """`with_roots` of a prefix (a batch's offer may name a root by its first 16 bytes)
-    finds exactly the paths whose roots start with it, as of a whole root those with it."""
+    finds exactly the paths whose roots start with it, as of a whole root those with it;
+    prefixes shorter and longer than the index's key (ROOT_KEY bytes) alike."""
     db = IndexDatabase(tmp_path_factory.mktemp("prefixes") / "index.sqlite3")
     try:
         with db.transaction():
@@ -603,9 +611,11 @@ def test_roots_are_found_by_their_first_bytes(tmp_path_factory, roots, data) -> 
                 db.conn.execute(
                     "INSERT INTO file (path, size, mtime_ns, inode, mode, root, sketch, tree,"
                     " racy) VALUES (?, 0, 0, ?, 33188, ?, NULL, x'', 0)", (b"f%d" % i, i, root))
+        cut = st.integers(1, 31)
         asked = data.draw(st.lists(st.one_of(
-            st.sampled_from(roots).map(lambda r: r[:16]), st.sampled_from(roots),
-            _byte_runs().map(lambda r: r[:16])), min_size=1, max_size=10))
+            st.tuples(st.sampled_from(roots), cut).map(lambda t: t[0][: t[1]]),
+            st.sampled_from(roots), st.tuples(_byte_runs(), cut).map(lambda t: t[0][: t[1]])),
+            min_size=1, max_size=10))
         found = db.with_roots(asked)
         for query in asked:
             want = sorted(f"f{i}" for i, root in enumerate(roots) if root.startswith(query))

@@ -27,7 +27,7 @@ from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists, seed_threshold
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Candidate defaults: 4 matching traits of 12 keep chance matches rare among 10,000 files
 # while finding near-duplicates (J >= 0.5); docs/formats.md section 4.
 CANDIDATE_THRESHOLD = 4
@@ -109,6 +109,10 @@ _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors(
 
 
 ROOT_BYTES = 32  # a whole content root
+# Files are found by root through an index of its first ROOT_KEY bytes (schema 4): a query
+# names the index's expression exactly, or SQLite does not use it.
+ROOT_KEY = 8
+_BY_ROOT = "substr(file.root, 1, 8)"
 
 
 def _next_prefix(prefix: bytes) -> bytes:
@@ -360,8 +364,9 @@ class IndexDatabase:
         """Files with this content root, by path; at most ``limit`` (-1: all). Asked once
         per received file, and the empty file's root alone can have hundreds."""
         rows = self.conn.execute(
-            f"SELECT {self._COLUMNS} FROM file WHERE root = ? ORDER BY path LIMIT ?",
-            (root, limit),
+            f"SELECT {self._COLUMNS} FROM file WHERE {_BY_ROOT} = ? AND root = ? "
+            "ORDER BY path LIMIT ?",
+            (root[:ROOT_KEY], root, limit),
         )
         return [self._row(r) for r in rows]
 
@@ -378,7 +383,9 @@ class IndexDatabase:
             chunk = wanted[i : i + 500]
             marks = ",".join("?" * len(chunk))
             for path, root in self.conn.execute(
-                f"SELECT path, root FROM file WHERE root IN ({marks}) ORDER BY path", chunk
+                f"SELECT path, root FROM file WHERE {_BY_ROOT} IN ({marks}) "
+                f"AND root IN ({marks}) ORDER BY path",
+                [root[:ROOT_KEY] for root in chunk] + chunk,
             ):
                 found = out.setdefault(root, [])
                 if limit < 0 or len(found) < limit:
@@ -392,11 +399,16 @@ class IndexDatabase:
         statement."""
         for i in range(0, len(prefixes), 250):
             chunk = prefixes[i : i + 250]
-            ranges = [value for prefix in chunk for value in (prefix, _next_prefix(prefix))]
+            # The index holds the keys' first ROOT_KEY bytes: the range of those, then
+            # the range of whole roots within it.
+            ranges = [value for prefix in chunk
+                      for low, high in [(prefix, _next_prefix(prefix))]
+                      for value in (low, high, low[:ROOT_KEY], high[:ROOT_KEY])]
             rows = self.conn.execute(
-                "WITH wanted(low, high) AS (VALUES "
-                + ",".join(["(?, ?)"] * len(chunk))
-                + ") SELECT wanted.low, file.path FROM wanted JOIN file ON file.root >= "
+                "WITH wanted(low, high, key_low, key_high) AS (VALUES "
+                + ",".join(["(?, ?, ?, ?)"] * len(chunk))
+                + f") SELECT wanted.low, file.path FROM wanted JOIN file ON {_BY_ROOT} "
+                f">= wanted.key_low AND {_BY_ROOT} <= wanted.key_high AND file.root >= "
                 "wanted.low AND file.root < wanted.high ORDER BY file.path", ranges)
             for prefix, path in rows:
                 found = out.setdefault(prefix, [])

@@ -38,11 +38,11 @@ from rdc.records import record
 
 RACY_NS = 2_000_000_000
 # A refresh commits its rows every BATCH_FILES files or BATCH_SECONDS: each commit writes
-# every page its rows dirtied to the WAL, and the root and inode indexes take rows in
-# random order, so a page is written again at each commit that touches it (a cold scan of
-# 100,000 files committing every 256 spent a sixth of its time in COMMIT: 8.5 s -> 7.3 s
-# at 2,048, alternating runs). A killed refresh loses at most this much work; the next
-# one completes it.
+# every page its rows dirtied to the WAL, and the root index takes rows in random order,
+# so a page is written again at each commit that touches it (a cold scan of 100,000 files
+# committing every 256 spent a sixth of its time in COMMIT: 8.5 s -> 7.3 s at 2,048,
+# alternating runs; with schema 4's smaller index, 16,384 was no faster than 2,048). A
+# killed refresh loses at most this much work; the next one completes it.
 BATCH_SECONDS = 2.0
 BATCH_FILES = 2048
 INLINE_BYTES = 256 << 10  # files smaller than this are signed on the refreshing thread
