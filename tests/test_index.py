@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from rdc.content.signature import signature_of_path
 from rdc.local.index import IndexDatabase, refresh
-from rdc.local.index.db import SCHEMA_VERSION
+from rdc.local.index.db import SCHEMA_VERSION, WAL_PAGES
 from rdc.params import DEFAULT_SIGNATURE, GroupParams, SignatureParams
 
 from .conftest import scaled
@@ -621,4 +621,27 @@ def test_roots_are_found_by_their_first_bytes(tmp_path_factory, roots, data) -> 
             want = sorted(f"f{i}" for i, root in enumerate(roots) if root.startswith(query))
             assert sorted(found.get(query, [])) == want
     finally:  # (hypothesis ends some examples inside: their descriptors are not left behind)
+        db.close()
+
+
+def test_the_wal_is_checkpointed_only_when_large(tmp_path) -> None:
+    """Each connection checkpoints at WAL_PAGES, not SQLite's 1,000 (docs/formats.md
+    section 7): a first copy's commits write about a page a row. The WAL holds what was
+    written since, and a second connection reads it."""
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    try:
+        assert db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_PAGES > 1000
+        rows = [(b"f%d" % i, 1, 1, i, 0o100644, os.urandom(32), None, bytes(3000), 0)
+                for i in range(2000)]  # (a large tree each: 6 MB of pages)
+        for at in range(0, len(rows), 100):
+            with db.transaction():
+                db.put_rows(rows[at : at + 100])
+        wal = tmp_path / "index.sqlite3-wal"
+        assert wal.stat().st_size > 1000 * 4096  # past SQLite's own point, not copied back
+        other = IndexDatabase(tmp_path / "index.sqlite3")
+        try:
+            assert other.count() == 2000
+        finally:
+            other.close()
+    finally:
         db.close()

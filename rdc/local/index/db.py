@@ -34,6 +34,10 @@ CANDIDATE_THRESHOLD = 4
 CANDIDATE_LIMIT = 5
 # Seconds to wait for another connection's write lock before giving up with an error.
 BUSY_TIMEOUT = 30.0
+# The WAL is copied back into the database (a checkpoint, with two fsyncs) once it holds
+# this many pages, not SQLite's 1,000: the root index takes rows in random order, so a
+# commit writes about a page a row (docs/formats.md section 7).
+WAL_PAGES = 8192
 
 
 def params_tag(params: SignatureParams) -> str:
@@ -225,6 +229,7 @@ class IndexDatabase:
             if faults.INDEX_PAGES:  # a test's full state directory
                 conn.execute(f"PRAGMA max_page_count={faults.INDEX_PAGES:d}")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES:d}")
             conn.execute("PRAGMA foreign_keys=ON")
             # Another process (or thread) may be creating this index right now: the version
             # is read, and the schema made, inside one write transaction.
