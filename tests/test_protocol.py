@@ -251,6 +251,30 @@ def thirty_directories(root, files: int, seed: int) -> None:
                   OLD + rng.randrange(10**15))
 
 
+async def test_a_first_copy_sets_its_directories_times_before_the_metadata_walk(
+        tmp_path, monkeypatch) -> None:
+    """A push into an empty directory (streamed) of 31 directories among 1,231 entries
+    sets their times while it scans its tree, then asks the metadata walk's first
+    question: asked once, its answer shows those times. (Asked before them, the answer was
+    dropped and the question asked again: a second rescan and listing on the server.)"""
+    src = tmp_path / "src"
+    thirty_directories(src / "top", 40, seed=10)
+    pair = Pair(tmp_path)
+    asked: list[str] = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, *args):
+        asked.append(path)
+        return real(tree, path, *args)
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    stats = await pair.run("push", src)
+    assert stats.in_step and stats.files_transferred == 1200
+    assert tree_state(pair.share) == tree_state(src)  # directory times too
+    assert asked == [""], asked
+    pair.close()
+
+
 @pytest.mark.parametrize("source_dir", ["kept", "moved"])
 async def test_a_pull_puts_back_the_times_of_the_directories_it_wrote_in(
         tmp_path, monkeypatch, source_dir) -> None:
@@ -653,11 +677,12 @@ async def test_a_push_sets_the_directories_it_wrote_in_before_the_metadata_walk(
 @pytest.mark.parametrize("nested", [True, False])
 async def test_a_first_copy_asks_the_servers_metadata_while_it_seals_its_own_tree(
         tmp_path, monkeypatch, nested: bool) -> None:
-    """After streaming a first copy, the client asks the top's metadata before it scans
+    """After streaming a first copy, the client asks the top's metadata while it scans
     its tree for the hashes (the server rescans meanwhile), and the walk takes that answer
-    rather than asking again; where the directories are few enough to be set by ops first
-    (not ``nested``), the answer came before those ops, and the walk asks again. The push
-    ends in step either way."""
+    rather than asking again. Where the directories are few enough to be set by ops first
+    (not ``nested``), those ops go first, beside the scan, and the question after them,
+    so that its answer shows them; else the question goes before the scan. The push ends
+    in step either way."""
     import time
 
     from rdc.local.replica import Replica
@@ -683,6 +708,8 @@ async def test_a_first_copy_asks_the_servers_metadata_while_it_seals_its_own_tre
     def recording_start(self, message):
         if isinstance(message, m.MetaList):
             events.append(f"mlist {message.paths}")
+        if isinstance(message, m.Ops) and all(op.kind == "meta" for op in message.ops):
+            events.append("meta ops")
         return start(self, message)
 
     monkeypatch.setattr(Replica, "scan", slow_scan)
@@ -691,5 +718,9 @@ async def test_a_first_copy_asks_the_servers_metadata_while_it_seals_its_own_tre
     stats = await pair.run("push", src)
     assert stats.in_step and stats.files_transferred == 30
     assert tree_state(pair.share) == tree_state(src)
-    assert events.count("mlist ['']") == (1 if nested else 2)
-    assert events.index("mlist ['']") < events.index("local scan")
+    assert events.count("mlist ['']") == 1
+    if nested:
+        assert events.index("mlist ['']") < events.index("local scan")
+        assert "meta ops" not in events
+    else:
+        assert events.index("meta ops") < events.index("mlist ['']")

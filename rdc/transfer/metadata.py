@@ -94,6 +94,28 @@ def kept_dirs(changes: Changes, kept: set[str], tree: Entry) -> set[str]:
     return replaced - _written_in(changes, others)
 
 
+def first_ops(tree: Entry, changes: Changes | None, kept: set[str] | None,
+              entries: int) -> list[m.Op]:
+    """A push's ops that set the directories ``changes`` wrote in (`touched`) to their
+    modes and times in ``tree``, where they are few among the tree's ``entries``
+    (TOUCHED_SHARE); none for those whose times the server kept (`kept_dirs` of the files
+    in ``kept``)."""
+    dirs = touched(changes) if changes is not None else []
+    if not _few(dirs, entries):
+        return []
+    settled = kept_dirs(changes, kept, tree) if changes is not None and kept else set()
+    ops = []
+    for path in dirs:
+        entry = lookup(tree, path)
+        if entry is not None and entry.kind == "d" and path not in settled:
+            ops.append(m.Op("meta", path, mode=entry.mode, mtime_ns=entry.mtime_ns))
+    return ops
+
+
+def _few(dirs: list[str], entries: int) -> bool:
+    return bool(dirs) and len(dirs) * TOUCHED_SHARE <= entries
+
+
 @record
 class Single:
     """One entry whose mode or time differs, in a directory whose content differs."""
@@ -186,27 +208,23 @@ def what(mode: bool, time: bool) -> str:
 
 
 async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.Op],
-                        hb: int, changes: Changes | None = None, kept: set[str] | None = None
+                        hb: int, changes: Changes | None = None, kept: set[str] | None = None,
+                        sent: tuple[list[m.Op], list[m.Failure | None]] | None = None,
                         ) -> tuple[list[m.Op], list[m.Failure | None]]:
     """Bring the target's modes and times (the server's in a push, else this side's) to
     the source's. ``last`` ops go after all others (the opened directory's own time, which
     the others may move); ``hb``: as for `walk`; ``changes``: what the content phase
-    wrote, whose directories (`touched`) a push sets first where they are few, but for
-    those whose times the server kept (`kept_dirs` of the files in ``kept``). Returns the
+    wrote, whose directories (`touched`) a push sets first where they are few
+    (`first_ops`), unless ``sent`` has those ops and their results already. Returns the
     per-entry ops and their results."""
-    first: list[m.Op] = []
-    dirs = touched(changes) if changes is not None else []
-    few = bool(dirs) and len(dirs) * TOUCHED_SHARE <= local.tree.count
-    if few and push:
-        settled = (kept_dirs(changes, kept, local.tree) if changes is not None and kept
-                   else set())
-        for path in dirs:
-            entry = lookup(local.tree, path)
-            if entry is not None and entry.kind == "d" and path not in settled:
-                first.append(m.Op("meta", path, mode=entry.mode, mtime_ns=entry.mtime_ns))
-    if first:
-        remote.drop_early()  # (asked before these ops: its answer would not show them)
-    done = await remote.apply(first) if first else []
+    few = _few(touched(changes) if changes is not None else [], local.tree.count)
+    if sent is not None:
+        first, done = sent
+    else:
+        first = first_ops(local.tree, changes, kept, local.tree.count) if push else []
+        if first:
+            remote.drop_early()  # (asked before these ops: its answer would not show them)
+        done = await remote.apply(first) if first else []
     # A pull that wrote in few directories walks down to them level by level: the whole
     # vectors of every subtree above one would be most of its bytes. (A push has set them
     # first; where every entry's time differs, level by level would cost ten times the
