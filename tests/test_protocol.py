@@ -251,6 +251,19 @@ def thirty_directories(root, files: int, seed: int) -> None:
                   OLD + rng.randrange(10**15))
 
 
+def mlists_asked(monkeypatch) -> list[str]:
+    """The paths the server is asked ``mlist`` of, in order, from now on."""
+    asked: list[str] = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, *args):
+        asked.append(path)
+        return real(tree, path, *args)
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    return asked
+
+
 async def test_a_first_copy_sets_its_directories_times_before_the_metadata_walk(
         tmp_path, monkeypatch) -> None:
     """A push into an empty directory (streamed) of 31 directories among 1,231 entries
@@ -260,14 +273,7 @@ async def test_a_first_copy_sets_its_directories_times_before_the_metadata_walk(
     src = tmp_path / "src"
     thirty_directories(src / "top", 40, seed=10)
     pair = Pair(tmp_path)
-    asked: list[str] = []
-    real = serving.mlisting
-
-    def mlisting(tree, path, *args):
-        asked.append(path)
-        return real(tree, path, *args)
-
-    monkeypatch.setattr(serving, "mlisting", mlisting)
+    asked = mlists_asked(monkeypatch)
     stats = await pair.run("push", src)
     assert stats.in_step and stats.files_transferred == 1200
     assert tree_state(pair.share) == tree_state(src)  # directory times too
@@ -294,14 +300,7 @@ async def test_a_pull_puts_back_the_times_of_the_directories_it_wrote_in(
     if source_dir == "moved":
         write(pair.share / "top" / "d11" / "new.txt", b"new\n", OLD)
         os.utime(pair.share / "top" / "d11", ns=(OLD + 7, OLD + 7))
-    asked: list[str] = []
-    real = serving.mlisting
-
-    def mlisting(tree, path, *args):
-        asked.append(path)
-        return real(tree, path, *args)
-
-    monkeypatch.setattr(serving, "mlisting", mlisting)
+    asked = mlists_asked(monkeypatch)
     stats = await pair.run("pull", dst)
     assert stats.in_step and stats.files_transferred == (3 if source_dir == "kept" else 4)
     assert tree_state(dst) == tree_state(pair.share)  # directory times too
