@@ -20,7 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rdc.content.signature import signature_of_path
-from rdc.local.index import IndexDatabase, refresh
+from rdc.local.index import IndexDatabase, refresh, row_of
 from rdc.local.index.db import SCHEMA_VERSION, WAL_PAGES
 from rdc.params import DEFAULT_SIGNATURE, GroupParams, SignatureParams
 
@@ -503,8 +503,8 @@ def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
     first, last = signature_of_bytes(files["d2/f5"]), signature_of_bytes(b"later" * 700)
     other = signature_of_bytes(files["d0/f3"][::-1])
     with db.transaction():
-        db.put_many([("d2/f5", st, first, False), ("d0/f3", st, other, False),
-                     ("d2/f5", st, last, True)])
+        db.put_rows([row_of("d2/f5", st, first, False), row_of("d0/f3", st, other, False),
+                     row_of("d2/f5", st, last, True)])
     assert db.get("d2/f5").root == last.root and db.get("d2/f5").racy
     assert db.get("d0/f3").root == other.root
     agree()

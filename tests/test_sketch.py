@@ -16,7 +16,7 @@ from rdc.content.sketch import (
     sketch_of,
     trait_match_probability,
 )
-from rdc.local.index import IndexDatabase
+from rdc.local.index import IndexDatabase, row_of
 
 from .conftest import scaled
 
@@ -95,7 +95,7 @@ class FakeStat:
 
 def add(db: IndexDatabase, path: str, sketch: bytes, inode: int) -> None:
     empty = signature_of_bytes(b"")
-    db.put_many([(path, FakeStat(inode), FileSignature(empty.tree, sketch), False)])
+    db.put_rows([row_of(path, FakeStat(inode), FileSignature(empty.tree, sketch), False)])
 
 
 def random_sketch(rng: random.Random) -> bytes:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from rdc.content.signature import FileSignature
 from rdc.local.fs import Expect, SafeRoot, TempFile, sync_all
@@ -32,15 +33,69 @@ class _Target(Protocol):
     def record_many(self, files: list[tuple[str, os.stat_result, FileSignature]]) -> None: ...
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+@dataclass
+class _Slot:
+    value: Any
+    done: bool = False
+    result: Any = None
+
+
+class Gathered(Generic[_T, _R]):
+    """Work handed in by many threads one item at a time, done for all waiting at once:
+    the first thread to find no flush under way flushes everything waiting while the
+    others wait for their results; whoever arrives meanwhile is in the next flush.
+    ``flush`` takes the items in the order they came and gives each its result, or the
+    error to raise in its thread; an error of its own is every item's."""
+
+    def __init__(self, flush: Callable[[list[_T]], list[_R | BaseException]]) -> None:
+        self._flush = flush
+        self._cond = threading.Condition()
+        self._waiting: list[_Slot] = []
+        self._flushing = False
+
+    def join(self, value: _T) -> _R:
+        """``value``'s result, once a flush that held it is done (or its error raised)."""
+        slot = _Slot(value)
+        with self._cond:
+            self._waiting.append(slot)
+            while not slot.done:
+                if self._flushing:
+                    self._cond.wait()
+                    continue
+                group, self._waiting = self._waiting, []
+                self._flushing = True
+                self._cond.release()
+                try:
+                    self._run(group)
+                finally:
+                    self._cond.acquire()
+                    self._flushing = False
+                    self._cond.notify_all()
+        if isinstance(slot.result, BaseException):
+            raise slot.result
+        return slot.result
+
+    def _run(self, group: list[_Slot]) -> None:
+        try:
+            results: list[Any] = self._flush([slot.value for slot in group])
+            if len(results) != len(group):
+                raise AssertionError(f"{len(results)} results for {len(group)} items")
+        except BaseException as exc:
+            results = [exc] * len(group)
+        for slot, result in zip(group, results, strict=True):
+            slot.result, slot.done = result, True
+
+
 @dataclass
 class _Item:
     temp: TempFile
     path: str
     expect: Expect | None
     signature: FileSignature
-    done: bool = False
-    stat: os.stat_result | None = None
-    error: BaseException | None = None
 
 
 class GroupCommit:
@@ -48,9 +103,7 @@ class GroupCommit:
 
     def __init__(self, target: _Target) -> None:
         self.target = target
-        self._cond = threading.Condition()
-        self._waiting: list[_Item] = []
-        self._flushing = False
+        self._group: Gathered[_Item, os.stat_result] = Gathered(self._flush)
 
     def commit(
         self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None,
@@ -60,47 +113,24 @@ class GroupCommit:
         rename it over ``path`` if ``expect`` still holds there, and record ``signature``
         for it; its final stat, or the error of its own install (ConflictError, OSError)."""
         temp.prepare(mode, mtime_ns)
-        item = _Item(temp, path, expect, signature)
-        with self._cond:
-            self._waiting.append(item)
-            while not item.done:
-                if self._flushing:
-                    self._cond.wait()
-                    continue
-                group, self._waiting = self._waiting, []
-                self._flushing = True
-                self._cond.release()
-                try:
-                    self._flush(group)
-                finally:
-                    self._cond.acquire()
-                    self._flushing = False
-                    self._cond.notify_all()
-        if item.error is not None:
-            raise item.error
-        assert item.stat is not None
-        return item.stat
+        return self._group.join(_Item(temp, path, expect, signature))
 
-    def _flush(self, group: list[_Item]) -> None:
-        try:
-            sync_all(self.target.fs, [item.temp for item in group])
-        except BaseException as exc:  # nothing installed: each fails, its old file stays
-            for item in group:
-                item.error, item.done = exc, True
-            return
+    def _flush(self, group: list[_Item]) -> list[os.stat_result | BaseException]:
+        # (an error of sync_all: nothing installed, each fails, its old file stays)
+        sync_all(self.target.fs, [item.temp for item in group])
+        out: list[os.stat_result | BaseException] = []
         recorded = []
         for item in group:
             try:
-                item.stat = self.target.install(item.temp, item.path, item.expect)
-                recorded.append((item.path, item.stat, item.signature))
+                st = self.target.install(item.temp, item.path, item.expect)
+                recorded.append((item.path, st, item.signature))
+                out.append(st)
             except BaseException as exc:
-                item.error = exc
+                out.append(exc)
         try:
             self.target.record_many(recorded)
         except BaseException as exc:  # installed, but the index does not know: it reads
-            for item in group:  # them again at the next scan; say so to each
-                if item.error is None:
-                    item.error = exc
-        finally:
-            for item in group:
-                item.done = True
+            # them again at the next scan; say so to each
+            out = [exc if not isinstance(result, BaseException) else result
+                   for result in out]
+        return out

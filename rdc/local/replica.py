@@ -29,7 +29,7 @@ from rdc.content.signature import (
 )
 from rdc.content.tree import Tree, TreeFormatError, unpack_tree
 from rdc.local import sealed
-from rdc.local.commits import GroupCommit
+from rdc.local.commits import Gathered, GroupCommit
 from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
 from rdc.local.fs import (
     SYNCFS_FROM,
@@ -48,8 +48,10 @@ from rdc.local.index import (
     Progress,
     Reader,
     RefreshStats,
+    Row,
     refresh,
     refresh_some,
+    row_of,
 )
 from rdc.local.marker import MARKER
 from rdc.local.paths import TEMP_PREFIX, PathError, parent
@@ -152,6 +154,7 @@ class Replica:
         self.fs.changed = set()  # what `rescan` lists again
         self.fs.replaced = set()
         self._commits = GroupCommit(self)
+        self._rows: Gathered[list[Row], None] = Gathered(self._put_rows)  # (`_store`)
         self._records = _Later(self._store)  # for the end of `recording_together`
         self._changes = _Later(self._store_changes)  # for the end of `changing_together`
         self._kept: bytes | None = None  # the fingerprint of the tree kept in the index
@@ -702,13 +705,21 @@ class Replica:
 
     def _store(self, files: list[tuple[str, FileStat, FileSignature, bool | None]]
                ) -> None:
+        """Store rows, in one transaction with those other threads store meanwhile: a
+        first copy's batch writers each stored their rows in a transaction of their own,
+        queued on the lock for each other's commits, and each commit wrote a page of the
+        root index for nearly every row. The rows are made before, outside the lock."""
         if not files:
             return
         now = time.time_ns()
-        rows = [(path, st, signature, mtime_ns(st) >= now - RACY_NS if racy is None else racy)
-                for path, st, signature, racy in files]
+        self._rows.join([
+            row_of(path, st, signature, mtime_ns(st) >= now - RACY_NS if racy is None else racy)
+            for path, st, signature, racy in files])
+
+    def _put_rows(self, groups: list[list[Row]]) -> list[None]:
         with self.lock, self.db.transaction():
-            self.db.put_many(rows)
+            self.db.put_rows([row for rows in groups for row in rows])
+        return [None] * len(groups)
 
     def commit(
         self, temp: TempFile, path: str, mode: int, mtime_ns: int, expect: Expect | None

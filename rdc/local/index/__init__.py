@@ -5,7 +5,9 @@ from rdc.local.index.db import (
     CANDIDATE_THRESHOLD,
     IndexDatabase,
     IndexedFile,
+    Row,
     default_location,
+    row_of,
 )
 from rdc.local.index.update import (
     Progress,
@@ -24,8 +26,10 @@ __all__ = [
     "Progress",
     "Reader",
     "RefreshStats",
+    "Row",
     "default_location",
     "refresh",
     "refresh_some",
+    "row_of",
     "walk_files",
 ]

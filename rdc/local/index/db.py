@@ -548,11 +548,6 @@ class IndexDatabase:
 
     # ------------------------------------------------------------ writes (in a transaction)
 
-    def put_many(self, files: Sequence[tuple[str, os.stat_result, FileSignature, bool]]
-                 ) -> None:
-        """Record each (path, stat, signature, racy): `put_rows` of their rows."""
-        self.put_rows([row_of(path, st, signature, racy) for path, st, signature, racy in files])
-
     def put_rows(self, rows: Sequence[Row]) -> None:
         """A row for each file, a few statements for them all (two statements a file were a
         tenth of a first copy's index work); of a path given twice, the last. A path's old
