@@ -17,24 +17,19 @@ from rdc.local.replica import Replica
 OLD = 1_600_000_000 * 10**9
 
 
-def _commit_all(replica: Replica, names: list[str], expects: dict[str, Expect] | None = None
-                ) -> dict[str, object]:
-    """Commit one file per name, each from its own thread, all at once."""
+def _at_once(names: list[str], prepare, call) -> dict[str, object]:
+    """For each name, on its own thread: ``prepare(name)``, then, once every thread is
+    ready, ``call(name, prepared)``; what each call returned or raised."""
     outcomes: dict[str, object] = {}
     start = threading.Barrier(len(names))
 
     def one(name: str) -> None:
-        data = name.encode() * 100
-        temp = replica.fs.create_temp(name)
-        temp.write(data)
+        prepared = prepare(name)
         start.wait()
         try:
-            outcomes[name] = replica.commit_received(
-                temp, name, 0o640, OLD, (expects or {}).get(name), signature_of_bytes(data))
+            outcomes[name] = call(name, prepared)
         except Exception as exc:
             outcomes[name] = exc
-        finally:
-            temp.abort()
 
     threads = [threading.Thread(target=one, args=(name,)) for name in names]
     for thread in threads:
@@ -42,6 +37,25 @@ def _commit_all(replica: Replica, names: list[str], expects: dict[str, Expect] |
     for thread in threads:
         thread.join(30)
     return outcomes
+
+
+def _commit_all(replica: Replica, names: list[str], expects: dict[str, Expect] | None = None
+                ) -> dict[str, object]:
+    """Commit one file per name, each from its own thread, all at once."""
+
+    def prepare(name: str):
+        temp = replica.fs.create_temp(name)
+        temp.write(name.encode() * 100)
+        return temp
+
+    def call(name: str, temp):
+        try:
+            return replica.commit_received(temp, name, 0o640, OLD, (expects or {}).get(name),
+                                           signature_of_bytes(name.encode() * 100))
+        finally:
+            temp.abort()
+
+    return _at_once(names, prepare, call)
 
 
 def test_concurrent_commits_share_their_syncs(tmp_path, monkeypatch) -> None:
@@ -108,24 +122,20 @@ def test_a_failed_sync_installs_nothing(tmp_path, monkeypatch) -> None:
 def _record_all(replica: Replica, names: list[str]) -> dict[str, object]:
     """`Replica.record_many` of one file per name (its own content), each from its own
     thread, all at once; what each call returned (None) or raised."""
-    outcomes: dict[str, object] = {}
-    start = threading.Barrier(len(names))
+    return _at_once(
+        names, lambda name: os.lstat(replica.root + "/" + name),
+        lambda name, st: replica.record_many(
+            [(name, st, signature_of_bytes(name.encode() * 100))]))
 
-    def one(name: str) -> None:
-        st = os.lstat(replica.root + "/" + name)
-        start.wait()
-        try:
-            outcomes[name] = replica.record_many(
-                [(name, st, signature_of_bytes(name.encode() * 100))])
-        except Exception as exc:
-            outcomes[name] = exc
 
-    threads = [threading.Thread(target=one, args=(name,)) for name in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return outcomes
+def _files_indexed_later(tmp_path, count: int) -> tuple[Replica, list[str]]:
+    """A replica of ``count`` files f0, f1, ..., not yet in its index."""
+    root = tmp_path / "root"
+    root.mkdir()
+    names = [f"f{i}" for i in range(count)]
+    for name in names:
+        (root / name).write_bytes(name.encode() * 100)
+    return Replica(str(root), tmp_path / "index.sqlite3"), names
 
 
 def test_rows_stored_from_many_threads_at_once_share_transactions(tmp_path,
@@ -133,12 +143,7 @@ def test_rows_stored_from_many_threads_at_once_share_transactions(tmp_path,
     """Threads that store index rows while another's transaction runs wait for it, then
     store theirs in one transaction together; each returns once its rows are committed
     (another connection sees them)."""
-    root = tmp_path / "root"
-    root.mkdir()
-    names = [f"f{i}" for i in range(16)]
-    for name in names:
-        (root / name).write_bytes(name.encode() * 100)
-    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica, names = _files_indexed_later(tmp_path, 16)
     transactions: list[int] = []
     real = replica.db.put_rows
 
@@ -164,12 +169,7 @@ def test_a_failed_transaction_fails_every_thread_whose_rows_it_held(tmp_path,
                                                                    monkeypatch) -> None:
     """A full disk in a shared transaction is raised in each thread whose rows were in it,
     and none of them is stored."""
-    root = tmp_path / "root"
-    root.mkdir()
-    names = [f"f{i}" for i in range(8)]
-    for name in names:
-        (root / name).write_bytes(name.encode() * 100)
-    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    replica, names = _files_indexed_later(tmp_path, 8)
     real = replica.db.put_rows
     calls: list[int] = []
 
