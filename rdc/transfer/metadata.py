@@ -217,7 +217,6 @@ async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.O
     wrote, whose directories (`touched`) a push sets first where they are few
     (`first_ops`), unless ``sent`` has those ops and their results already. Returns the
     per-entry ops and their results."""
-    few = _few(touched(changes) if changes is not None else [], local.tree.count)
     if sent is not None:
         first, done = sent
     else:
@@ -225,12 +224,14 @@ async def bring_in_step(local: Local, remote: Remote, push: bool, last: list[m.O
         if first:
             remote.drop_early()  # (asked before these ops: its answer would not show them)
         done = await remote.apply(first) if first else []
+    few = not push and _few(touched(changes) if changes is not None else [],
+                            local.tree.count)
     # A pull that wrote in few directories walks down to them level by level: the whole
     # vectors of every subtree above one would be most of its bytes. (A push has set them
     # first; where every entry's time differs, level by level would cost ten times the
     # whole vectors' plain bytes.)
     vectors, singles = await walk(remote, local.tree, their_vectors=not push, hb=hb,
-                                  levels=few and not push)
+                                  levels=few)
     if push:
         updates = []
         for item, directory in vectors:
