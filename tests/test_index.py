@@ -645,3 +645,29 @@ def test_the_wal_is_checkpointed_only_when_large(tmp_path) -> None:
             other.close()
     finally:
         db.close()
+
+
+def test_files_are_found_by_root_through_the_index(tmp_path) -> None:
+    """Each look-up by root (whole, many, by prefix) searches the index of the roots' first
+    bytes: a query that names the root any other way than the index's expression is a
+    scan of every row, which no result would show."""
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    try:
+        roots = [os.urandom(32) for _ in range(20)]
+        with db.transaction():
+            db.put_rows([(b"f%d" % i, 1, 1, i, 0o100644, root, None, b"", 0)
+                         for i, root in enumerate(roots)])
+        statements: list[str] = []
+        db.conn.set_trace_callback(statements.append)
+        assert [f.path for f in db.with_root(roots[3])] == ["f3"]
+        assert db.with_roots([roots[4], roots[5][:16], roots[6][:5]]) == {
+            roots[4]: ["f4"], roots[5][:16]: ["f5"], roots[6][:5]: ["f6"]}
+        db.conn.set_trace_callback(None)
+        asked = [s for s in statements if "root" in s and s.lstrip().startswith(("SELECT",
+                                                                                "WITH"))]
+        assert len(asked) == 3, statements
+        for statement in asked:
+            plan = " ".join(row[3] for row in db.conn.execute("EXPLAIN QUERY PLAN " + statement))
+            assert "USING INDEX file_root8" in plan, (statement, plan)
+    finally:
+        db.close()

@@ -116,7 +116,7 @@ ROOT_BYTES = 32  # a whole content root
 # Files are found by root through an index of its first ROOT_KEY bytes (schema 4): a query
 # names the index's expression exactly, or SQLite does not use it.
 ROOT_KEY = 8
-_BY_ROOT = "substr(file.root, 1, 8)"
+_BY_ROOT = f"substr(file.root, 1, {ROOT_KEY})"  # (as sql/0004.sql makes it)
 
 
 def _next_prefix(prefix: bytes) -> bytes:
@@ -330,7 +330,7 @@ class IndexDatabase:
         """The `Stamped` columns and the root of those of ``paths`` that have a row, by
         path (one read of the rows where a rescan needs both)."""
         make = Stamped._make
-        return {_fsdecode(row[0]): (make(row[1:7]), row[7])
+        return {_fsdecode(row[0]): (make(row[1:-1]), row[-1])
                 for row in self._by_paths(_STAMPED + ", root", paths)}
 
     def stamps_under(self, paths: list[str]) -> list[Stamped]:
