@@ -4,6 +4,7 @@ corruption are handled."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import signal
@@ -180,6 +181,55 @@ def test_index_of_other_parameters_is_rebuilt(tmp_path) -> None:
     db.close()
 
 
+def _writers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("index-writer")]
+
+
+def test_a_refresh_signs_on_while_its_rows_are_stored(tmp_path, monkeypatch) -> None:
+    """A refresh's rows go in on a thread of their own: while a transaction of them is
+    stored (held here until the refresh has recorded a file past it), the refreshing
+    thread goes on; every row is in the index when it returns."""
+    import rdc.local.index.update as update
+
+    root = tmp_path / "data"
+    make_tree(root, count=24, size=2_000)
+    monkeypatch.setattr(update, "BATCH_FILES", 4)
+    past_it = threading.Event()
+    store = IndexDatabase.put_rows
+
+    def held(self, rows) -> None:
+        if not past_it.is_set():
+            assert past_it.wait(10), "the refresh waited for its first rows to be stored"
+        store(self, rows)
+
+    def progress(event) -> None:
+        if event.files_done > 4:
+            past_it.set()
+
+    monkeypatch.setattr(IndexDatabase, "put_rows", held)
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    stats = refresh(db, str(root), workers=1, progress=progress)
+    assert stats.signed == 24 and contents(db) == expected(root)
+    assert not _writers()
+    db.close()
+
+
+def test_a_refresh_fails_with_the_error_that_stored_its_rows(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "data"
+    make_tree(root, count=12, size=2_000)
+
+    def failing(self, rows) -> None:
+        raise OSError(errno.EIO, "the disk failed")
+
+    monkeypatch.setattr("rdc.local.index.update.BATCH_FILES", 4)
+    monkeypatch.setattr(IndexDatabase, "put_rows", failing)
+    db = IndexDatabase(tmp_path / "index.sqlite3")
+    with pytest.raises(OSError, match="the disk failed"):
+        refresh(db, str(root), workers=1)
+    assert db.count() == 0 and not _writers()
+    db.close()
+
+
 def test_killed_refresh_is_completed_by_the_next(tmp_path) -> None:
     root = tmp_path / "data"
     make_tree(root, count=120, size=scaled(400_000, 40_000), seed=3)
@@ -302,8 +352,8 @@ def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monke
         return open(root / rel, "rb")
 
     bulk_calls: list[int] = []
-    many = module.packed_signatures_of_files
-    monkeypatch.setattr(module, "packed_signatures_of_files",
+    many = module.index_rows_of_files
+    monkeypatch.setattr(module, "index_rows_of_files",
                         lambda files, *a: bulk_calls.append(len(files)) or many(files, *a))
     results = []
     for directories in (open_dir, None):
@@ -322,8 +372,9 @@ def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monke
 
 def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
                                                                       monkeypatch) -> None:
-    """A file whose fstat after the native read differs from the one before (written to
-    meanwhile) gets a racy row, read again by the next refresh."""
+    """A file the native read finds racy (its fstat after the read differs from the one
+    before: written to meanwhile, `test_sign_native`) gets a racy row, read again by the
+    next refresh."""
     import rdc.local.index.update as module
     from rdc import _native
 
@@ -332,14 +383,13 @@ def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
     monkeypatch.setattr(_native, "sign_files", _sign.sign_files)
     root = tmp_path / "data"
     make_tree(root, count=6, size=3000)
-    many = module.packed_signatures_of_files
+    many = module.index_rows_of_files
 
     def moved_under_the_read(files, *args):
         out = many(files, *args)
-        before, signature, after = out[0]
-        return [(before, signature, (*after[:2], after[2] + 1, after[3])), *out[1:]]
+        return [(*out[0][:-1], 1), *out[1:]]
 
-    monkeypatch.setattr(module, "packed_signatures_of_files", moved_under_the_read)
+    monkeypatch.setattr(module, "index_rows_of_files", moved_under_the_read)
     db = IndexDatabase(tmp_path / "index.sqlite3")
 
     def open_dir(rel: str) -> int:
@@ -347,7 +397,7 @@ def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
 
     refresh(db, str(root), open_dir=open_dir)
     assert sum(f.racy for f in db.files()) == 1
-    monkeypatch.setattr(module, "packed_signatures_of_files", many)
+    monkeypatch.setattr(module, "index_rows_of_files", many)
     assert refresh(db, str(root), open_dir=open_dir).signed == 1  # that one, read again
     assert not any(f.racy for f in db.files()) and contents(db) == expected(root)
     db.close()

@@ -13,7 +13,7 @@ OLD = 1_600_000_000 * 10**9
 
 def _count_reads(monkeypatch) -> list[object]:
     """Each file an index refresh reads and signs from now on: streamed, small and read
-    whole, or one of many read natively (`packed_signatures_of_files`)."""
+    whole, or one of many read natively (`index_rows_of_files`)."""
     import rdc.local.index.update as update
 
     read: list[object] = []
@@ -21,14 +21,14 @@ def _count_reads(monkeypatch) -> list[object]:
         real = getattr(update, name)
         monkeypatch.setattr(update, name,
                             lambda f, *a, real=real, **k: read.append(f) or real(f, *a, **k))
-    many = update.packed_signatures_of_files
+    many = update.index_rows_of_files
 
     def counted(files, *args, **kwargs):
         out = many(files, *args, **kwargs)
         read.extend(file for file, one in zip(files, out, strict=True) if one is not None)
         return out
 
-    monkeypatch.setattr(update, "packed_signatures_of_files", counted)
+    monkeypatch.setattr(update, "index_rows_of_files", counted)
     return read
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -128,9 +129,11 @@ def test_a_small_file_is_read_whole_and_signed_in_one_call(tmp_path, monkeypatch
     assert calls == [] and grown == step_by_step(path.read_bytes(), DEFAULT_SIGNATURE)
 
 
-def packed(signed: signature.FileSignature) -> tuple[bytes, bytes, bytes | None]:
-    """A signature as `packed_signatures_of_files` gives it."""
-    return signed.root, pack_tree(signed.tree), signed.sketch
+def row(path: bytes, full, signed: signature.FileSignature, racy: int) -> tuple:
+    """The index row `index_rows_of_files` gives of the file at ``full``, named ``path``."""
+    st = os.lstat(full)
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, signed.root, signed.sketch,
+            pack_tree(signed.tree), racy)
 
 
 def _fields(path) -> tuple[int, int, int, int]:
@@ -139,14 +142,17 @@ def _fields(path) -> tuple[int, int, int, int]:
 
 
 @given(sizes=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40_000)), max_size=12),
-       kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1))
+       kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1),
+       racy=st.sampled_from(["none", "all", "some"]))
 @settings(max_examples=25, deadline=None)
 def test_many_small_files_read_and_signed_at_once_are_signed_as_one_at_a_time(
-    sizes: list[tuple[int, int]], kind: str, seed: int,
+    sizes: list[tuple[int, int]], kind: str, seed: int, racy: str,
 ) -> None:
     """`sign_files` over files in several directories (one descriptor each, a name given
-    twice too): each result is that file's signature and its stat fields; with ``keep``
-    (`signatures_and_contents_of_files`), its signature unpacked and the bytes read."""
+    twice too): each result is that file's index row (its path as given, the name read its
+    last component; racy from the given time on); with ``keep``
+    (`signatures_and_contents_of_files`), its stat fields, its signature unpacked and the
+    bytes read."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as top:
         fds = []
@@ -161,26 +167,70 @@ def test_many_small_files_read_and_signed_at_once_are_signed_as_one_at_a_time(
                 with open(os.path.join(top, f"d{d}", name), "wb") as out:
                     out.write(data)
                 files.append((d, name))
+            times = []
             for d, name in files:
                 with open(os.path.join(top, f"d{d}", name), "rb") as f:
                     contents.append(f.read())
+                times.append(os.lstat(os.path.join(top, f"d{d}", name)).st_mtime_ns)
+            racy_from = {"none": 2**63 - 1, "all": -(2**63),
+                         "some": sorted(times)[len(times) // 2] if times else 0}[racy]
             with pytest.MonkeyPatch.context() as patch:  # (also in the pure run)
                 patch.setattr(_native, "sign_files", _sign.sign_files)
-                got = signature.packed_signatures_of_files(
-                    [(fds[d], name.encode()) for d, name in files], 40_000)
+                got = signature.index_rows_of_files(
+                    [(fds[d], f"d{d}/{name}".encode()) for d, name in files], 40_000, racy_from)
                 kept = signature.signatures_and_contents_of_files(
                     [(fds[d], name.encode()) for d, name in files], 40_000)
             assert got is not None and len(got) == len(files)
             assert kept is not None and len(kept) == len(files)
-            for (d, name), data, one, read in zip(files, contents, got, kept, strict=True):
+            for (d, name), data, one, read, time_ns in zip(files, contents, got, kept, times,
+                                                           strict=True):
                 assert one is not None and read is not None
-                before, signed, after = one
-                assert signed == packed(step_by_step(data, DEFAULT_SIGNATURE))
-                assert before == after == _fields(os.path.join(top, f"d{d}", name))
-                assert read == (before, step_by_step(data, DEFAULT_SIGNATURE), after, data)
+                full = os.path.join(top, f"d{d}", name)
+                signed = step_by_step(data, DEFAULT_SIGNATURE)
+                assert one == row(f"d{d}/{name}".encode(), full, signed,
+                                  int(time_ns >= racy_from))
+                assert read == (_fields(full), signed, _fields(full), data)
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def test_a_file_whose_stamp_moves_while_it_is_read_gets_a_racy_row(tmp_path, monkeypatch
+                                                                   ) -> None:
+    """The stat after the native read is compared with the one before: a file whose time
+    another thread keeps moving is sooner or later caught moving, and its row is racy
+    (from that alone: the racy time given is far ahead)."""
+    (tmp_path / "f").write_bytes(os.urandom(200_000))
+    monkeypatch.setattr(_native, "sign_files", _sign.sign_files)  # (also in the pure run)
+    stop = threading.Event()
+
+    def touch() -> None:
+        k = 0
+        while not stop.is_set():
+            k += 1
+            os.utime(tmp_path / "f", ns=(k, k))
+
+    toucher = threading.Thread(target=touch)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    seen = set()
+    try:
+        toucher.start()
+        try:
+            for _ in range(5000):
+                rows = signature.index_rows_of_files([(fd, b"f")], 256 << 10, 2**62)
+                assert rows is not None
+                if rows[0] is not None:
+                    seen.add(rows[0][-1])
+                if 1 in seen:
+                    break
+        finally:
+            stop.set()
+            toucher.join()
+        assert 1 in seen
+        quiet = signature.index_rows_of_files([(fd, b"f")], 256 << 10, 2**62)
+        assert quiet is not None and quiet[0] is not None and quiet[0][-1] == 0
+    finally:
+        os.close(fd)
 
 
 def test_sign_files_leaves_all_but_clean_small_regular_files_to_the_caller(tmp_path, monkeypatch
@@ -196,21 +246,24 @@ def test_sign_files_leaves_all_but_clean_small_regular_files_to_the_caller(tmp_p
     monkeypatch.setattr(_native, "sign_files", _sign.sign_files)  # (also in the pure run)
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        names = [b"ok", b"big", b"link", b"sub", b"fifo", b"missing"]
-        got = signature.packed_signatures_of_files(
-            [(fd, n) for n in names] + [(-1, b"ok")], 1000)
+        names = [b"ok", b"big", b"link", b"sub", b"fifo", b"missing", b"ok/missing"]
+        got = signature.index_rows_of_files(
+            [(fd, n) for n in names] + [(-1, b"ok")], 1000, 0)
         assert got is not None
-        assert [one is not None for one in got] == [True] + [False] * 6
-        assert got[0][1] == packed(step_by_step(b"fine" * 100, DEFAULT_SIGNATURE))
+        assert [one is not None for one in got] == [True] + [False] * 7
+        fine = step_by_step(b"fine" * 100, DEFAULT_SIGNATURE)
+        assert got[0] == row(b"ok", tmp_path / "ok", fine, 1)
+        # The path is the row's; only its last component is looked up, in the directory given.
+        assert signature.index_rows_of_files([(fd, b"any/where/ok")], 1000, 2**62) == [
+            row(b"any/where/ok", tmp_path / "ok", fine, 0)]
         kept = signature.signatures_and_contents_of_files(
             [(fd, n) for n in names] + [(-1, b"ok")], 1000)
-        assert kept is not None and [one is not None for one in kept] == [True] + [False] * 6
-        assert kept[0][1:] == (step_by_step(b"fine" * 100, DEFAULT_SIGNATURE), got[0][2],
-                               b"fine" * 100)
-        for bad in (b"sub/x", b"", b"a\0b"):
-            with pytest.raises(ValueError, match="one path component"):
-                signature.packed_signatures_of_files([(fd, bad)], 1000)
+        assert kept is not None and [one is not None for one in kept] == [True] + [False] * 7
+        assert kept[0][1:] == (fine, _fields(tmp_path / "ok"), b"fine" * 100)
+        for bad in (b"sub/", b"", b"a\0b", b"x/..", b"."):
+            with pytest.raises(ValueError, match="must end in a file's name"):
+                signature.index_rows_of_files([(fd, bad)], 1000, 0)
         with pytest.raises(TypeError):
-            signature.packed_signatures_of_files([(fd, "ok")], 1000)  # type: ignore[list-item]
+            signature.index_rows_of_files([(fd, "ok")], 1000, 0)  # type: ignore[list-item]
     finally:
         os.close(fd)

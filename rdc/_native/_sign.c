@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -220,9 +221,12 @@ static PyObject *signed_result(const struct signed_buffer *s) {
     return result;
 }
 
-/* (root, packed tree, sketch) of a signature: what an index records of it, without the
- * objects of each level (rdc.content.tree.pack_tree with `head`). */
-static PyObject *packed_result(const struct signed_buffer *s, const Py_buffer *head) {
+/* The index row of a file read and signed (rdc.local.index.db.Row): (path, size, mtime_ns,
+ * inode, mode, root, sketch, packed tree, racy), the tree packed as
+ * rdc.content.tree.pack_tree does with `head`, without the objects of each level. */
+static PyObject *row_result(PyObject *path, const struct seen *before, const struct seen *after,
+                            long long racy_from, const struct signed_buffer *s,
+                            const Py_buffer *head) {
     const uint8_t *hashes[MAX_LEVELS];
     const uint64_t *lengths[MAX_LEVELS];
     size_t ns[MAX_LEVELS];
@@ -241,7 +245,14 @@ static PyObject *packed_result(const struct signed_buffer *s, const Py_buffer *h
     PyObject *root = PyBytes_FromStringAndSize((const char *)top->hashes, RDC_HASH_BYTES);
     PyObject *sketch = s->has_sketch
         ? PyBytes_FromStringAndSize((const char *)s->sketch, RDC_TRAITS) : Py_NewRef(Py_None);
-    PyObject *result = blob && root && sketch ? PyTuple_Pack(3, root, blob, sketch) : NULL;
+    /* Racy (read again by the next refresh): written too recently for its stamp to be
+     * trusted, or its stamp moved while it was read. */
+    int racy = before->mtime_ns >= racy_from || before->size != after->size
+        || before->mtime_ns != after->mtime_ns || before->ino != after->ino;
+    PyObject *result = blob && root && sketch
+        ? Py_BuildValue("(OLLKLOOOi)", path, before->size, before->mtime_ns, before->ino,
+                        before->mode, root, sketch, blob, racy)
+        : NULL;
     Py_XDECREF(blob);
     Py_XDECREF(root);
     Py_XDECREF(sketch);
@@ -314,7 +325,8 @@ done:
 
 struct file_job {
     int dfd;
-    const char *leaf;
+    PyObject *path; /* as given (borrowed from the call's tuple) */
+    const char *leaf; /* its last component: the name in dfd */
     int ok; /* 1: signed; 0: left to the caller's one-file path (it gives the precise error) */
     struct seen before, after;
     struct signed_buffer s;
@@ -374,18 +386,20 @@ static int sign_one(struct file_job *job, uint8_t *buf, size_t limit, struct req
 static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds) {
     (void)module;
     static char *kwlist[] = {"files", "limit", "head", "chunks", "subs", "groups",
-                             "sketch_min_leaves", "context", "sketch", "keep", NULL};
+                             "sketch_min_leaves", "context", "sketch", "keep", "racy_from",
+                             NULL};
     PyObject *files;
     Py_ssize_t limit, min_leaves;
     const char *context;
     Py_ssize_t context_len;
     unsigned int c[3], sub[3], g[2];
     int want_sketch = 1, keep = 0;
+    long long racy_from = LLONG_MAX;
     Py_buffer head;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|pp", kwlist, &files,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|ppL", kwlist, &files,
                                      &limit, &head, &c[0], &c[1], &c[2], &sub[0], &sub[1],
                                      &sub[2], &g[0], &g[1], &min_leaves, &context,
-                                     &context_len, &want_sketch, &keep))
+                                     &context_len, &want_sketch, &keep, &racy_from))
         return NULL;
     struct request r;
     if (limit < 0) {
@@ -414,15 +428,18 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyTuple_GET_ITEM(seq, i);
-        PyObject *name;
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "iS", &jobs[i].dfd, &name)) {
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "iS", &jobs[i].dfd, &jobs[i].path)) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "each file must be (dir_fd, name)");
+                PyErr_SetString(PyExc_TypeError, "each file must be (dir_fd, path)");
             goto done;
         }
-        jobs[i].leaf = PyBytes_AS_STRING(name);
-        if (!one_component(jobs[i].leaf, PyBytes_GET_SIZE(name))) {
-            PyErr_SetString(PyExc_ValueError, "a name must be one path component");
+        const char *path = PyBytes_AS_STRING(jobs[i].path);
+        Py_ssize_t len = PyBytes_GET_SIZE(jobs[i].path);
+        const char *leaf = path + len;
+        while (leaf > path && leaf[-1] != '/') leaf--;
+        jobs[i].leaf = leaf;
+        if (!one_component(jobs[i].leaf, len - (jobs[i].leaf - path))) {
+            PyErr_SetString(PyExc_ValueError, "a path must end in a file's name");
             goto done;
         }
     }
@@ -440,18 +457,22 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
         PyObject *one = Py_NewRef(Py_None);
         if (jobs[i].ok) {
             Py_DECREF(one);
-            PyObject *before = seen_tuple(&jobs[i].before), *after = seen_tuple(&jobs[i].after);
-            PyObject *sig = keep ? signed_result(&jobs[i].s) : packed_result(&jobs[i].s, &head);
-            PyObject *data = keep ? PyBytes_FromStringAndSize((const char *)jobs[i].data,
-                                                              (Py_ssize_t)jobs[i].len)
-                                  : NULL;
-            one = !(before && after && sig && (data || !keep)) ? NULL
-                : keep ? PyTuple_Pack(4, before, sig, after, data)
-                : PyTuple_Pack(3, before, sig, after);
-            Py_XDECREF(before);
-            Py_XDECREF(after);
-            Py_XDECREF(sig);
-            Py_XDECREF(data);
+            if (keep) {
+                PyObject *before = seen_tuple(&jobs[i].before);
+                PyObject *after = seen_tuple(&jobs[i].after);
+                PyObject *sig = signed_result(&jobs[i].s);
+                PyObject *data = PyBytes_FromStringAndSize((const char *)jobs[i].data,
+                                                           (Py_ssize_t)jobs[i].len);
+                one = before && after && sig && data ? PyTuple_Pack(4, before, sig, after, data)
+                                                     : NULL;
+                Py_XDECREF(before);
+                Py_XDECREF(after);
+                Py_XDECREF(sig);
+                Py_XDECREF(data);
+            } else {
+                one = row_result(jobs[i].path, &jobs[i].before, &jobs[i].after, racy_from,
+                                 &jobs[i].s, &head);
+            }
         }
         if (!one) Py_CLEAR(result);
         else PyList_SET_ITEM(result, i, one);

@@ -104,32 +104,37 @@ def _tree(levels: list[tuple[bytes, array]]) -> Tree:
 StatFields = tuple[int, int, int, int]
 
 
-# What an index records of a signature: (root, packed tree, sketch).
-Packed = tuple[bytes, bytes, Sketch | None]
+# What an index records of a file (rdc.local.index.db.Row): (path, size, mtime_ns, inode,
+# mode, root, sketch, packed tree, racy).
+IndexRow = tuple[bytes, int, int, int, int, bytes, Sketch | None, bytes, int]
 
 
-def packed_signatures_of_files(
-    files: Sequence[tuple[int, bytes]], limit: int, params: SignatureParams = DEFAULT_SIGNATURE,
-) -> list[tuple[StatFields, Packed, StatFields] | None] | None:
-    """Each (directory descriptor, name) of ``files`` opened (no link followed), read whole
-    and signed in one native call without the GIL, with its stat fields before and after
-    the read; None for a file that is not a regular file of at most ``limit`` bytes read
-    cleanly (the caller's one-file path reads it and reports why). None in all if there is
-    no native code (read them one at a time). Each signature is as an index records it:
-    its root, its tree packed (`rdc.content.tree.pack_tree`) and its sketch, with no
-    object made for its levels (a cold scan spent a fifth of its Python time making
-    them, then packing them)."""
+def index_rows_of_files(
+    files: Sequence[tuple[int, bytes]], limit: int, racy_from: int,
+    params: SignatureParams = DEFAULT_SIGNATURE,
+) -> list[IndexRow | None] | None:
+    """Each (directory descriptor, path) of ``files`` (its path from the index's root, the
+    last component its name in that directory) opened (no link followed), read whole and
+    signed in one native call without the GIL, as the row the index stores of it: racy if
+    its mtime is ``racy_from`` or later or its stat moved while it was read. None for a
+    file that is not a regular file of at most ``limit`` bytes read cleanly (the caller's
+    one-file path reads it and reports why). None in all if there is no native code (read
+    them one at a time). The tree is packed (`rdc.content.tree.pack_tree`) with no object
+    made for its levels, and the row with none made for its stat (a cold scan spent a fifth
+    of its Python time making the levels, and then a third of what was left making rows)."""
     if _native.sign_files is None:
         return None
     assert limit <= SEGMENT_SIZE  # (one segment: the tree of `signature_of_bytes`)
-    return _native.sign_files(files, limit, PACKED_HEAD, *_native_params(params))
+    return _native.sign_files(files, limit, PACKED_HEAD, *_native_params(params),
+                              racy_from=racy_from)
 
 
 def signatures_and_contents_of_files(
     files: Sequence[tuple[int, bytes]], limit: int, params: SignatureParams = DEFAULT_SIGNATURE,
 ) -> list[tuple[StatFields, FileSignature, StatFields, bytes] | None] | None:
-    """`packed_signatures_of_files` for a source that sends what it reads: each file's
-    signature as `signature_of_bytes` makes it, with the bytes read, in one native call
+    """`index_rows_of_files` for a source that sends what it reads (each a name in its
+    directory): each file's stat fields before and after the read and its signature as
+    `signature_of_bytes` makes it, with the bytes read, in one native call
     without the GIL (a first copy's client spent a sixth of its Python time reading and
     signing its small files one call at a time). None in all if there is no native code."""
     if _native.sign_files is None:
