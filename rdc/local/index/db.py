@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import blake3
 
-from rdc.content.signature import FileSignature
+from rdc.content.signature import FileSignature, IndexRow
 from rdc.content.tree import Tree, TreeFormatError, pack_tree, unpack_tree
 from rdc.local import faults
 from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
@@ -94,9 +94,9 @@ class Stamped(NamedTuple):
             st.st_size, mtime_ns(st), st.st_ino)
 
 
-# A file's row as written (`IndexDatabase.put_rows`): path (bytes), size, mtime_ns, inode,
-# mode, root, sketch, packed tree, racy (0 or 1).
-Row = tuple[bytes, int, int, int, int, bytes, bytes | None, bytes, int]
+# A file's row as written (`IndexDatabase.put_rows`; native scans make it whole,
+# `rdc.content.signature.index_rows_of_files`).
+Row = IndexRow
 
 
 def row_of(path: str, st: FileStat, signature: FileSignature, racy: bool) -> Row:

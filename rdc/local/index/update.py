@@ -176,7 +176,7 @@ def refresh(
 def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False, reader=None,
              open_dir=None) -> RefreshStats:
     stats = RefreshStats()
-    started = time.time_ns()
+    racy_from = time.time_ns() - RACY_NS  # a file modified since is racy
     # The index inside the tree (with its -wal and -shm files) is not indexed.
     inside = os.path.relpath(os.path.abspath(db.location), os.path.abspath(root))
     on_disk: dict[str, FileStat] = dict(files.items() if files is not None
@@ -187,7 +187,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
     stats.files = len(on_disk)
 
     def racy(st: FileStat) -> bool:
-        return mtime_ns(st) >= started - RACY_NS
+        return mtime_ns(st) >= racy_from
 
     # The rows stream past and only what differs is kept: a dict of every row was the
     # largest thing a scan of a large tree held (25 MB for 100,000 files).
@@ -227,8 +227,8 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
             db.delete(row.id)
             stats.deleted += 1
     old_roots = db.roots() if checksum else {}
-    _sign_all(db, opener, reader, still_changed, on_disk, workers, started - RACY_NS, stats,
-              progress, open_dir)
+    _sign_all(db, opener, reader, still_changed, on_disk, workers, racy_from, stats, progress,
+              open_dir)
     if checksum:
         for rel in still_changed:
             old, new = rows.get(rel), db.get(rel)
@@ -251,10 +251,10 @@ def refresh_some(
     put, read with its row (the caller then looks up only the roots of those read again:
     reading each row twice was a third of a rescan's index work)."""
     stats = RefreshStats(files=len(files))
-    started = time.time_ns()
+    racy_from = time.time_ns() - RACY_NS
 
     def racy(st: FileStat) -> bool:
-        return mtime_ns(st) >= started - RACY_NS
+        return mtime_ns(st) >= racy_from
 
     left = {row.inode: row for row in db.stamps_under(gone) if not row.racy} if moves else {}
     with db.transaction():
@@ -264,7 +264,7 @@ def refresh_some(
                                                             racy, stats)]
         for path in gone:
             db.delete_tree(path)
-    _sign_all(db, opener, reader, changed, files, 1, started - RACY_NS, stats, None, open_dir)
+    _sign_all(db, opener, reader, changed, files, 1, racy_from, stats, None, open_dir)
     return stats
 
 
