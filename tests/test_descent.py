@@ -76,6 +76,50 @@ def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int, short
     assert report.literal_bytes <= len(new)
 
 
+def transfer_seeded(new: bytes, *olds: bytes):
+    """`transfer` against several seeds, the first as the file's old version."""
+    seeds = SeedMap([SeedFile(signature_of_bytes(old).tree, reader(old)) for old in olds])
+    source = SourceFile(signature_of_bytes(new).tree, reader(new))
+    plan, report, literal = simulate(source, seeds, False)
+    return plan, report, seeds, literal
+
+
+@given(st.integers(0, scaled(200_000, 40_000)), edits, st.integers(0, 12_000),
+       st.integers(0, 2**32))
+def test_plans_against_two_seeds_rebuild_the_new_file_exactly(
+        size: int, changes, shared: int, seed: int) -> None:
+    """The new file takes a piece of a second seed; its other ranges are looked up in both
+    seeds' regions (`_regions`)."""
+    rng = random.Random(seed)
+    old, other = rng.randbytes(size), rng.randbytes(shared + 5_000)
+    new = other[:shared] + apply(old, changes, rng)
+    plan, report, seeds, literal = transfer_seeded(new, old, other)
+    if report.have:
+        return
+    assert rebuild(plan, seeds, literal) == new
+    assert report.literal_bytes + report.matched_bytes == len(new)
+
+
+def test_a_chunk_found_in_a_similar_file_leaves_the_rest_to_the_old_version() -> None:
+    """An edited file whose every chunk changed, but for one it shares with a similar file
+    (the English strings every translation catalogue holds): the ranges beside that chunk
+    are still looked up in the file's old version, not only in the similar file. (They
+    were: with both seeds the file cost more than twice its literal data against its old
+    version alone.)"""
+    rng = random.Random(7)
+    shared = rng.randbytes(12_000)
+    old = rng.randbytes(30_000)
+    edited = b"".join(old[at : at + 1_500] + rng.randbytes(8)
+                      for at in range(0, len(old), 1_500))  # every chunk changes
+    new = shared + edited
+    other = shared + rng.randbytes(20_000)
+    alone = transfer_seeded(new, old)[1]
+    both = transfer_seeded(new, old, other)[1]
+    assert both.matched_bytes > alone.matched_bytes
+    assert both.literal_bytes <= alone.literal_bytes
+    assert both.literal_bytes < len(edited) // 4
+
+
 def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
     """A sub-chunk prefix that names the wrong old bytes (made to happen: the first piece
     found in a seed region is taken one byte off)."""
