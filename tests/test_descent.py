@@ -120,6 +120,22 @@ def test_a_chunk_found_in_a_similar_file_leaves_the_rest_to_the_old_version() ->
     assert both.literal_bytes < len(edited) // 4
 
 
+@pytest.mark.parametrize("size", [3_000, 40_000])
+def test_a_file_moved_over_another_is_found_in_its_old_version_behind_the_first_seed(
+        size: int) -> None:
+    """A file moved, edited, over one that was at its new path: the first seed is what the
+    path held (nothing in common), the second the file's old version. With no chunk found
+    in any seed, each is searched (the first alone was: the whole file came as literal)."""
+    rng = random.Random(size)
+    old = rng.randbytes(size)
+    new = old[: size // 3] + b"edited" + old[size // 3 :]
+    there = rng.randbytes(size)
+    alone = transfer_seeded(new, old)[1]
+    behind = transfer_seeded(new, there, old)[1]
+    assert behind.literal_bytes <= alone.literal_bytes + 64
+    assert behind.literal_bytes < size // 8
+
+
 def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
     """A sub-chunk prefix that names the wrong old bytes (made to happen: the first piece
     found in a seed region is taken one byte off)."""

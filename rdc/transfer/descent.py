@@ -216,7 +216,12 @@ def _regions(
     neighbour alone, a chunk found in a similar file (the English strings every
     translation catalogue holds) sent the search for the rest of the file there, and the
     edited catalogue's old version was never looked at: 15.2 KB of literal data for a
-    29 KB file that costs 6.4 KB against its old version alone."""
+    29 KB file that costs 6.4 KB against its old version alone. With nothing of the file
+    found, every seed is searched: the first may be what its path held before (a file
+    moved over another), and the file's own old version the next."""
+    if not known:  # nothing of the file found: in each seed, as a whole
+        return tuple(r for seed in range(len(seeds.seeds))
+                     if (r := _clipped(seeds, seed, 0, seeds.seeds[seed].tree.size)))
     near = _region(known, starts, offset, end, seeds, fallback)
     if near is not None and near[0] == 0:
         return (near,)
