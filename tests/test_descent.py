@@ -136,6 +136,19 @@ def test_a_file_moved_over_another_is_found_in_its_old_version_behind_the_first_
     assert behind.literal_bytes < size // 8
 
 
+def test_a_large_rewritten_file_looks_in_its_first_seed_only() -> None:
+    """Nothing of a large file found in any seed is a rewrite: its lists are looked up in
+    the first seed alone, and cost what they cost against it alone (more regions would
+    lengthen their prefixes)."""
+    rng = random.Random(11)
+    size = 3 * descent.SEARCH_ALL_SEEDS
+    new, old, other = rng.randbytes(size), rng.randbytes(size), rng.randbytes(size)
+    alone = transfer_seeded(new, old)[1]
+    both = transfer_seeded(new, old, other)[1]
+    assert both.signature_bytes == alone.signature_bytes
+    assert both.literal_bytes == alone.literal_bytes == size
+
+
 def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
     """A sub-chunk prefix that names the wrong old bytes (made to happen: the first piece
     found in a seed region is taken one byte off)."""

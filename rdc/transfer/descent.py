@@ -62,6 +62,9 @@ FINE_PROBE_FROM = 16
 FINE_PROBE = 4
 # The seed region searched for a leaf's sub-chunks is at most this long.
 REGION_LIMIT = 1 << 20
+# A file of at most this many bytes of which no chunk was found in any seed has its
+# unknown leaves looked up in every seed (`_regions`).
+SEARCH_ALL_SEEDS = 64 << 10
 # Literal data asked for in one request: bounds what is in flight per file.
 FETCH_LIMIT = 4 << 20
 FETCH_ITEMS = 4096
@@ -207,7 +210,7 @@ Region = tuple[int, int, int]  # (seed, start, stop): seed bytes [start, stop)
 
 def _regions(
     known: list[Piece], starts: list[int], offset: int, end: int, seeds: SeedMap,
-    fallback: int,
+    fallback: int, small: bool = True,
 ) -> tuple[Region, ...]:
     """Where the old version of new-file range [offset, end) should be, as seed regions to
     look in, in order (none: past the end of every seed). First `_region`'s; then, where
@@ -216,10 +219,12 @@ def _regions(
     neighbour alone, a chunk found in a similar file (the English strings every
     translation catalogue holds) sent the search for the rest of the file there, and the
     edited catalogue's old version was never looked at: 15.2 KB of literal data for a
-    29 KB file that costs 6.4 KB against its old version alone. With nothing of the file
-    found, every seed is searched: the first may be what its path held before (a file
-    moved over another), and the file's own old version the next."""
-    if not known:  # nothing of the file found: in each seed, as a whole
+    29 KB file that costs 6.4 KB against its old version alone. With nothing of a
+    ``small`` file found, every seed is searched: the first may be what its path held
+    before (a file moved over another), and the file's own old version the next. (In a
+    large file nothing found at all is a rewrite, not a move: more regions would only
+    lengthen its lists' prefixes.)"""
+    if not known and small:  # in each seed, as a whole
         return tuple(r for seed in range(len(seeds.seeds))
                      if (r := _clipped(seeds, seed, 0, seeds.seeds[seed].tree.size)))
     near = _region(known, starts, offset, end, seeds, fallback)
@@ -404,7 +409,8 @@ def target_descent(
         # A leaf with no seed region to look in (past the end of every seed: the tail of a
         # file resumed from a partial one) is fetched without asking for its mids.
         starts = [p.offset for p in known]
-        regions = {u[0]: _regions(known, starts, u[1], u[1] + u[2], seeds, u[2])
+        small = offer.size <= SEARCH_ALL_SEEDS
+        regions = {u[0]: _regions(known, starts, u[1], u[1] + u[2], seeds, u[2], small)
                    for u in split}
         wanted = [u[0] for u in split if u[0] not in supplied and regions[u[0]]]
         mid_prefix = {leaf: SUB_PREFIX for leaf in supplied}  # (an offer's inline list)
