@@ -149,6 +149,18 @@ def test_a_large_rewritten_file_looks_in_its_first_seed_only() -> None:
     assert both.literal_bytes == alone.literal_bytes == size
 
 
+def test_every_seed_searched_is_searched_within_one_regions_bytes() -> None:
+    """A small file of which nothing was found looks in every seed, but in no more seed
+    bytes in all than one region holds (a peer's offers cost the target no more reading
+    and indexing than before)."""
+    rng = random.Random(12)
+    big = [rng.randbytes(descent.REGION_LIMIT + 4096) for _ in range(3)]
+    seeds = SeedMap([SeedFile(signature_of_bytes(data).tree, reader(data)) for data in big])
+    regions = descent._regions([], [], 0, 2_000, seeds, 2_000, small=True)
+    assert [seed for seed, _, _ in regions] == [0, 1, 2]
+    assert sum(stop - start for _, start, stop in regions) <= descent.REGION_LIMIT
+
+
 def test_a_leaf_that_fails_its_check_is_fetched_whole(monkeypatch) -> None:
     """A sub-chunk prefix that names the wrong old bytes (made to happen: the first piece
     found in a seed region is taken one byte off)."""

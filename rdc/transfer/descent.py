@@ -220,13 +220,15 @@ def _regions(
     translation catalogue holds) sent the search for the rest of the file there, and the
     edited catalogue's old version was never looked at: 15.2 KB of literal data for a
     29 KB file that costs 6.4 KB against its old version alone. With nothing of a
-    ``small`` file found, every seed is searched: the first may be what its path held
+    ``small`` file found, every seed is searched, from its start, REGION_LIMIT bytes in
+    all (no more than one seed's region cost before): the first may be what its path held
     before (a file moved over another), and the file's own old version the next. (In a
     large file nothing found at all is a rewrite, not a move: more regions would only
     lengthen its lists' prefixes.)"""
-    if not known and small:  # in each seed, as a whole
+    if not known and small:  # in each seed, from its start: REGION_LIMIT in all
+        share = REGION_LIMIT // len(seeds.seeds)
         return tuple(r for seed in range(len(seeds.seeds))
-                     if (r := _clipped(seeds, seed, 0, seeds.seeds[seed].tree.size)))
+                     if (r := _clipped(seeds, seed, 0, min(share, seeds.seeds[seed].tree.size))))
     near = _region(known, starts, offset, end, seeds, fallback)
     if near is not None and near[0] == 0:
         return (near,)
