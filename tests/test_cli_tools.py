@@ -79,6 +79,29 @@ def test_delta_over_a_directory_of_seeds_finds_a_renamed_file(tmp_path, capsys) 
     assert report["matched_bytes"] > 190_000
 
 
+def test_delta_lists_the_files_that_cost_the_most(tmp_path, capsys) -> None:
+    rng = random.Random(5)
+    for side in ("old", "new"):
+        (tmp_path / side).mkdir()
+    small, large = rng.randbytes(60_000), rng.randbytes(60_000)
+    (tmp_path / "old" / "touched.bin").write_bytes(small)
+    (tmp_path / "new" / "touched.bin").write_bytes(small[:100] + b"!" + small[100:])
+    (tmp_path / "old" / "rewritten.bin").write_bytes(large)
+    (tmp_path / "new" / "rewritten.bin").write_bytes(rng.randbytes(60_000))
+    (tmp_path / "old" / "same.bin").write_bytes(large[:5_000])
+    (tmp_path / "new" / "same.bin").write_bytes(large[:5_000])
+    args = ["delta", "--no-progress", str(tmp_path / "old"), str(tmp_path / "new")]
+    assert main([*args, "--json", "--files", "5"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [f["path"] for f in report["costliest"]] == ["rewritten.bin", "touched.bin"]
+    assert sum(f["total_bytes"] for f in report["costliest"]) == report["total_bytes"]
+    assert report["costliest"][0]["literal_bytes"] == 60_000
+    assert main([*args, "--files", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "rewritten.bin" in out and "touched.bin" not in out
+    assert main([*args, "--files", "-1"]) == 2
+
+
 def test_delta_needs_two_directories_or_a_file_new(tmp_path, capsys) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "f").write_bytes(b"x")

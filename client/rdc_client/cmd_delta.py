@@ -8,8 +8,10 @@ import os
 from contextlib import closing
 
 from rdc.errors import FileAccessError, UsageError
+from rdc.local.paths import displayable
 from rdc.params import WIRE_PREFIX
 from rdc.transfer.delta import delta_file_over_file, delta_file_over_tree, delta_tree
+from rdc.transfer.descent import DeltaReport
 from rdc_client.local_index import scanned
 
 
@@ -36,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verify", action="store_true", help="rebuild NEW from the plan and check it byte for byte"
     )
+    p.add_argument(
+        "--files", type=int, default=0, metavar="N",
+        help="with two directories, also list the N files that cost the most bytes",
+    )
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     p.set_defaults(run=run)
 
@@ -46,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.exists(path):
             raise FileAccessError(path=path, reason="No such file or directory")
     kwargs = {"prefix": args.hash_bytes, "verify": args.verify}
+    if args.files < 0:
+        raise UsageError(message="--files takes a count of 0 or more")
+    costliest: list[tuple[str, DeltaReport]] = []
     try:
         if os.path.isdir(new):
             if not os.path.isdir(old):
@@ -53,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             with closing(scanned(old, args.progress)) as o, closing(
                 scanned(new, args.progress)
             ) as n:
-                total, files = delta_tree(o, n, **kwargs)
+                total, files = delta_tree(o, n, costliest, **kwargs)
         elif os.path.isdir(old):
             with closing(scanned(old, args.progress)) as o:
                 total, files = delta_file_over_tree(o, new, **kwargs), 1
@@ -80,6 +89,14 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.verify:  # (a file that did not rebuild raised RebuildMismatch)
         result["verified"] = files
+    costliest.sort(key=lambda item: (-item[1].total_bytes, item[0]))
+    top = costliest[: args.files]
+    if args.files:
+        result["costliest"] = [{"path": path, "total_bytes": r.total_bytes,
+                                "literal_bytes": r.literal_bytes,
+                                "signature_bytes": r.signature_bytes,
+                                "request_bytes": r.request_bytes, "offer_bytes": r.offer_bytes}
+                               for path, r in top]
     if args.json:
         print(json.dumps(result))
         return 0
@@ -96,4 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if args.verify:
         print(f"  verified    {new} rebuilt from the plan byte for byte "
               f"({files:,} file{'s' if files != 1 else ''})")
+    if top:
+        print(f"  costliest {'total':>9} {'literal':>9} {'signatures':>10} {'requests':>9}  file")
+        for path, r in top:
+            print(f"{'':12}{r.total_bytes:>9,} {r.literal_bytes:>9,} {r.signature_bytes:>10,} "
+                  f"{r.request_bytes:>9,}  {displayable(path)}")
     return 0

@@ -56,11 +56,12 @@ def delta_file_over_tree(
     return delta_one(new, signature.tree, signature.sketch, seeds, have, **kwargs)
 
 
-def delta_tree(old: Replica, new: Replica, **kwargs) -> tuple[DeltaReport, int]:
+def delta_tree(old: Replica, new: Replica, costliest: list[tuple[str, DeltaReport]] | None = None,
+               **kwargs) -> tuple[DeltaReport, int]:
     """Cost of bringing ``old`` to the content of ``new`` (both scanned): every file whose
     content differs from the file at its path in ``old`` is offered. (The directory
     comparison that finds them is not counted here.) Returns the summed report and the
-    number of files offered."""
+    number of files offered; ``costliest``, if given, gets each file's (path, report)."""
     total = DeltaReport()
     offered = 0
     for f in new.db.files():
@@ -71,5 +72,8 @@ def delta_tree(old: Replica, new: Replica, **kwargs) -> tuple[DeltaReport, int]:
         have = bool(old.holders(f.root, 1))
         seeds = [] if have else choose_seeds(old, f.path, f.sketch)
         new_path = os.path.join(new.root, f.path)
-        total.add(delta_one(new_path, new.db.tree(f.id), f.sketch, seeds, have, **kwargs))
+        report = delta_one(new_path, new.db.tree(f.id), f.sketch, seeds, have, **kwargs)
+        total.add(report)
+        if costliest is not None:
+            costliest.append((f.path, report))
     return total, offered
