@@ -156,7 +156,7 @@ def test_every_seed_searched_is_searched_within_one_regions_bytes() -> None:
     rng = random.Random(12)
     big = [rng.randbytes(descent.REGION_LIMIT + 4096) for _ in range(3)]
     seeds = SeedMap([SeedFile(signature_of_bytes(data).tree, reader(data)) for data in big])
-    regions = descent._regions([], [], 0, 2_000, seeds, 2_000, small=True)
+    regions = descent._regions([], [], 0, 2_000, seeds, 2_000, small=True, firsts=[])
     assert [seed for seed, _, _ in regions] == [0, 1, 2]
     assert sum(stop - start for _, start, stop in regions) <= descent.REGION_LIMIT
 

@@ -210,7 +210,7 @@ Region = tuple[int, int, int]  # (seed, start, stop): seed bytes [start, stop)
 
 def _regions(
     known: list[Piece], starts: list[int], offset: int, end: int, seeds: SeedMap,
-    fallback: int, small: bool = True,
+    fallback: int, *, small: bool, firsts: list[tuple[int, int]],
 ) -> tuple[Region, ...]:
     """Where the old version of new-file range [offset, end) should be, as seed regions to
     look in, in order (none: past the end of every seed). First `_region`'s; then, where
@@ -224,7 +224,8 @@ def _regions(
     all (no more than one seed's region cost before): the first may be what its path held
     before (a file moved over another), and the file's own old version the next. (In a
     large file nothing found at all is a rewrite, not a move: more regions would only
-    lengthen its lists' prefixes.)"""
+    lengthen its lists' prefixes.) ``firsts``: (offset, displacement) of the pieces found
+    in the first seed, sorted."""
     if not known and small:  # in each seed, from its start: REGION_LIMIT in all
         share = REGION_LIMIT // len(seeds.seeds)
         return tuple(r for seed in range(len(seeds.seeds))
@@ -232,7 +233,7 @@ def _regions(
     near = _region(known, starts, offset, end, seeds, fallback)
     if near is not None and near[0] == 0:
         return (near,)
-    first = _first_seed_region(known, offset, end, seeds, max(end - offset, fallback))
+    first = _first_seed_region(firsts, offset, end, seeds, max(end - offset, fallback))
     return tuple(r for r in (near, first) if r is not None)
 
 
@@ -265,16 +266,17 @@ def _region(
     return _clipped(seeds, seed, start, stop)
 
 
-def _first_seed_region(known: list[Piece], offset: int, end: int, seeds: SeedMap,
+def _first_seed_region(firsts: list[tuple[int, int]], offset: int, end: int, seeds: SeedMap,
                        slack: int) -> Region | None:
     """Where in the first seed range [offset, end) should be: by the displacement of the
-    piece found there nearest to it, widened by ``slack`` on each side; with none found
-    there, the whole seed, as `_region` without neighbours."""
-    there = [p for p in known if p.seed == 0]
-    if not there:
+    piece found there nearest to it (``firsts``: (offset, displacement) of those pieces,
+    sorted), widened by ``slack`` on each side; with none found there, the whole seed, as
+    `_region` without neighbours."""
+    if not firsts:
         return _clipped(seeds, 0, 0, seeds.seeds[0].tree.size)
-    near = min(there, key=lambda p: abs(p.offset - offset))
-    shift = near.seed_offset - near.offset
+    at = bisect.bisect_left(firsts, (offset,))
+    shift = min((firsts[k] for k in (at - 1, at) if 0 <= k < len(firsts)),
+                key=lambda first: abs(first[0] - offset))[1]
     return _clipped(seeds, 0, offset + shift - slack, end + shift + slack)
 
 
@@ -412,7 +414,9 @@ def target_descent(
         # file resumed from a partial one) is fetched without asking for its mids.
         starts = [p.offset for p in known]
         small = offer.size <= SEARCH_ALL_SEEDS
-        regions = {u[0]: _regions(known, starts, u[1], u[1] + u[2], seeds, u[2], small)
+        firsts = sorted((p.offset, p.seed_offset - p.offset) for p in known if p.seed == 0)
+        regions = {u[0]: _regions(known, starts, u[1], u[1] + u[2], seeds, u[2], small=small,
+                                  firsts=firsts)
                    for u in split}
         wanted = [u[0] for u in split if u[0] not in supplied and regions[u[0]]]
         mid_prefix = {leaf: SUB_PREFIX for leaf in supplied}  # (an offer's inline list)
