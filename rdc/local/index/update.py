@@ -186,9 +186,6 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
             del on_disk[rel]
     stats.files = len(on_disk)
 
-    def racy(st: FileStat) -> bool:
-        return mtime_ns(st) >= racy_from
-
     # The rows stream past and only what differs is kept: a dict of every row was the
     # largest thing a scan of a large tree held (25 MB for 100,000 files).
     described = dict.fromkeys(on_disk, False)
@@ -218,7 +215,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
             st = on_disk[rel]
             old = by_inode.pop(st.st_ino, None)
             if old and (old.size, old.mtime_ns) == stamp(st)[:2]:
-                db.move(old.id, rel, st, racy(st))
+                db.move(old.id, rel, st, _racy(st, racy_from))
                 del vanished[old.id]
                 stats.renamed += 1
             else:
@@ -253,29 +250,33 @@ def refresh_some(
     stats = RefreshStats(files=len(files))
     racy_from = time.time_ns() - RACY_NS
 
-    def racy(st: FileStat) -> bool:
-        return mtime_ns(st) >= racy_from
-
     left = {row.inode: row for row in db.stamps_under(gone) if not row.racy} if moves else {}
     with db.transaction():
         changed = _changed(db, files, entries, stats)
         if left:
             changed = [rel for rel in changed if not _moved(db, rel, files[rel], left,
-                                                            racy, stats)]
+                                                            racy_from, stats)]
         for path in gone:
             db.delete_tree(path)
     _sign_all(db, opener, reader, changed, files, 1, racy_from, stats, None, open_dir)
     return stats
 
 
+def _racy(st: FileStat, racy_from: int) -> bool:
+    """Whether a file of stat ``st`` was modified too recently for its stamp to be trusted
+    next time: at ``racy_from`` (RACY_NS before the refresh started) or later. (The C of
+    `index_rows_of_files` has the same rule.)"""
+    return mtime_ns(st) >= racy_from
+
+
 def _moved(db: IndexDatabase, rel: str, st: FileStat, left: dict[int, Stamped],
-           racy: Callable[[FileStat], bool], stats: RefreshStats) -> bool:
+           racy_from: int, stats: RefreshStats) -> bool:
     """Whether the file at ``rel`` is a row that ``left`` its path, renamed (moved here)."""
     old = left.get(st.st_ino)
     if old is None or (old.size, old.mtime_ns) != stamp(st)[:2]:
         return False
     del left[st.st_ino]
-    db.move(old.id, rel, st, racy(st))
+    db.move(old.id, rel, st, _racy(st, racy_from))
     stats.renamed += 1
     stats.unchanged += 1
     return True
@@ -338,7 +339,7 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy_from, stats, pro
         except PathError as exc:  # a directory on the way became a symlink meanwhile
             stats.errors.append((rel, exc.fields["reason"]))
             return
-        unsure = mtime_ns(before) >= racy_from or not _same(before, after)
+        unsure = _racy(before, racy_from) or not _same(before, after)
         recorded(rel, row_of(rel, before, signature, unsure))
 
     def recorded(rel: str, row: Row) -> None:
