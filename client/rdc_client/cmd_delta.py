@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             with closing(scanned(old, args.progress)) as o, closing(
                 scanned(new, args.progress)
             ) as n:
-                total, files = delta_tree(o, n, costliest, **kwargs)
+                total, files = delta_tree(o, n, costliest if args.files else None, **kwargs)
         elif os.path.isdir(old):
             with closing(scanned(old, args.progress)) as o:
                 total, files = delta_file_over_tree(o, new, **kwargs), 1
