@@ -559,10 +559,11 @@ class IndexDatabase:
         statement, to take their traits out (a scan's refresh needs no lists, and looking
         up and deleting each row first was a fifth of its writes)."""
         last = {row[0]: row for row in rows}
-        encoded, fresh = list(last), list(last.values())
+        fresh = list(last.values())
         if self._traits is None:  # a path's old row is replaced as the new one goes in
             self.conn.executemany(_REPLACE, fresh)
             return
+        encoded = list(last)
         # Old rows go with their traits in the same statement (RETURNING).
         for i in range(0, len(encoded), 500):
             some = encoded[i : i + 500]
