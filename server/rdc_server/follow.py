@@ -122,7 +122,8 @@ class Follower:
         async with directory.lock:
             seq = self.registry.sequence(self.share.name)
             seen = self.registry.seen_while_writing(self.share.name)
-            if self._covered(seq, seen, replica):  # only our writes: list just their dirs
+            if self._covered(seq, seen, replica):  # list just the dirs written or seen
+                _list_again(replica, seen)
                 tree = await trio.to_thread.run_sync(replica.rescan)
             else:
                 tree = await trio.to_thread.run_sync(replica.scan)
@@ -130,15 +131,13 @@ class Follower:
         return tree
 
     def _covered(self, seq: int, seen: set[str] | None, replica: Any) -> bool:
-        """Whether a rescan of the directories this follower wrote into finds everything
-        changed since its last scan: a mirror (no client writes), no change announced
-        since (``seq``), and every path the paused watcher saw meanwhile (``seen``) is in,
-        or is, a directory the rescan lists again."""
-        if (self.upstream.mode != twoway.RECEIVE_ONLY or seen is None
-                or self._scanned is None or self._scanned[0] != seq or replica.tree is None):
-            return False
-        relist = to_list(replica.tree, set(replica.fs.changed or ()))
-        return all(path in relist or parent(path) in relist for path in seen)
+        """Whether a rescan finds everything changed since the last scan, given the
+        directories of the paths the paused watcher saw meanwhile (``seen``) to list again
+        (`_list_again`): a mirror (no client writes), no change announced since (``seq``),
+        and a watcher that saw every change (not None)."""
+        return not (self.upstream.mode != twoway.RECEIVE_ONLY or seen is None
+                    or self._scanned is None or self._scanned[0] != seq
+                    or replica.tree is None)
 
     def _unchanged(self) -> Entry | None:
         """The last scan, if nothing can have changed since: a mirror is written only by
@@ -294,3 +293,13 @@ async def follow_all(registry: Registry, upstreams: dict[str, Upstream], state_d
             log.info("share %s follows %s (%s)", name, upstream.url, upstream.mode)
             nursery.start_soon(follower.run)
         task_status.started()
+
+
+def _list_again(replica: Any, seen: set[str]) -> None:
+    """Have the next rescan list again the directory of each path in ``seen`` (the paused
+    watcher's) that it would not list already: the notes of this follower's own writes say
+    what it did there (a file installed, moved or removed is patched in without a
+    listing), not what an edit on this disk beside them did."""
+    relist = to_list(replica.tree, set(replica.fs.changed))
+    replica.fs.changed.update(parent(path) for path in seen
+                              if path not in relist and parent(path) not in relist)
