@@ -415,9 +415,10 @@ class SafeRoot:
     changed (their entries, or an entry's mode or time), noted after the change: what a
     rescan must list again (`rdc.local.rescan`). What this root made itself is noted
     instead where a rescan can patch it in without a listing: a file installed from a
-    temporary (``installed``, with its stat), a directory made (``made``), and the
-    directories whose time that moved (``grown``: a rescan lstats them). A temporary
-    that leaves its directory otherwise (removed, kept) notes it ``changed``."""
+    temporary (``installed``, with its stat), a directory made (``made``), a file moved
+    (``moved``) or a file or link removed (``removed``), and the directories whose time
+    that moved (``grown``: a rescan lstats them). A temporary that leaves its directory
+    otherwise (removed, kept) notes it ``changed``, as does a directory moved or removed."""
 
     changed: set[str] | None = None
 
@@ -440,6 +441,12 @@ class SafeRoot:
         self.installed: dict[str, Seen] = {}
         self.made: dict[str, Seen] = {}
         self.grown: set[str] = set()
+        # With ``changed``: files moved here (new path: old path, and the lstat the move
+        # kept) and files or links removed, their directories in ``grown``: a rescan
+        # patches them in too (a renamed tree's 989 moves and 347 removals listed 1,219
+        # directories again, 0.11 s of a 0.95 s push).
+        self.moved: dict[str, tuple[str, Seen]] = {}
+        self.removed: set[str] = set()
         if fd is None:
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._fd = fd
@@ -516,10 +523,41 @@ class SafeRoot:
         """The paths noted in ``replaced`` so far, no longer noted (as `take_changes`)."""
         return _take_all(self.replaced)
 
-    def take_made(self) -> tuple[set[str], dict[str, Seen], dict[str, Seen]]:
-        """The directories noted in ``grown``, the files in ``installed`` and the
-        directories in ``made`` so far, no longer noted (as `take_changes`)."""
-        return _take_all(self.grown), _take_each(self.installed), _take_each(self.made)
+    def take_made(self) -> tuple[set[str], dict[str, Seen], dict[str, Seen],
+                                 dict[str, tuple[str, Seen]], set[str]]:
+        """The directories noted in ``grown``, the files in ``installed``, the directories
+        in ``made``, the files in ``moved`` and the paths in ``removed`` so far, no longer
+        noted (as `take_changes`)."""
+        return (_take_all(self.grown), _take_each(self.installed), _take_each(self.made),
+                _take_each(self.moved), _take_all(self.removed))
+
+    def _note_moved(self, rel: str, new: str, moved: os.stat_result | None) -> None:
+        """``rel`` was renamed to ``new`` (``moved``: a regular file's lstat, which the
+        move kept), or may have been (None: a directory, a link, or a move that failed
+        part way: both directories are listed again)."""
+        if self.changed is None:
+            return
+        self.replaced.update((rel, new))
+        if (moved is None or not stat.S_ISREG(moved.st_mode) or new in self.moved
+                or len(self.moved) >= NOTES_MAX):
+            self.changed.update((parent(rel), parent(new)))
+            return
+        self.moved[new] = (rel, Seen(moved.st_mode, moved.st_size, moved.st_mtime_ns,
+                                     moved.st_ino))
+        self.grown.update((parent(rel), parent(new)))
+
+    def _note_removed(self, rel: str, unlinked: bool) -> None:
+        """A file or link at ``rel`` was unlinked (``unlinked``), or something there may
+        have been removed (a directory, or a removal that failed part way: its directory
+        is listed again)."""
+        if self.changed is None:
+            return
+        self.replaced.add(rel)
+        if not unlinked or len(self.removed) >= NOTES_MAX:
+            self.changed.add(parent(rel))
+            return
+        self.removed.add(rel)
+        self.grown.add(parent(rel))
 
     def note_installed(self, rel: str, seen: FileStat | None) -> None:
         """A temporary for ``rel`` left its directory: installed there (``seen``: the
@@ -828,7 +866,6 @@ class SafeRoot:
                     os.unlink(tmp, dir_fd=dfd)
                 raise
 
-    @_changes(0, replaces=True)
     def remove(self, rel: str | bytes, expect: Expect | None = None) -> bool:
         """Remove the file, link or whole directory tree at ``rel`` (links are removed, not
         followed; mount points inside are not entered: EXDEV); True if something was there.
@@ -837,6 +874,7 @@ class SafeRoot:
         fails, what is left is renamed back; if the process dies, ``clean_temporaries``
         removes the rest."""
         rel = check_relpath(rel)
+        unlinked = False
         try:
             with self._parent(rel) as (dfd, leaf):
                 current = _lstat_at(dfd, leaf)
@@ -848,6 +886,7 @@ class SafeRoot:
                     self.keeper(dfd, leaf, rel, current)
                 if not stat.S_ISDIR(current.st_mode):
                     os.unlink(leaf, dir_fd=dfd)
+                    unlinked = True
                     return True
                 aside = temporary_name(leaf)
                 os.rename(leaf, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -861,6 +900,8 @@ class SafeRoot:
                 return True
         except (FileNotFoundError, NotADirectoryError):
             return False
+        finally:
+            self._note_removed(rel, unlinked)
 
     def listdir(self, rel: str | bytes) -> list[str]:
         """The names in the directory at ``rel`` ("" is the root), reached without following
@@ -897,7 +938,6 @@ class SafeRoot:
             os.fsync(dfd)
             return True
 
-    @_changes(0, 1, replaces=True)
     def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None, *,
                sync: bool = True) -> os.stat_result:
         """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
@@ -911,23 +951,29 @@ class SafeRoot:
         rel, new = check_relpath(rel), check_relpath(new)
         if new == rel or new.startswith(rel + "/"):
             raise PathError(path=new, reason=f"cannot move {rel!r} into itself")
-        with self._parent(rel) as (sfd, sleaf), self._parent(new) as (dfd, dleaf):
-            st = _lstat_at(sfd, sleaf)
-            if expect is not None:
-                _check(expect, st, sfd, sleaf, rel)
-            if st is None:
-                raise FileNotFoundError(errno.ENOENT, "nothing to move", rel)
-            if stat.S_ISDIR(st.st_mode):
-                if _lstat_at(dfd, dleaf) is not None:
-                    raise FileExistsError(errno.EEXIST, "destination exists", new)
-                os.rename(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
-            else:
-                os.link(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
-                os.unlink(sleaf, dir_fd=sfd)
-            if sync:
-                os.fsync(dfd)
-                os.fsync(sfd)
-            return st
+        moved = None
+        try:
+            with self._parent(rel) as (sfd, sleaf), self._parent(new) as (dfd, dleaf):
+                st = _lstat_at(sfd, sleaf)
+                if expect is not None:
+                    _check(expect, st, sfd, sleaf, rel)
+                if st is None:
+                    raise FileNotFoundError(errno.ENOENT, "nothing to move", rel)
+                if stat.S_ISDIR(st.st_mode):
+                    if _lstat_at(dfd, dleaf) is not None:
+                        raise FileExistsError(errno.EEXIST, "destination exists", new)
+                    os.rename(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
+                else:
+                    os.link(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd,
+                            follow_symlinks=False)
+                    os.unlink(sleaf, dir_fd=sfd)
+                    moved = st
+                if sync:
+                    os.fsync(dfd)
+                    os.fsync(sfd)
+                return st
+        finally:
+            self._note_moved(rel, new, moved)
 
     def set_meta(
         self, rel: str | bytes, mode: int | None = None, mtime_ns: int | None = None,

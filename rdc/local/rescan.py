@@ -11,11 +11,14 @@ time rdc changed in place (``SafeRoot.retimed``, with its lstat after) is patche
 instead: its directory's listing did not change, and a sync that set every file's time (a
 release's sdist) used to list every directory again. So are the files this replica
 installed and the directories it made (`SafeRoot.installed`, `SafeRoot.made`, with their
-stat), in directories it did nothing else to: each such directory is lstat-ed for its new
-time, not listed (after a first copy of Django, the rescan listed all 3,222 directories
-again: 0.30 s, against 0.19 s patched). The notes are bounded (`rdc.local.fs.NOTES_MAX`
-files); past that, directories are listed as before. Everything else, with its hashes and
-its `stamp`, is the old tree's, shared, never changed in place.
+stat), and the files it moved or removed (`SafeRoot.moved`, `SafeRoot.removed`), in
+directories it did nothing else to: each such directory is lstat-ed for its new time, not
+listed (after a first copy of Django, the rescan listed all 3,222 directories again: 0.30
+s, against 0.19 s patched; after a renamed tree's moves, 1,219 directories). A path noted
+twice is left to a listing: the notes do not say in which order its changes came. The
+notes are bounded (`rdc.local.fs.NOTES_MAX` files); past that, directories are listed as
+before. Everything else, with its hashes and its `stamp`, is the old tree's, shared, never
+changed in place.
 
 What this does not see is an edit that did not go through this replica (another program on
 this machine, or another replica over the same files): the server falls back to a full scan
@@ -95,21 +98,69 @@ Added = tuple[Entry, Seen | None]  # an entry to patch in, and a file's stat
 @dataclass
 class Made:
     """What this replica made since the last scan (`SafeRoot.take_made`): the directories
-    whose time that moved, the files it installed and the directories it made."""
+    whose time that moved, the files it installed, the directories it made, the files it
+    moved (new path: old path, lstat) and the files and links it removed."""
 
     grown: set[str] = field(default_factory=set)
     installed: dict[str, Seen] = field(default_factory=dict)
     dirs: dict[str, Seen] = field(default_factory=dict)
+    moved: dict[str, tuple[str, Seen]] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)
+
+
+def _noted_once(made: Made, retimed: dict[str, os.stat_result], touched: set[str]) -> None:
+    """Leave to a listing (their directories into ``touched``, out of ``made``) the notes
+    of a path noted more than once (an entry removed and written again, a file moved
+    there and retimed, ...): the notes do not say in which order those came."""
+    counts: dict[str, int] = {}
+    for path in [*made.installed, *made.dirs, *made.removed, *retimed,
+                 *(end for new, (old, _) in made.moved.items() for end in (new, old))]:
+        counts[path] = counts.get(path, 0) + 1
+    twice = {path for path, n in counts.items() if n > 1}
+    if not twice:
+        return
+    touched.update(parent(path) for path in twice)
+    for new, (old, _) in list(made.moved.items()):
+        if new in twice or old in twice:
+            del made.moved[new]
+            touched.update((parent(new), parent(old)))
+    for notes in (made.installed, made.dirs):
+        for path in twice & notes.keys():
+            del notes[path]
+    made.removed -= twice
+
+
+def drops(old: Entry, made: Made, touched: set[str]) -> dict[str, set[str]]:
+    """The names that left their directories by `made`'s moves and removals, by
+    directory: entries the old tree holds as such (a moved file with the inode and size
+    the move kept). Any other is left to a listing (its directory into ``touched``), and
+    so is the new path of a move from one."""
+    out: dict[str, set[str]] = {}
+    for new, (path, seen) in list(made.moved.items()):
+        was = lookup(old, path)
+        if (was is None or was.kind != "f" or was.ino != seen.st_ino
+                or was.size != seen.st_size or lookup(old, new) is not None):
+            del made.moved[new]
+            touched.update((parent(path), parent(new)))
+            continue
+        out.setdefault(parent(path), set()).add(leaf_name(path))
+    for path in made.removed:
+        was = lookup(old, path)
+        if was is None or was.kind == "d":
+            touched.add(parent(path))
+            continue
+        out.setdefault(parent(path), set()).add(leaf_name(path))
+    return out
 
 
 def additions(fs: SafeRoot, old: Entry, made: Made, scan: Scan, touched: set[str],
               retimes: dict[str, os.stat_result]) -> dict[str, dict[str, Added]]:
     """The entries of ``made`` that can be patched in, by directory and name (a made
-    directory with no children yet, a file with its stat); each directory that gained one
-    goes into ``retimes`` with its lstat now, unless it is new itself. Anything else is
-    left to a listing (its directory into ``touched``): an entry the walk would leave out
-    or could not take, a directory that is not the one the tree or the note had, a path
-    written twice."""
+    directory with no children yet, a file with its stat: installed, or moved there);
+    each directory that gained or lost one goes into ``retimes`` with its lstat now,
+    unless it is new itself. Anything else is left to a listing (its directory into
+    ``touched``): an entry the walk would leave out or could not take, a directory that
+    is not the one the tree or the note had, a path written twice."""
     out: dict[str, dict[str, Added]] = {}
     with HeldDirs(fs) as held:  # (siblings' parent opened once: the paths go in order)
         now_of = {path: _lstat(fs, path, held) for path in sorted(
@@ -131,7 +182,8 @@ def additions(fs: SafeRoot, old: Entry, made: Made, scan: Scan, touched: set[str
         out.setdefault(parent(path), {})[leaf_name(path)] = (Entry(
             "d", stat.S_IMODE(now.st_mode), clamp_ns(now.st_mtime_ns), ino=now.st_ino,
             children={}), None)
-    for path, seen in made.installed.items():
+    for path, seen in [*made.installed.items(),
+                       *((new, seen) for new, (_, seen) in made.moved.items())]:
         was = lookup(old, path)
         if (was is not None and was.kind == "d") or scan.leaves_out(path, False):
             touched.add(parent(path))
@@ -156,18 +208,22 @@ def patch(fs: SafeRoot, old: Entry, touched: set[str], exclude: Exclude | None,
     rows were looked up for 1,000 changed files). ``made``: what this replica made, patched
     in where it can be (`additions`)."""
     touched = set(touched)
-    retimes = usable_retimes(old, retimed or {}, touched)
+    retimed = retimed or {}
+    if made is not None:
+        _noted_once(made, retimed, touched)
+    retimes = usable_retimes(old, retimed, touched)
     scan = Scan(exclude)
+    dropped = drops(old, made, touched) if made is not None else {}
     added = additions(fs, old, made, scan, touched, retimes) if made is not None else {}
     relist = to_list(old, touched)
     on_path = {""}
-    for path in [*relist, *(parent(p) for p in retimes), *added]:
+    for path in [*relist, *(parent(p) for p in retimes), *added, *dropped]:
         while path and path not in on_path:
             on_path.add(path)
             path = parent(path)
     top = os.fstat(fs.fileno())
     fresh = Entry("d", stat.S_IMODE(top.st_mode), mtime_ns(top), ino=top.st_ino, children={})
-    rescan = _Rescan(fs, scan, relist, on_path, replaced, retimes, reuse, added)
+    rescan = _Rescan(fs, scan, relist, on_path, replaced, retimes, reuse, added, dropped)
     result = Patch(rescan.visit(old, "", fresh, False))
     if rescan.scan.errors:
         raise Unsure(rescan.scan.errors[0])
@@ -179,10 +235,11 @@ class _Rescan:
     def __init__(self, fs: SafeRoot, scan: Scan, relist: set[str], on_path: set[str],
                  replaced: frozenset[str] | set[str],
                  retimes: dict[str, os.stat_result], reuse: bool = False,
-                 added: dict[str, dict[str, Added]] | None = None) -> None:
+                 added: dict[str, dict[str, Added]] | None = None,
+                 dropped: dict[str, set[str]] | None = None) -> None:
         self.fs, self.scan, self.relist, self.on_path = fs, scan, relist, on_path
         self.replaced, self.retimes, self.reuse = replaced, retimes, reuse
-        self.added = added or {}
+        self.added, self.dropped = added or {}, dropped or {}
         self.entries: list[tuple[str, Entry]] = []
         self.gone: list[str] = []
 
@@ -205,6 +262,9 @@ class _Rescan:
                 node.children[name] = self.visit(child, path, again, False)
             elif path in retimes:
                 node.children[name] = _retimed(child, retimes[path])
+        for name in self.dropped.get(rel, ()):
+            if node.children.pop(name).kind != "l":  # (links have no index rows)
+                self.gone.append(join(rel, name))
         for name, (entry, seen) in self.added.get(rel, {}).items():
             path = join(rel, name)
             if seen is None:  # a directory made
