@@ -108,6 +108,29 @@ def test_a_batch_of_moves_does_what_the_moves_one_by_one_do(tmp_path_factory, op
     assert run(True) == run(False)
 
 
+def test_a_directory_moved_among_file_moves_is_not_reached_by_its_old_path(replica,
+                                                                         tmp_path) -> None:
+    """A batch's file moves reach their directories through descriptors held across ops;
+    a directory moved away and made again between them is the new one for the moves after
+    (a descriptor still held on the old one would put the file in the moved directory)."""
+    root = tmp_path / "root"
+    (root / "d").mkdir()
+    for name in ("a", "b"):
+        (root / name).write_bytes(name.encode() * 100)
+    tree = replica.scan()
+
+    def expect(name: str) -> m.Expected:
+        return m.Expected("f", lookup(tree, name).root[:8])
+
+    ops = [m.Op("mv", "a", destination="d/a", expect=expect("a")),
+           m.Op("mv", "d", destination="moved"),
+           m.Op("mkdir", "d", mode=0o755),
+           m.Op("mv", "b", destination="d/b", expect=expect("b"))]
+    assert apply_ops(replica, ops) == [None] * 4
+    assert sorted(os.listdir(root / "moved")) == ["a"]
+    assert sorted(os.listdir(root / "d")) == ["b"]
+
+
 def test_a_batch_of_moves_changes_the_index_once_and_keeps_the_rows(replica, tmp_path) -> None:
     """50 renamed files and 20 removed: their rows looked up in one query, and the index
     changed in one transaction (one each took three holds of the index lock a move), each

@@ -866,17 +866,19 @@ class SafeRoot:
                     os.unlink(tmp, dir_fd=dfd)
                 raise
 
-    def remove(self, rel: str | bytes, expect: Expect | None = None) -> bool:
+    def remove(self, rel: str | bytes, expect: Expect | None = None,
+               held: HeldDirs | None = None) -> bool:
         """Remove the file, link or whole directory tree at ``rel`` (links are removed, not
         followed; mount points inside are not entered: EXDEV); True if something was there.
         Already absent is not an error, whatever ``expect`` says. A directory is first
         renamed to a temporary name, so it leaves its path at once; if removing it then
         fails, what is left is renamed back; if the process dies, ``clean_temporaries``
-        removes the rest."""
+        removes the rest. ``held``: see `HeldDirs` (a caller removing a directory must not
+        hold it, or anything below it, after)."""
         rel = check_relpath(rel)
         unlinked = False
         try:
-            with self._parent(rel) as (dfd, leaf):
+            with self._parent(rel, held) as (dfd, leaf):
                 current = _lstat_at(dfd, leaf)
                 if current is None:
                     return False
@@ -939,7 +941,7 @@ class SafeRoot:
             return True
 
     def rename(self, rel: str | bytes, new: str | bytes, expect: Expect | None = None, *,
-               sync: bool = True) -> os.stat_result:
+               sync: bool = True, held: HeldDirs | None = None) -> os.stat_result:
         """Move ``rel`` to ``new`` (both inside the tree, ``new``'s parent existing); nothing
         may be at ``new``: it is never replaced. ``expect`` is checked against ``rel``. A
         file or link moves by link-then-unlink, which refuses an existing destination
@@ -947,13 +949,17 @@ class SafeRoot:
         in between would be replaced only if empty). Without ``sync`` the caller fsyncs
         both directories later (a crash before may leave the entry at either path or at
         both, never neither). Returns the lstat of what moved, taken before (its inode,
-        size, mode and time are the same at ``new``)."""
+        size, mode and time are the same at ``new``). ``held``: see `HeldDirs` (a caller
+        moving a directory must not hold it, or anything below it, after)."""
         rel, new = check_relpath(rel), check_relpath(new)
         if new == rel or new.startswith(rel + "/"):
             raise PathError(path=new, reason=f"cannot move {rel!r} into itself")
         moved = None
+        if held is not None:
+            held.room(2)  # (the second directory must not close the first)
         try:
-            with self._parent(rel) as (sfd, sleaf), self._parent(new) as (dfd, dleaf):
+            with (self._parent(rel, held) as (sfd, sleaf),
+                  self._parent(new, held) as (dfd, dleaf)):
                 st = _lstat_at(sfd, sleaf)
                 if expect is not None:
                     _check(expect, st, sfd, sleaf, rel)
@@ -1210,6 +1216,12 @@ class HeldDirs:
                 self.close()
             fd = self._fds[rel_dir] = self._root._open_dir(rel_dir, rel)
         return fd
+
+    def room(self, count: int) -> None:
+        """Make room for ``count`` more directories: the next ``count`` `fd` calls then close
+        none (a caller using two at once)."""
+        if len(self._fds) + count > self.LIMIT:
+            self.close()
 
     def close(self) -> None:
         fds, self._fds = list(self._fds.values()), {}

@@ -568,12 +568,14 @@ class Replica:
         self._records.add((path, st, signature, _changed(st, after)))
 
     def expect_version(self, path: str, prefix: bytes,
-                       row: IndexedFile | bool | None = True) -> Expect:
+                       row: IndexedFile | bool | None = True,
+                       held: HeldDirs | None = None) -> Expect:
         """A check, for a later commit or removal, that the file at ``path`` is still the
         version whose root starts with ``prefix`` (as a listing showed it): ConflictError
         now if it is not, else an expectation of its current stat. ``row``: the path's
-        index row if the caller has it (a batch looks them up at once), or None."""
-        st = self.fs.lstat(path)
+        index row if the caller has it (a batch looks them up at once), or None.
+        ``held``: the caller's directory descriptors (`rdc.local.fs.HeldDirs`)."""
+        st = self.fs.lstat(path, held)
         if st is None:
             raise ConflictError(path=path, expected="a file", found="nothing")
         if row is True:
@@ -765,14 +767,15 @@ class Replica:
             self._unsynced.add(path.rpartition("/")[0])
 
     def move(self, path: str, destination: str, expect: Expect | None = None,
-             row: IndexedFile | bool | None = True) -> None:
+             row: IndexedFile | bool | None = True, held: HeldDirs | None = None) -> None:
         """`SafeRoot.rename`, leaving the fsync of both directories to `sync_dirs` as
         `commit` does. A file whose index row was current keeps it at its new path (its
         content did not change: nothing is read again); anything else's rows go. ``row``:
         the path's index row if the caller has it, looked up again unless it describes
         what moved (the caller's check may have signed the file again). Inside
-        `changing_together`, the index learns of the move at the end."""
-        st = self.fs.rename(path, destination, expect, sync=False)
+        `changing_together`, the index learns of the move at the end. ``held``: as for
+        `expect_version`."""
+        st = self.fs.rename(path, destination, expect, sync=False, held=held)
         with self._unsynced_lock:
             self._unsynced.update((path.rpartition("/")[0], destination.rpartition("/")[0]))
         if isinstance(row, bool) or row is None or not row.describes(st):
