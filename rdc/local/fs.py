@@ -1553,6 +1553,8 @@ class TempFile:
         self.abort()
 
     def __del__(self) -> None:
-        # Nobody can commit it any more: behave as abort.
-        with contextlib.suppress(Exception):
-            self.abort()
+        # Nobody can commit it any more: behave as abort. (Most were committed: a first
+        # copy's server spent 2.6% of its interpreter time here, in `contextlib`.)
+        if getattr(self, "_fd", -1) >= 0:
+            with contextlib.suppress(Exception):
+                self._discard()
