@@ -37,7 +37,7 @@ class Seen(NamedTuple):
 FileStat = os.stat_result | Seen
 
 
-def seen(st: os.stat_result) -> Seen:
+def seen(st: FileStat) -> Seen:
     return Seen(st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
 
 

@@ -37,6 +37,7 @@ from rdc import _native
 from rdc.errors import RdcError
 from rdc.local import beneath, faults
 from rdc.local.filestat import NS_MAX, NS_MIN, FileStat, Seen
+from rdc.local.filestat import seen as seen_of
 from rdc.local.paths import (
     MAX_NAME,
     TEMP_PREFIX,
@@ -542,8 +543,7 @@ class SafeRoot:
                 or len(self.moved) >= NOTES_MAX):
             self.changed.update((parent(rel), parent(new)))
             return
-        self.moved[new] = (rel, Seen(moved.st_mode, moved.st_size, moved.st_mtime_ns,
-                                     moved.st_ino))
+        self.moved[new] = (rel, seen_of(moved))
         self.grown.update((parent(rel), parent(new)))
 
     def _note_removed(self, rel: str, unlinked: bool) -> None:
@@ -570,8 +570,7 @@ class SafeRoot:
         if seen is None or rel in self.installed or len(self.installed) >= NOTES_MAX:
             self.changed.add(folder)
         else:
-            self.installed[rel] = Seen(seen.st_mode, seen.st_size, seen.st_mtime_ns,
-                                       seen.st_ino)
+            self.installed[rel] = seen_of(seen)
         self.grown.add(folder)
 
     def _note_made(self, rel: str, after: FileStat | None) -> None:
