@@ -82,6 +82,11 @@ setup(
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(
+            "rdc._native._sealed",
+            sources=["rdc/_native/_sealed.c"],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        ),
+        Extension(
             "rdc._native._meta",
             sources=["rdc/_native/_meta.c"],
             depends=["rdc/_native/seen.h"],

@@ -1,7 +1,8 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
 sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
 call (and many small files' in another), the refinement encoder, the directory listing of
-walks, a metadata vector's modes and times, and a batch's temporary files.
+walks, a metadata vector's modes and times, a batch's temporary files, and the unpacking
+of a sealed tree kept in the index.
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -37,6 +38,7 @@ if PURE_PYTHON:
     make_temps = None  # (temporaries are then made one at a time)
     install_new = None  # (and installed one at a time)
     make_dirs = None  # (directories are then made one at a time)
+    unpack_sealed = None  # (rdc.local.sealed unpacks in Python)
     start_writeback = None  # (the commit's fsync writes a file's every page)
     IMPLEMENTATION = "python"
 else:
@@ -46,6 +48,7 @@ else:
         from rdc._native._listing import list_dir, stamp_tree
         from rdc._native._meta import set_meta
         from rdc._native._refine import encode as refine_encode
+        from rdc._native._sealed import unpack as unpack_sealed
         from rdc._native._sign import sign as sign_buffer
         from rdc._native._sign import sign_files
         from rdc._native._signature import (
@@ -98,4 +101,5 @@ __all__ = [
     "start_writeback",
     "trait_buckets",
     "trait_candidates",
+    "unpack_sealed",
 ]

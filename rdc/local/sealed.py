@@ -18,7 +18,9 @@ calls the stream's ``readinto`` for every field, which was two thirds of unpacki
 files: 0.105 -> 0.035 s; version 2 had no lengths). The records go behind a version byte
 and a BLAKE3 hash of them, checked before anything is unpacked: the index is a cache, and
 a damaged one is dropped, never trusted (a tree of an older version too: the next scan
-walks in full once).
+walks in full once). `_entry` is the specification of unpacking; the C extension does the
+same without the Python loop (`rdc._native._sealed`: 100,000 files 0.11 -> 0.08 s, the
+rest is marshal's reading and the objects themselves).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import marshal
 
 import blake3
 
+from rdc import _native
 from rdc.local.snapshot import NO_CHILDREN, Entry
 
 VERSION = b"\x03"
@@ -77,12 +80,15 @@ def unpack(data: bytes) -> Entry:
     body = memoryview(data)[33:]
     if blake3.blake3(body).digest() != data[1:33]:
         raise Damaged("its hash does not match")
-    records = _Records(body)
     try:
-        tree = _entry(records)
+        if _native.unpack_sealed is not None:
+            tree, at = _native.unpack_sealed(body, Entry, NO_CHILDREN)
+        else:
+            records = _Records(body)
+            tree, at = _entry(records), records.at
     except (ValueError, TypeError, EOFError, IndexError) as exc:
         raise Damaged(str(exc) or type(exc).__name__) from None
-    if records.at != len(body):
+    if at != len(body):
         raise Damaged("bytes after the tree")
     return tree
 
