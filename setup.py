@@ -82,9 +82,14 @@ setup(
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(
-            "rdc._native._sealed",
-            sources=["rdc/_native/_sealed.c"],
-            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+            "rdc._native._entries",
+            sources=[
+                "rdc/_native/_entries.c",
+                "rdc/_native/blake3_impl.c",
+                "rdc/_native/blake3_x86.c",
+            ],
+            depends=["rdc/_native/blake3_impl.h"],
+            extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(
             "rdc._native._meta",

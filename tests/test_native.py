@@ -22,13 +22,14 @@ def test_compiled_extension_loaded() -> None:
         assert _native.IMPLEMENTATION == "python"
         assert _native.Scanner is chunker_ref.ReferenceScanner
     else:
-        from rdc._native import _blake3, _chunker, _listing, _sealed
+        from rdc._native import _blake3, _chunker, _entries, _listing
 
         assert _native.IMPLEMENTATION == "c"
         assert _native.Scanner is _chunker.Scanner
         assert _native.hash_chunks is _blake3.hash_chunks
         assert _native.list_dir is _listing.list_dir
-        assert _native.unpack_sealed is _sealed.unpack
+        assert _native.unpack_sealed is _entries.unpack
+        assert _native.seal_entries is _entries.seal
         assert _chunker.__file__.endswith((".so", ".pyd"))
         assert _blake3.__file__.endswith((".so", ".pyd"))
 

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from rdc.local import sealed, snapshot
 from rdc.local.replica import Replica
 
+from .test_entry_trees import trees
+
 OLD = 1_600_000_000 * 10**9
 
 
@@ -291,30 +293,6 @@ def test_roots_set_from_rows_in_any_order_and_files_without_one_dropped(tmp_path
     assert set(tree.children) == {"a", "z"} and not tree.children["a"].children["b"].children
 
 
-def _tree(draw: st.DrawFn, depth: int = 0) -> snapshot.Entry:
-    """A sealed-looking directory: files, links and directories with arbitrary fields."""
-    children: dict[str, snapshot.Entry] = {}
-    for name in draw(st.lists(st.text(min_size=1, max_size=6), max_size=5, unique=True)):
-        kind = draw(st.sampled_from("fld" if depth < 3 else "fl"))
-        if kind == "f":
-            children[name] = snapshot.Entry(
-                "f", draw(st.integers(0, 0o7777)), draw(st.integers(-(2**63), 2**63 - 1)),
-                draw(st.integers(0, 2**64)), draw(st.binary(min_size=32, max_size=32)),
-                ino=draw(st.integers(0, 2**64 - 1)))
-        elif kind == "l":
-            children[name] = snapshot.Entry(
-                "l", 0, draw(st.integers(0, 2**62)), target=draw(st.text(max_size=8)),
-                ino=draw(st.integers(0, 2**40)))
-        else:
-            children[name] = _tree(draw, depth + 1)
-    return snapshot.Entry("d", draw(st.integers(0, 0o7777)), draw(st.integers(0, 2**62)),
-                          children=children, content=draw(st.binary(min_size=1, max_size=32)),
-                          meta=draw(st.binary(max_size=32)), smeta=draw(st.binary(max_size=32)),
-                          count=draw(st.integers(0, 2**31)), ino=draw(st.integers(0, 2**40)),
-                          seen=draw(st.binary(min_size=1, max_size=32)))
-
-
-trees = st.composite(_tree)
 
 
 def _reference(packed: bytes) -> snapshot.Entry:

@@ -1,8 +1,8 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
 sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
 call (and many small files' in another), the refinement encoder, the directory listing of
-walks, a metadata vector's modes and times, a batch's temporary files, and the unpacking
-of a sealed tree kept in the index.
+walks, a metadata vector's modes and times, a batch's temporary files, and trees of entries
+(a kept tree unpacked, directories sealed and stamped).
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -39,16 +39,20 @@ if PURE_PYTHON:
     install_new = None  # (and installed one at a time)
     make_dirs = None  # (directories are then made one at a time)
     unpack_sealed = None  # (rdc.local.sealed unpacks in Python)
+    seal_entries = None  # (rdc.local.snapshot seals and stamps in Python)
+    stamp_entries = None
     start_writeback = None  # (the commit's fsync writes a file's every page)
     IMPLEMENTATION = "python"
 else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
+        from rdc._native._entries import seal as seal_entries
+        from rdc._native._entries import stamp as stamp_entries
+        from rdc._native._entries import unpack as unpack_sealed
         from rdc._native._listing import list_dir, stamp_tree
         from rdc._native._meta import set_meta
         from rdc._native._refine import encode as refine_encode
-        from rdc._native._sealed import unpack as unpack_sealed
         from rdc._native._sign import sign as sign_buffer
         from rdc._native._sign import sign_files
         from rdc._native._signature import (
@@ -93,10 +97,12 @@ __all__ = [
     "next_level_payloads",
     "pack_tree",
     "refine_encode",
+    "seal_entries",
     "set_meta",
     "sign_buffer",
     "sign_files",
     "sketch",
+    "stamp_entries",
     "stamp_tree",
     "start_writeback",
     "trait_buckets",

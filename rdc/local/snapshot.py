@@ -24,6 +24,7 @@ from stat import S_IMODE, S_ISDIR, S_ISLNK, S_ISREG
 
 import blake3
 
+from rdc import _native
 from rdc._native import list_dir
 from rdc._native.listing_ref import DIR_FLAGS, STAMP_ENTRY
 from rdc.content.entries import put_varint
@@ -101,9 +102,28 @@ _MODE_TIME = struct.Struct("<Hq")  # an entry's mode and time in the meta hashes
 def seal(directory: Entry) -> None:
     """Compute content, meta and sync meta hashes (and subtree counts) of ``directory`` and
     every directory below it that has none yet, bottom-up (a rescan reuses the sealed
-    subtrees it did not list again). Each entry's bytes go in with as few calls as
-    possible: a rescan after 1,000 edits among 100,000 files seals a quarter of the tree
-    again, on each side."""
+    subtrees it did not list again): natively (`rdc._native._entries`), as `_seal`."""
+    if _native.seal_entries is not None:
+        _native.seal_entries(directory, _CONTEXTS, _hash_big)
+    else:
+        _seal(directory)
+
+
+_CONTEXTS = (CONTENT_CONTEXT, META_CONTEXT, SYNC_META_CONTEXT)
+
+
+def _hash_big(data: bytes, which: int) -> bytes:
+    """The hash of a seal's (``which`` 0-2: `_CONTEXTS`) or a stamp's (3) input that is
+    over the native hash's 1 MiB (a directory of about 20,000 entries)."""
+    if which == 3:
+        return blake3.blake3(data).digest()
+    return blake3.blake3(data, derive_key_context=_CONTEXTS[which]).digest()
+
+
+def _seal(directory: Entry) -> None:
+    """`seal` in Python: its specification. Each entry's bytes go in with as few calls as
+    possible (a rescan after 1,000 edits among 100,000 files seals a quarter of the tree
+    again, on each side)."""
     content = bytearray()
     meta = bytearray()
     smeta = bytearray()
@@ -128,7 +148,7 @@ def seal(directory: Entry) -> None:
             smeta += mode_time
         elif kind == "d":
             if not entry.content:
-                seal(entry)
+                _seal(entry)
             count += entry.count
             content += b"d"
             content += entry.content
@@ -163,7 +183,17 @@ def stamp(directory: Entry) -> bytes:
     """A fingerprint of the subtree as stat saw it: every entry's name, kind, mode, mtime,
     size, inode and link target, as a hash of hashes (a directory's covers its entries and
     its subdirectories' stamps), kept in ``seen``. Equal stamps mean that, as far as stat
-    can tell, nothing changed; a rescan recomputes only the directories it listed again."""
+    can tell, nothing changed; a rescan recomputes only the directories it listed again.
+    Natively (`rdc._native._entries`), as `_stamp`."""
+    if directory.seen:
+        return directory.seen
+    if _native.stamp_entries is not None:
+        return _native.stamp_entries(directory, _hash_big)
+    return _stamp(directory)
+
+
+def _stamp(directory: Entry) -> bytes:
+    """`stamp` in Python: its specification."""
     if directory.seen:
         return directory.seen
     parts: list[bytes] = []  # hashed in one call, not one update call per entry
@@ -176,7 +206,7 @@ def stamp(directory: Entry) -> bytes:
                           entry.ino, len(raw)))
         parts.append(raw)
         if entry.kind == "d":
-            parts.append(stamp(entry))
+            parts.append(_stamp(entry))
         elif entry.kind == "l":
             parts.append(os.fsencode(entry.target) + b"\0")
     directory.seen = blake3.blake3(b"".join(parts)).digest()

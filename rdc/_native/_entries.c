@@ -1,0 +1,679 @@
+/* Trees of Entry objects (rdc/local/snapshot.py) in C: a packed tree unpacked, directories
+sealed and stamped.
+
+A process that starts from the tree kept in its index (every push and pull of a large
+tree, on both sides, and every session a daemon opens) unpacked it in Python: for 100,000
+files 0.11 s, on the path to the first comparison, a third of it the loop that makes an
+Entry per file (0.08 s here). Sealing (the content, meta and sync meta hashes of each
+directory) and stamping (the hash of what stat saw) went over every entry in Python too:
+0.09 s and 0.07 s for 100,000 files, for every full scan and, over the directories it
+listed again, every rescan. Entry is a slotted dataclass: its slots are read and written
+here directly (no __init__ runs; it has no __post_init__). The specifications are
+`rdc.local.sealed._entry`, `rdc.local.snapshot._seal` and `rdc.local.snapshot._stamp`. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <marshal.h>
+#include <structmember.h>
+
+#include "blake3_impl.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { KIND, MODE, MTIME, SIZE, ROOT, TARGET, CHILDREN, CONTENT, META, SMETA, COUNT, INO, SEEN,
+       FIELDS };
+static const char *const field_names[FIELDS] = {
+    "kind", "mode", "mtime_ns", "size", "root", "target", "children", "content", "meta",
+    "smeta", "count", "ino", "seen",
+};
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset[FIELDS];
+    PyObject *no_children, *kind_f, *kind_l, *kind_d, *empty_bytes, *empty_str, *zero;
+    const char *body;
+    Py_ssize_t len, at;
+    int depth;
+} unpacker_t;
+
+/* Finds each field's slot in the type's members; -1 with TypeError if one is missing. */
+static int find_slots(PyTypeObject *type, Py_ssize_t offset[FIELDS]) {
+    for (int f = 0; f < FIELDS; f++) offset[f] = -1;
+    for (PyMemberDef *m = type->tp_members; m && m->name; m++) {
+        for (int f = 0; f < FIELDS; f++) {
+            if (strcmp(m->name, field_names[f]) == 0 && m->type == T_OBJECT_EX
+                && !(m->flags & READONLY)) {
+                offset[f] = m->offset;
+            }
+        }
+    }
+    for (int f = 0; f < FIELDS; f++) {
+        if (offset[f] < 0) {
+            PyErr_Format(PyExc_TypeError, "entry type has no slot %s", field_names[f]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define SLOT(e, off) (*(PyObject **)((char *)(e) + (off)))
+
+/* A new Entry with every slot set (each value's reference is stolen; all must be
+   non-NULL, and on failure all are released). */
+static PyObject *make_entry(unpacker_t *u, PyObject *values[FIELDS]) {
+    PyObject *e = u->type->tp_alloc(u->type, 0);
+    if (!e) {
+        for (int f = 0; f < FIELDS; f++) Py_DECREF(values[f]);
+        return NULL;
+    }
+    for (int f = 0; f < FIELDS; f++) SLOT(e, u->offset[f]) = values[f];
+    return e;
+}
+
+static PyObject *new_ref(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+
+static PyObject *next_record(unpacker_t *u) {
+    if (u->len - u->at < 5) {
+        PyErr_SetString(PyExc_EOFError, "a record runs past the end");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)u->body + u->at;
+    Py_ssize_t n = (Py_ssize_t)((size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16
+                                | (size_t)p[3] << 24);
+    if (n < 1 || n > u->len - u->at - 4) {
+        PyErr_SetString(PyExc_EOFError, "a record runs past the end");
+        return NULL;
+    }
+    PyObject *record = PyMarshal_ReadObjectFromString(u->body + u->at + 4, n);
+    u->at += 4 + n;
+    return record;
+}
+
+static PyObject *file_entry(unpacker_t *u, PyObject *item) {
+    /* (mode, mtime_ns, size, root, ino) */
+    PyObject *v[FIELDS] = {
+        new_ref(u->kind_f), new_ref(PyTuple_GET_ITEM(item, 0)),
+        new_ref(PyTuple_GET_ITEM(item, 1)), new_ref(PyTuple_GET_ITEM(item, 2)),
+        new_ref(PyTuple_GET_ITEM(item, 3)), new_ref(u->empty_str), new_ref(u->no_children),
+        new_ref(u->empty_bytes), new_ref(u->empty_bytes), new_ref(u->empty_bytes),
+        new_ref(u->zero), new_ref(PyTuple_GET_ITEM(item, 4)), new_ref(u->empty_bytes),
+    };
+    return make_entry(u, v);
+}
+
+static PyObject *link_entry(unpacker_t *u, PyObject *item) {
+    /* (mtime_ns, target, ino) */
+    PyObject *v[FIELDS] = {
+        new_ref(u->kind_l), new_ref(u->zero), new_ref(PyTuple_GET_ITEM(item, 0)),
+        new_ref(u->zero), new_ref(u->empty_bytes), new_ref(PyTuple_GET_ITEM(item, 1)),
+        new_ref(u->no_children), new_ref(u->empty_bytes), new_ref(u->empty_bytes),
+        new_ref(u->empty_bytes), new_ref(u->zero), new_ref(PyTuple_GET_ITEM(item, 2)),
+        new_ref(u->empty_bytes),
+    };
+    return make_entry(u, v);
+}
+
+static PyObject *dir_entry(unpacker_t *u);
+
+/* The children of a directory record into ``children``; -1 on error. */
+static int fill_children(unpacker_t *u, PyObject *children, PyObject *names, PyObject *items) {
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *item = PyTuple_GET_ITEM(items, i);
+        PyObject *child;
+        if (item == Py_None) {
+            child = dir_entry(u);
+        } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 5) {
+            child = file_entry(u, item);
+        } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 3) {
+            child = link_entry(u, item);
+        } else {
+            PyErr_SetString(PyExc_ValueError, "an entry of an unknown form");
+            return -1;
+        }
+        if (!child) return -1;
+        int bad = PyDict_SetItem(children, name, child) < 0;
+        Py_DECREF(child);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+static PyObject *dir_entry(unpacker_t *u) {
+    if (++u->depth > 1000) {  /* the packer's trees are at most MAX_DEPTH deep */
+        PyErr_SetString(PyExc_ValueError, "a tree deeper than any walk makes");
+        return NULL;
+    }
+    PyObject *record = next_record(u), *children = NULL, *result = NULL;
+    if (!record) goto done;
+    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 10) {
+        PyErr_SetString(PyExc_ValueError, "a directory record of the wrong form");
+        goto done;
+    }
+    PyObject *names = PyTuple_GET_ITEM(record, 8), *items = PyTuple_GET_ITEM(record, 9);
+    if (!PyTuple_Check(names) || !PyTuple_Check(items)
+        || PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(items)) {
+        PyErr_SetString(PyExc_ValueError, "names and items of different lengths");
+        goto done;
+    }
+    PyObject *seen = PyTuple_GET_ITEM(record, 7), *content = PyTuple_GET_ITEM(record, 3);
+    children = PyDict_New();
+    if (!children || fill_children(u, children, names, items) < 0) goto done;
+    int truth_seen = PyObject_IsTrue(seen), truth_content = PyObject_IsTrue(content);
+    if (truth_seen < 0 || truth_content < 0) goto done;
+    if (!truth_seen || !truth_content) {
+        PyErr_SetString(PyExc_ValueError, "a directory without its hashes or stamp");
+        goto done;
+    }
+    /* (mode, mtime_ns, ino, content, meta, smeta, count, seen, names, items) */
+    PyObject *v[FIELDS] = {
+        new_ref(u->kind_d), new_ref(PyTuple_GET_ITEM(record, 0)),
+        new_ref(PyTuple_GET_ITEM(record, 1)), new_ref(u->zero), new_ref(u->empty_bytes),
+        new_ref(u->empty_str), new_ref(children), new_ref(content),
+        new_ref(PyTuple_GET_ITEM(record, 4)), new_ref(PyTuple_GET_ITEM(record, 5)),
+        new_ref(PyTuple_GET_ITEM(record, 6)), new_ref(PyTuple_GET_ITEM(record, 2)),
+        new_ref(seen),
+    };
+    result = make_entry(u, v);
+done:
+    u->depth--;
+    Py_XDECREF(children);
+    Py_XDECREF(record);
+    return result;
+}
+
+static PyObject *py_unpack(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer body;
+    PyObject *type, *no_children;
+    if (!PyArg_ParseTuple(args, "y*O!O", &body, &PyType_Type, &type, &no_children))
+        return NULL;
+    unpacker_t u = {.type = (PyTypeObject *)type, .no_children = no_children,
+                    .body = body.buf, .len = body.len};
+    PyObject *tree = NULL, *result = NULL;
+    u.kind_f = PyUnicode_InternFromString("f");
+    u.kind_l = PyUnicode_InternFromString("l");
+    u.kind_d = PyUnicode_InternFromString("d");
+    u.empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    u.empty_str = PyUnicode_FromStringAndSize(NULL, 0);
+    u.zero = PyLong_FromLong(0);
+    if (!u.kind_f || !u.kind_l || !u.kind_d || !u.empty_bytes || !u.empty_str || !u.zero)
+        goto done;
+    if (find_slots(u.type, u.offset) < 0) goto done;
+    tree = dir_entry(&u);
+    if (tree) result = Py_BuildValue("(On)", tree, u.at);
+done:
+    Py_XDECREF(tree);
+    Py_XDECREF(u.kind_f);
+    Py_XDECREF(u.kind_l);
+    Py_XDECREF(u.kind_d);
+    Py_XDECREF(u.empty_bytes);
+    Py_XDECREF(u.empty_str);
+    Py_XDECREF(u.zero);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+
+/* ---------------------------------------------------------------- seal and stamp */
+
+typedef struct {
+    unsigned char *data;
+    size_t len, room;
+} buf_t;
+
+static int buf_put(buf_t *b, const void *p, size_t n) {
+    if (b->len + n > b->room) {
+        size_t room = b->room ? 2 * b->room : 1024;
+        while (room < b->len + n) room *= 2;
+        unsigned char *data = PyMem_Realloc(b->data, room);
+        if (!data) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = data;
+        b->room = room;
+    }
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_varint(buf_t *b, uint64_t v) {
+    unsigned char out[10];
+    int n = 0;
+    while (v >= 0x80) {
+        out[n++] = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return buf_put(b, out, (size_t)n);
+}
+
+static void put_le(unsigned char *out, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) out[i] = (unsigned char)(v >> (8 * i));
+}
+
+enum { CONTENT_HASH, META_HASH, SMETA_HASH, STAMP_HASH };
+enum { SCALAR_BELOW = 8192 };
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset[FIELDS];
+    uint32_t keys[3][8];  /* the derive-key contexts of the content, meta, sync meta hashes */
+    PyObject *big;        /* big(data, which) -> its hash, for inputs over RDC_B3_MAX_CHUNK */
+} hasher_t;
+
+typedef struct {
+    PyObject *name, *entry, *owner;  /* owned; owner: the encoded name, if one was made */
+    const char *raw;
+    Py_ssize_t len;
+} child_t;
+
+static PyObject *field(hasher_t *h, PyObject *e, int f) {
+    PyObject *v = SLOT(e, h->offset[f]);
+    if (!v) PyErr_Format(PyExc_AttributeError, "an entry without its %s", field_names[f]);
+    return v;
+}
+
+static void set_field(hasher_t *h, PyObject *e, int f, PyObject *v) {
+    PyObject *old = SLOT(e, h->offset[f]);
+    SLOT(e, h->offset[f]) = v;
+    Py_XDECREF(old);
+}
+
+static int hash_buf(hasher_t *h, const buf_t *b, int which, uint8_t out[32]) {
+    static const uint8_t empty[1] = {0};
+    if (b->len > RDC_B3_MAX_CHUNK) {
+        PyObject *r = PyObject_CallFunction(h->big, "y#i", (const char *)b->data,
+                                            (Py_ssize_t)b->len, which);
+        if (!r) return -1;
+        if (!PyBytes_Check(r) || PyBytes_GET_SIZE(r) != 32) {
+            Py_DECREF(r);
+            PyErr_SetString(PyExc_TypeError, "big() must return 32 bytes");
+            return -1;
+        }
+        memcpy(out, PyBytes_AS_STRING(r), 32);
+        Py_DECREF(r);
+        return 0;
+    }
+    uint64_t end = b->len;
+    const uint8_t *data = b->len ? b->data : empty;
+    /* One input of a few BLAKE3 chunks fills few SIMD lanes: the scalar path is quicker
+       there (100,000 files' seal and stamp: 0.095 s with AVX-512, 0.083 s scalar). */
+    int path = b->len <= SCALAR_BELOW ? RDC_B3_SCALAR : -1;
+    int rc = which == STAMP_HASH
+                 ? rdc_b3_hash_chunks(data, &end, 1, 0, out, path)
+                 : rdc_b3_hash_chunks_keyed(data, &end, 1, 0, out, path, h->keys[which], 64);
+    if (rc == RDC_B3_ENOMEM) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (rc) {
+        PyErr_Format(PyExc_RuntimeError, "blake3 failed (%d)", rc);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *hashed(hasher_t *h, const buf_t *b, int which) {
+    uint8_t out[32];
+    if (hash_buf(h, b, which, out) < 0) return NULL;
+    return PyBytes_FromStringAndSize((const char *)out, 32);
+}
+
+/* A name as os.fsencode makes it: an ASCII name's own bytes, others encoded. */
+static int encode_name(PyObject *name, const char **raw, Py_ssize_t *len, PyObject **owner) {
+    *owner = NULL;
+    if (!PyUnicode_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "an entry name that is not a str");
+        return -1;
+    }
+    if (PyUnicode_IS_ASCII(name)) {
+        *raw = (const char *)PyUnicode_DATA(name);
+        *len = PyUnicode_GET_LENGTH(name);
+        return 0;
+    }
+    *owner = PyUnicode_EncodeFSDefault(name);
+    if (!*owner) return -1;
+    *raw = PyBytes_AS_STRING(*owner);
+    *len = PyBytes_GET_SIZE(*owner);
+    return 0;
+}
+
+static void free_children(child_t *c, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(c[i].name);
+        Py_XDECREF(c[i].entry);
+        Py_XDECREF(c[i].owner);
+    }
+    PyMem_Free(c);
+}
+
+/* The children of directory ``dir``, unsorted; NULL on error (*n then 0). */
+static child_t *children_of(hasher_t *h, PyObject *dir, Py_ssize_t *n) {
+    *n = 0;
+    PyObject *children = field(h, dir, CHILDREN);
+    if (!children) return NULL;
+    if (!PyDict_Check(children)) {
+        PyErr_SetString(PyExc_TypeError, "a directory whose children are not a dict");
+        return NULL;
+    }
+    Py_ssize_t count = PyDict_GET_SIZE(children), pos = 0, i = 0;
+    child_t *c = PyMem_Calloc(count ? (size_t)count : 1, sizeof(child_t));
+    if (!c) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *key, *value;
+    while (i < count && PyDict_Next(children, &pos, &key, &value)) {
+        if (Py_TYPE(value) != h->type) {
+            free_children(c, i);
+            PyErr_SetString(PyExc_TypeError, "a child that is not an entry");
+            return NULL;
+        }
+        Py_INCREF(key);
+        Py_INCREF(value);
+        c[i].name = key;
+        c[i].entry = value;
+        if (encode_name(key, &c[i].raw, &c[i].len, &c[i].owner) < 0) {
+            free_children(c, i + 1);
+            return NULL;
+        }
+        i++;
+    }
+    *n = i;
+    return c;
+}
+
+static int by_bytes(const void *a, const void *b) {
+    const child_t *x = a, *y = b;
+    Py_ssize_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->raw, y->raw, (size_t)n);
+    if (c) return c;
+    return (x->len > y->len) - (x->len < y->len);
+}
+
+static int by_str(const void *a, const void *b) {
+    const child_t *x = a, *y = b;
+    if (!x->owner && !y->owner) return by_bytes(a, b);  /* both ASCII: the same order */
+    return PyUnicode_Compare(x->name, y->name);  /* (two str: it cannot fail) */
+}
+
+/* kind 'f', 'd' or 'l'; -1 with an error for anything else. */
+static int kind_of(hasher_t *h, PyObject *e) {
+    PyObject *k = field(h, e, KIND);
+    if (!k) return -1;
+    if (PyUnicode_Check(k) && PyUnicode_GET_LENGTH(k) == 1) {
+        Py_UCS4 c = PyUnicode_READ_CHAR(k, 0);
+        if (c == 'f' || c == 'd' || c == 'l') return (int)c;
+    }
+    PyErr_SetString(PyExc_ValueError, "an entry of an unknown kind");
+    return -1;
+}
+
+/* A non-empty bytes field (a hash), NULL if it is empty (no error), -1 sets an error. */
+static int bytes_field(hasher_t *h, PyObject *e, int f, PyObject **out) {
+    PyObject *v = field(h, e, f);
+    if (!v) return -1;
+    if (!PyBytes_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "an entry whose %s is not bytes", field_names[f]);
+        return -1;
+    }
+    *out = PyBytes_GET_SIZE(v) ? v : NULL;
+    return 0;
+}
+
+static int int_field(hasher_t *h, PyObject *e, int f, long long lo, unsigned long long hi,
+                     unsigned long long *out) {
+    PyObject *v = field(h, e, f);
+    if (!v) return -1;
+    int overflow = 0;
+    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (s == -1 && PyErr_Occurred()) return -1;
+    if (overflow > 0 && hi > (unsigned long long)LLONG_MAX) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        if (u <= hi) {
+            *out = u;
+            return 0;
+        }
+    } else if (!overflow && s >= lo && (s < 0 || (unsigned long long)s <= hi)) {
+        *out = (unsigned long long)s;
+        return 0;
+    }
+    PyErr_Format(PyExc_OverflowError, "an entry's %s is out of range", field_names[f]);
+    return -1;
+}
+
+static int link_target(hasher_t *h, PyObject *e, PyObject **encoded) {
+    PyObject *t = field(h, e, TARGET);
+    if (!t) return -1;
+    if (!PyUnicode_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "a link target that is not a str");
+        return -1;
+    }
+    *encoded = PyUnicode_EncodeFSDefault(t);
+    return *encoded ? 0 : -1;
+}
+
+static int seal_dir(hasher_t *h, PyObject *dir);
+
+/* One child's part of its directory's three hash inputs (`rdc.local.snapshot._seal`). */
+static int seal_child(hasher_t *h, const child_t *c, buf_t *content, buf_t *meta,
+                      buf_t *smeta, Py_ssize_t *count) {
+    PyObject *e = c->entry;
+    int kind = kind_of(h, e);
+    unsigned long long mode, mtime;
+    if (kind < 0 || int_field(h, e, MODE, 0, 0xFFFF, &mode) < 0
+        || int_field(h, e, MTIME, LLONG_MIN, LLONG_MAX, &mtime) < 0)
+        return -1;
+    unsigned char mode_time[10];
+    put_le(mode_time, mode, 2);
+    put_le(mode_time + 2, mtime, 8);
+    if (buf_varint(content, (uint64_t)c->len) < 0 || buf_put(content, c->raw, (size_t)c->len) < 0
+        || buf_put(meta, mode_time, 10) < 0)
+        return -1;
+    char code = (char)kind;
+    if (kind == 'f') {
+        PyObject *root;
+        if (bytes_field(h, e, ROOT, &root) < 0) return -1;
+        if (buf_put(content, "f", 1) < 0
+            || (root && buf_put(content, PyBytes_AS_STRING(root), PyBytes_GET_SIZE(root)) < 0)
+            || buf_put(smeta, mode_time, 10) < 0)
+            return -1;
+    } else if (kind == 'd') {
+        PyObject *sub, *sub_meta, *sub_smeta;
+        if (bytes_field(h, e, CONTENT, &sub) < 0) return -1;
+        if (!sub && (seal_dir(h, e) < 0 || bytes_field(h, e, CONTENT, &sub) < 0)) return -1;
+        PyObject *sub_count = field(h, e, COUNT);
+        if (!sub_count) return -1;
+        Py_ssize_t below = PyLong_AsSsize_t(sub_count);
+        if (below == -1 && PyErr_Occurred()) return -1;
+        *count += below;
+        if (bytes_field(h, e, META, &sub_meta) < 0 || bytes_field(h, e, SMETA, &sub_smeta) < 0)
+            return -1;
+        if (buf_put(content, &code, 1) < 0
+            || (sub && buf_put(content, PyBytes_AS_STRING(sub), PyBytes_GET_SIZE(sub)) < 0)
+            || (sub_meta
+                && buf_put(meta, PyBytes_AS_STRING(sub_meta), PyBytes_GET_SIZE(sub_meta)) < 0)
+            || buf_put(smeta, mode_time, 2) < 0
+            || (sub_smeta
+                && buf_put(smeta, PyBytes_AS_STRING(sub_smeta), PyBytes_GET_SIZE(sub_smeta)) < 0))
+            return -1;
+    } else {
+        PyObject *target;
+        if (link_target(h, e, &target) < 0) return -1;
+        int bad = buf_put(content, &code, 1) < 0
+                  || buf_varint(content, (uint64_t)PyBytes_GET_SIZE(target)) < 0
+                  || buf_put(content, PyBytes_AS_STRING(target), PyBytes_GET_SIZE(target)) < 0
+                  || buf_put(smeta, mode_time, 10) < 0;
+        Py_DECREF(target);
+        if (bad) return -1;
+    }
+    *count += 1;
+    return 0;
+}
+
+static int seal_dir(hasher_t *h, PyObject *dir) {
+    if (Py_EnterRecursiveCall(" while sealing a tree")) return -1;
+    Py_ssize_t n, count = 0;
+    buf_t content = {0}, meta = {0}, smeta = {0};
+    int rc = -1;
+    child_t *c = children_of(h, dir, &n);
+    if (!c) goto done;
+    qsort(c, (size_t)n, sizeof(child_t), by_bytes);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (seal_child(h, &c[i], &content, &meta, &smeta, &count) < 0) goto done;
+    PyObject *hc = hashed(h, &content, CONTENT_HASH);
+    PyObject *hm = hc ? hashed(h, &meta, META_HASH) : NULL;
+    PyObject *hs = hm ? hashed(h, &smeta, SMETA_HASH) : NULL;
+    PyObject *number = hs ? PyLong_FromSsize_t(count) : NULL;
+    if (!number) {
+        Py_XDECREF(hc);
+        Py_XDECREF(hm);
+        Py_XDECREF(hs);
+        goto done;
+    }
+    set_field(h, dir, CONTENT, hc);
+    set_field(h, dir, META, hm);
+    set_field(h, dir, SMETA, hs);
+    set_field(h, dir, COUNT, number);
+    rc = 0;
+done:
+    if (c) free_children(c, n);
+    PyMem_Free(content.data);
+    PyMem_Free(meta.data);
+    PyMem_Free(smeta.data);
+    Py_LeaveRecursiveCall();
+    return rc;
+}
+
+/* The stamp of ``dir`` (`rdc.local.snapshot._stamp`), a borrowed reference (its seen). */
+static PyObject *stamp_dir(hasher_t *h, PyObject *dir) {
+    PyObject *seen;
+    if (bytes_field(h, dir, SEEN, &seen) < 0) return NULL;
+    if (seen) return seen;
+    if (Py_EnterRecursiveCall(" while stamping a tree")) return NULL;
+    Py_ssize_t n;
+    buf_t b = {0};
+    PyObject *result = NULL;
+    child_t *c = children_of(h, dir, &n);
+    if (!c) goto done;
+    qsort(c, (size_t)n, sizeof(child_t), by_str);
+    if (PyErr_Occurred()) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = c[i].entry;
+        int kind = kind_of(h, e);
+        unsigned long long mode, mtime, size, ino;
+        if (kind < 0 || int_field(h, e, MODE, 0, 0xFFFF, &mode) < 0
+            || int_field(h, e, MTIME, LLONG_MIN, LLONG_MAX, &mtime) < 0
+            || int_field(h, e, SIZE, 0, ULLONG_MAX, &size) < 0
+            || int_field(h, e, INO, 0, ULLONG_MAX, &ino) < 0)
+            goto done;
+        if ((unsigned long long)c[i].len > 0xFFFFFFFFull) {
+            PyErr_SetString(PyExc_OverflowError, "a name too long to stamp");
+            goto done;
+        }
+        unsigned char head[31];  /* snapshot._STAMP: "<cHqQQI" */
+        head[0] = (unsigned char)kind;
+        put_le(head + 1, mode, 2);
+        put_le(head + 3, mtime, 8);
+        put_le(head + 11, size, 8);
+        put_le(head + 19, ino, 8);
+        put_le(head + 27, (uint64_t)c[i].len, 4);
+        if (buf_put(&b, head, sizeof head) < 0 || buf_put(&b, c[i].raw, (size_t)c[i].len) < 0)
+            goto done;
+        if (kind == 'd') {
+            PyObject *sub = stamp_dir(h, e);
+            if (!sub || buf_put(&b, PyBytes_AS_STRING(sub), PyBytes_GET_SIZE(sub)) < 0)
+                goto done;
+        } else if (kind == 'l') {
+            PyObject *target;
+            if (link_target(h, e, &target) < 0) goto done;
+            int bad = buf_put(&b, PyBytes_AS_STRING(target), PyBytes_GET_SIZE(target) + 1) < 0;
+            Py_DECREF(target);
+            if (bad) goto done;
+        }
+    }
+    PyObject *stamp = hashed(h, &b, STAMP_HASH);
+    if (!stamp) goto done;
+    set_field(h, dir, SEEN, stamp);
+    result = stamp;
+done:
+    if (c) free_children(c, n);
+    PyMem_Free(b.data);
+    Py_LeaveRecursiveCall();
+    return result;
+}
+
+static int hasher_init(hasher_t *h, PyObject *dir, PyObject *big) {
+    h->type = Py_TYPE(dir);
+    h->big = big;
+    if (!PyCallable_Check(big)) {
+        PyErr_SetString(PyExc_TypeError, "big must be callable");
+        return -1;
+    }
+    return find_slots(h->type, h->offset);
+}
+
+static PyObject *py_seal(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dir, *big;
+    const char *contexts[3];
+    Py_ssize_t lengths[3];
+    if (!PyArg_ParseTuple(args, "O(s#s#s#)O", &dir, &contexts[0], &lengths[0], &contexts[1],
+                          &lengths[1], &contexts[2], &lengths[2], &big))
+        return NULL;
+    hasher_t h;
+    if (hasher_init(&h, dir, big) < 0) return NULL;
+    for (int i = 0; i < 3; i++) {
+        if (rdc_b3_derive_context_key((const uint8_t *)contexts[i], (size_t)lengths[i],
+                                      h.keys[i])) {
+            PyErr_SetString(PyExc_ValueError, "a context the hash cannot take");
+            return NULL;
+        }
+    }
+    if (seal_dir(&h, dir) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_stamp(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dir, *big;
+    if (!PyArg_ParseTuple(args, "OO", &dir, &big)) return NULL;
+    hasher_t h;
+    if (hasher_init(&h, dir, big) < 0) return NULL;
+    PyObject *stamp = stamp_dir(&h, dir);
+    Py_XINCREF(stamp);
+    return stamp;
+}
+
+static PyMethodDef methods[] = {
+    {"unpack", py_unpack, METH_VARARGS,
+     "unpack(body, entry_type, no_children) -> (tree, consumed): the directory whose record "
+     "starts ``body`` (rdc.local.sealed's records) and everything below it, as entries of "
+     "``entry_type``, with the bytes its records took; ValueError or EOFError (or what "
+     "marshal raises) where the records do not make a tree."},
+    {"seal", py_seal, METH_VARARGS,
+     "seal(directory, (content, meta, sync_meta contexts), big): set the content, meta and "
+     "sync meta hashes and the count of ``directory`` and of every directory below it that "
+     "has no content hash yet (rdc.local.snapshot._seal); big(data, which) hashes an input "
+     "over 1 MiB (which: 0-2, a context's index)."},
+    {"stamp", py_stamp, METH_VARARGS,
+     "stamp(directory, big) -> bytes: the stamp of ``directory``, computed for it and every "
+     "directory below it that has none yet (rdc.local.snapshot._stamp); big(data, 3) hashes "
+     "an input over 1 MiB."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_entries", "Trees of entries: unpack, seal, stamp.", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__entries(void) { return PyModule_Create(&module_def); }
