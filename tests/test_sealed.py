@@ -189,8 +189,6 @@ def test_a_damaged_kept_tree_is_dropped_and_the_scan_is_full(tmp_path) -> None:
     again.close()
 
 
-INCREMENTAL: list[bool] = []  # per example of the test below: no Python walk was made
-
 # Changes a user makes between two syncs, on a small tree.
 changes = st.lists(st.tuples(
     st.sampled_from(["edit", "touch", "chmod", "add", "remove", "rename", "mkdir", "rmdir",
@@ -198,30 +196,37 @@ changes = st.lists(st.tuples(
     st.integers(0, 1000)), min_size=1, max_size=8)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(changes)
-def test_a_scan_from_the_kept_tree_is_the_full_scan(tmp_path_factory, ops) -> None:
+def test_a_scan_from_the_kept_tree_is_the_full_scan(tmp_path_factory) -> None:
     """Whatever changed between two processes, the scan that starts from the kept tree
-    ends with the tree and index roots a full scan makes."""
-    base = tmp_path_factory.mktemp("kept")
-    root, index = base / "root", base / "state" / "index.sqlite3"
-    grow(root, dirs=24, files=2)
-    first = Replica(str(root), index)
-    first.scan()
-    first.close()
-    for op, n in ops:
-        _change(root, op, n)
-    walks: list[int] = []
-    tree, again = kept_scan(root, index, walks)
-    INCREMENTAL.append(not walks)
-    roots = {p: e.root for p, e in snapshot.entries_below(tree) if e.kind == "f"}
-    rows = {p: again.db.get(p).root for p in roots}
-    again.close()
-    reference = full_scan(root, base / "ref" / "index.sqlite3")
-    assert same(tree, reference)
-    assert roots == rows == {p: e.root for p, e in snapshot.entries_below(reference)
-                             if e.kind == "f"}
+    ends with the tree and index roots a full scan makes; and most examples start from
+    the kept tree, not a full walk (the path under test)."""
+    incremental: list[bool] = []
+
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(changes)
+    def check(ops: list[tuple[str, int]]) -> None:
+        base = tmp_path_factory.mktemp("kept")
+        root, index = base / "root", base / "state" / "index.sqlite3"
+        grow(root, dirs=24, files=2)
+        first = Replica(str(root), index)
+        first.scan()
+        first.close()
+        for op, n in ops:
+            _change(root, op, n)
+        walks: list[int] = []
+        tree, again = kept_scan(root, index, walks)
+        incremental.append(not walks)
+        roots = {p: e.root for p, e in snapshot.entries_below(tree) if e.kind == "f"}
+        rows = {p: again.db.get(p).root for p in roots}
+        again.close()
+        reference = full_scan(root, base / "ref" / "index.sqlite3")
+        assert same(tree, reference)
+        assert roots == rows == {p: e.root for p, e in snapshot.entries_below(reference)
+                                 if e.kind == "f"}
+
+    check()
+    assert len(incremental) >= 20 and sum(incremental) >= len(incremental) // 2
 
 
 def _change(root: Path, op: str, n: int) -> None:
@@ -258,12 +263,6 @@ def _change(root: Path, op: str, n: int) -> None:
         link = rng.choice(dirs) / f"link{n}"
         if not os.path.lexists(link):
             os.symlink(f"target{n}", link)
-
-
-def test_most_changes_take_the_incremental_scan() -> None:
-    """(After the property test above, in this module's order.) Most of its examples
-    started from the kept tree, not a full walk: the test checks that path."""
-    assert len(INCREMENTAL) >= 20 and sum(INCREMENTAL) >= len(INCREMENTAL) // 2
 
 
 def test_roots_set_from_rows_in_any_order_and_files_without_one_dropped(tmp_path) -> None:
