@@ -9,7 +9,7 @@ from itertools import chain
 from typing import Any
 
 from rdc.local.marker import MarkerBook
-from rdc.local.snapshot import Entry, iter_files
+from rdc.local.snapshot import Entry
 from rdc.records import record
 from rdc.transfer.compare import Changes
 from rdc.wire import messages as m
@@ -191,7 +191,16 @@ class Progress:
 
 
 def count_files(tree: Entry) -> int:
-    """The files in ``tree``, by `iter_files`'s one pass over the directories (over a tree
-    of 20,000 files, `entries_below`, which sorts, spent a tenth of a 1%-edited push's
-    client CPU on it)."""
-    return sum(1 for _ in iter_files(tree))
+    """The files in ``tree``, in one pass over the directories' own dicts, making no paths
+    (`entries_below`, which sorts, spent a tenth of a 1%-edited push's client CPU on a
+    tree of 20,000 files; `iter_files`, which joins a path for each, 16 ms on 100,000
+    files, this 7 ms)."""
+    count, stack = 0, [tree]
+    while stack:
+        for entry in stack.pop().children.values():
+            kind = entry.kind
+            if kind == "f":
+                count += 1
+            elif kind == "d":
+                stack.append(entry)
+    return count
