@@ -10,8 +10,11 @@ in step afterwards (`rdc.transfer.metadata`), not here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import trio
 
 from rdc.local.paths import join, to_wire
 from rdc.local.snapshot import Entry, lookup
@@ -83,53 +86,104 @@ def known_listings(base: Entry | None, hb: int) -> Known | None:
     return known
 
 
+# Requests for listings in flight at once, and the fewest directories one asks for while
+# others are in flight. A level waited for the one before it, and the two sides took
+# turns: 17 levels in the bench's tree of 100,000 files, 0.34 s for 1,791 directories with
+# either side busy half the time. With requests overlapping, this side lists and
+# fingerprints one batch while the other side answers another, and a directory's
+# subdirectories are asked for as soon as its own listing is in.
+IN_FLIGHT = 4
+MIN_BATCH = 32
+
+
 async def compare(source: Side, target: Side, hb: int, pull: bool = False,
                   known: Known | None = None, root: bytes = b"") -> Changes:
     """What ``target`` needs to have ``source``'s content (their root contents differ).
     ``pull``: the source is the remote side. ``known`` (a push): the target's listings
     this side knows given the target's content hash prefix of a directory
-    (`known_listings`), ``root`` the target's root content hash."""
-    changes = Changes()
-    frontier: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
+    (`known_listings`), ``root`` the target's root content hash. The changes come in the
+    order of a level-by-level walk, whatever order the listings arrived in."""
     known = None if pull else known
-    # The target's content hash prefixes of the directories in the frontier, where known.
+    # The target's content hash prefixes of the directories asked for, where known.
     digests: dict[str, bytes] = {"": root[:hb]}
-    # What the local side has in a directory goes along to the remote side, which sends
-    # back only what differs (`rdc.transfer.reconcile`): the source's entries in a push,
-    # the target's in a pull. Not when comparing again with whole hashes (a prefix matched
-    # by chance).
+    found: dict[str, tuple[Changes, list[tuple[str, bool]]]] = {}  # per directory listed
+    pending: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
+    arrived_send, arrived = trio.open_memory_channel[tuple[list, Listings, Listings]](
+        math.inf)
+
+    async def ask(batch: list[tuple[str, bool]]) -> None:
+        mine, theirs = await _listings(source, target, batch, hb, pull, known, digests)
+        arrived_send.send_nowait((batch, mine, theirs))
+
+    in_flight = 0
+    async with trio.open_nursery() as nursery:
+        while pending or in_flight:
+            while pending and in_flight < IN_FLIGHT:
+                take = min(len(pending), max(MIN_BATCH, -(-len(pending) // 2)))
+                batch, pending = pending[:take], pending[take:]
+                nursery.start_soon(ask, batch)
+                in_flight += 1
+            batch, mine, theirs = await arrived.receive()
+            in_flight -= 1
+            for path, has in batch:
+                src = mine.get(path) or {}
+                dst = (theirs.get(path) or {}) if has else {}
+                if known is not None:
+                    digests.update((join(path, name), e.digest) for name, e in dst.items()
+                                   if e.kind == "d")
+                here, below = Changes(), []
+                for name in sorted(set(src) | set(dst), key=to_wire):
+                    rel = join(path, name)
+                    descend = _compare_entry(rel, src.get(name), dst.get(name), here)
+                    if descend is not None:
+                        below.append((rel, descend))
+                found[path] = (here, below)
+                pending += below
+    return _in_walk_order(found)
+
+
+async def _listings(source: Side, target: Side, batch: list[tuple[str, bool]], hb: int,
+                    pull: bool, known: Known | None, digests: dict[str, bytes]
+                    ) -> tuple[Listings, Listings]:
+    """Both sides' listings of ``batch``. What the local side has in a directory goes
+    along to the remote side, which sends back only what differs
+    (`rdc.transfer.reconcile`): the source's entries in a push, the target's in a pull.
+    Not when comparing again with whole hashes (a prefix matched by chance)."""
     reconcile = hb != m.HASH_BYTES
-    while frontier:
-        paths = [path for path, _ in frontier]
-        held = [path for path, has in frontier if has]
-        if pull:
-            theirs = await target.listings(held, hb)
-            mine = await source.listings(paths, hb, sizes=True,
-                                         have=theirs if reconcile else None)
-        else:
-            mine = await source.listings(paths, hb, sizes=True)
-            held_here: Listings = {}
-            if known is not None:
-                for path in held:
-                    entries = known(path, digests.get(path, b""))  # (b"": not known)
-                    if entries is not None:
-                        held_here[path] = entries
-            theirs = await target.listings([path for path in held if path not in held_here],
-                                           hb, have=mine if reconcile else None)
-            theirs.update(held_here)
-        next_frontier: list[tuple[str, bool]] = []
-        for path, has in frontier:
-            src = mine.get(path) or {}
-            dst = (theirs.get(path) or {}) if has else {}
-            if known is not None:
-                digests.update((join(path, name), e.digest) for name, e in dst.items()
-                               if e.kind == "d")
-            for name in sorted(set(src) | set(dst), key=to_wire):
-                rel = join(path, name)
-                descend = _compare_entry(rel, src.get(name), dst.get(name), changes)
-                if descend is not None:
-                    next_frontier.append((rel, descend))
-        frontier = next_frontier
+    paths = [path for path, _ in batch]
+    held = [path for path, has in batch if has]
+    if pull:
+        theirs = await target.listings(held, hb)
+        mine = await source.listings(paths, hb, sizes=True, have=theirs if reconcile else None)
+        return mine, theirs
+    mine = await source.listings(paths, hb, sizes=True)
+    held_here: Listings = {}
+    if known is not None:
+        for path in held:
+            entries = known(path, digests.get(path, b""))  # (b"": not known)
+            if entries is not None:
+                held_here[path] = entries
+    theirs = await target.listings([path for path in held if path not in held_here], hb,
+                                   have=mine if reconcile else None)
+    theirs.update(held_here)
+    return mine, theirs
+
+
+def _in_walk_order(found: dict[str, tuple[Changes, list[tuple[str, bool]]]]) -> Changes:
+    """The changes of each directory listed, joined as a level-by-level walk from the top
+    meets the directories (parents before children: the order they are applied in)."""
+    changes = Changes()
+    level = [""]
+    while level:
+        below = []
+        for path in level:
+            here, children = found[path]
+            for name in ("replace", "mkdirs", "files", "links", "removals"):
+                getattr(changes, name).extend(getattr(here, name))
+            changes.sizes.update(here.sizes)
+            changes.digests.update(here.digests)
+            below += [child for child, _ in children]
+        level = below
     return changes
 
 

@@ -45,6 +45,11 @@ HEARTBEAT = 30.0  # seconds between "changed" messages to a watching client when
 # (`batch.HELD_BYTES`): a peer opening 256 conversations holds no more than these.
 FILES_AT_ONCE = 64
 BATCHES_AT_ONCE = 8
+# Directories from which a list request is answered on a worker thread, one request at a
+# time: a comparison's requests in flight are then answered one after another, each sent
+# as soon as it is made, and the client works on one answer while this side makes the
+# next (`rdc.transfer.compare`); answered in the event loop, they all went in one frame.
+LIST_THREAD_FROM = 16
 
 
 class OpenDirectory(Protocol):
@@ -121,6 +126,7 @@ class ServerSession:
         default_factory=lambda: trio.CapacityLimiter(FILES_AT_ONCE))
     _batches: trio.CapacityLimiter = field(
         default_factory=lambda: trio.CapacityLimiter(BATCHES_AT_ONCE))
+    _listing: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
 
     async def handle(self, conversation: Conversation, message: m.Message) -> None:
         """Answer one request (the connection lets through only requests: `m.Message`
@@ -297,16 +303,24 @@ class ServerSession:
             raise ProtocolError(message="list: have does not fit its paths (one item of "
                                 "fingerprints per path, of a length its count calls for)")
         tree = await self._fresh_tree()
-        dirs = []
-        for i, path in enumerate(message.paths):
-            entries = listing(tree, path, message.hb, message.meta, message.sizes)
-            if entries is not None and have is not None and have[i] is not None:
-                size = sizes[i]
-                assert size is not None  # (checked above)
-                unmatched, bitmap = answer(entries, have[i], size)
-                dirs.append(m.Listing(path, unmatched, bitmap))
-            else:
-                dirs.append(m.Listing(path, entries))
+
+        def listings() -> list[m.Listing]:
+            dirs = []
+            for i, path in enumerate(message.paths):
+                entries = listing(tree, path, message.hb, message.meta, message.sizes)
+                if entries is not None and have is not None and have[i] is not None:
+                    size = sizes[i]
+                    assert size is not None  # (checked above)
+                    unmatched, bitmap = answer(entries, have[i], size)
+                    dirs.append(m.Listing(path, unmatched, bitmap))
+                else:
+                    dirs.append(m.Listing(path, entries))
+            return dirs
+
+        if len(message.paths) < LIST_THREAD_FROM:
+            dirs = listings()
+        else:  # one at a time, each answer sent as it is made (`rdc.transfer.compare`)
+            dirs = await trio.to_thread.run_sync(listings, limiter=self._listing)
         asked = ASKED_LISTINGS in conversation.connection.frames.features
         _send_split(conversation, m.Listings, _split_large(dirs, asked))
 

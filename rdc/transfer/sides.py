@@ -31,6 +31,10 @@ from rdc.wire.connection import Connection, Conversation
 # Directories asked for in one list request, and metadata vectors sent in one mset.
 LIST_BATCH = 512
 MSET_BATCH = 256
+# Directories from which listing them (and fingerprinting what this side has there) runs
+# on a worker thread: the event loop stays free to send the comparison's other requests
+# and read their answers meanwhile (`rdc.transfer.compare`).
+THREAD_FROM = 16
 
 Listings = dict[str, dict[str, m.Listed] | None]
 
@@ -89,6 +93,7 @@ class Local:
     def __init__(self, replica: Replica, tree: Entry) -> None:
         self.replica = replica
         self.tree = tree
+        self._one = trio.CapacityLimiter(1)  # (listings made one batch at a time)
 
     @property
     def unreadable(self) -> list[str]:
@@ -97,6 +102,12 @@ class Local:
 
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
                        sizes: bool = False, have: Listings | None = None) -> Listings:
+        if len(paths) < THREAD_FROM:
+            return self._listings(paths, hb, meta, sizes)
+        return await trio.to_thread.run_sync(self._listings, paths, hb, meta, sizes,
+                                             limiter=self._one)
+
+    def _listings(self, paths: list[str], hb: int, meta: bool, sizes: bool) -> Listings:
         out: Listings = {}
         for path in paths:
             entries = listing(self.tree, path, hb, meta, sizes)
@@ -128,6 +139,33 @@ class Local:
         return Hashes.of_tree(self.tree, len(self.replica.errors))
 
 
+Requests = list[tuple[list[str], list[bytes | None]]]  # (paths, fingerprints) of each
+
+
+def _list_requests(paths: list[str], have: Listings | None, short: bool
+                   ) -> tuple[Requests, dict[str, list[m.Listed]]]:
+    """The ``list`` requests for ``paths`` (paths and fingerprints of what this side has
+    there, LIST_BATCH directories and HAVE_BUDGET bytes a request), and the entries whose
+    fingerprints go."""
+    named: dict[str, list[m.Listed]] = {}
+    requests: Requests = []
+    budget = 0
+    for path in paths:
+        mine = (have or {}).get(path)
+        prints = None
+        if mine is not None and HAVE_FROM <= len(mine) <= HAVE_ENTRIES:
+            named[path] = list(mine.values())
+            prints = fingerprints(named[path], short)
+        if not requests or len(requests[-1][0]) == LIST_BATCH or (
+                prints and budget + len(prints) > HAVE_BUDGET):
+            requests.append(([], []))
+            budget = 0
+        requests[-1][0].append(path)
+        requests[-1][1].append(prints)
+        budget += len(prints or b"")
+    return requests, named
+
+
 class Remote:
     """The opened remote directory, reached over ``connection``."""
 
@@ -157,23 +195,11 @@ class Remote:
         """Batched (LIST_BATCH directories, HAVE_BUDGET bytes of fingerprints a request),
         the requests overlapping."""
         result: Listings = {}
-        named: dict[str, list[m.Listed]] = {}  # the entries whose fingerprints went
-        requests: list[tuple[list[str], list[bytes | None]]] = []
-        budget = 0
         short = SHORT in self.connection.frames.features
-        for path in paths:
-            mine = (have or {}).get(path)
-            prints = None
-            if mine is not None and HAVE_FROM <= len(mine) <= HAVE_ENTRIES:
-                named[path] = list(mine.values())
-                prints = fingerprints(named[path], short)
-            if not requests or len(requests[-1][0]) == LIST_BATCH or (
-                    prints and budget + len(prints) > HAVE_BUDGET):
-                requests.append(([], []))
-                budget = 0
-            requests[-1][0].append(path)
-            requests[-1][1].append(prints)
-            budget += len(prints or b"")
+        if have is None or len(paths) < THREAD_FROM:
+            requests, named = _list_requests(paths, have, short)
+        else:
+            requests, named = await trio.to_thread.run_sync(_list_requests, paths, have, short)
         conversations = [
             self.connection.start(m.List(paths=batch, hb=hb, meta=meta, sizes=sizes,
                                          have=prints if any(p is not None for p in prints)
