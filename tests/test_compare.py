@@ -4,10 +4,12 @@ changes still come in the order of a level-by-level walk."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdc.errors import ProtocolError
 from rdc.local.paths import join, to_wire
 from rdc.local.snapshot import Entry, seal
 from rdc.transfer import compare
@@ -116,3 +118,21 @@ def test_listings_overlap_and_a_subdirectory_is_asked_for_before_its_level_is_do
     # one's listing was out: the walk does not wait for a whole level.
     assert target.events.index(("asked", "d000/x/y/z/w")) < target.events.index(
         ("answered", "d099"))
+
+
+class Failing(Local):
+    """A target whose listings of one directory fail as a lost connection would."""
+
+    async def listings(self, paths, hb, meta=False, sizes=False, have=None):
+        await trio.sleep(0)
+        if "d003" in paths:
+            raise ProtocolError(message="listing: a broken answer")
+        return await super().listings(paths, hb, meta, sizes, have)
+
+
+def test_a_failed_listing_raises_as_itself_not_in_a_group() -> None:
+    shape = {f"d{i:03d}": {"f": b"a"} for i in range(100)}
+    other = {f"d{i:03d}": {"f": b"b"} for i in range(100)}
+    source, target = tree_of(shape), Failing(None, tree_of(other))  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="a broken answer"):
+        trio.run(compare.compare, Local(None, source), target, HB)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from rdc.params import SHORT_WIRE_PREFIX, WIRE_PREFIX
 from rdc.transfer.ops import listed
 from rdc.transfer.sides import Listings, Side
 from rdc.wire import messages as m
-from rdc.wire.connection import Connection
+from rdc.wire.connection import Connection, unwrap_group
 
 # The feature both sides must have for listings in SHORT_WIRE_PREFIX bytes (and for
 # offers' roots in OFFER_ROOT: rdc.transfer.batch.offer_root).
@@ -106,7 +106,7 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
     known = None if pull else known
     # The target's content hash prefixes of the directories asked for, where known.
     digests: dict[str, bytes] = {"": root[:hb]}
-    found: dict[str, tuple[Changes, list[tuple[str, bool]]]] = {}  # per directory listed
+    found: dict[str, tuple[Changes | None, list[tuple[str, bool]]]] = {}  # per directory
     pending: list[tuple[str, bool]] = [("", True)]  # (directory, the target has it)
     arrived_send, arrived = trio.open_memory_channel[tuple[list, Listings, Listings]](
         math.inf)
@@ -116,30 +116,39 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
         arrived_send.send_nowait((batch, mine, theirs))
 
     in_flight = 0
-    async with trio.open_nursery() as nursery:
-        while pending or in_flight:
-            while pending and in_flight < IN_FLIGHT:
-                take = min(len(pending), max(MIN_BATCH, -(-len(pending) // 2)))
-                batch, pending = pending[:take], pending[take:]
-                nursery.start_soon(ask, batch)
-                in_flight += 1
-            batch, mine, theirs = await arrived.receive()
-            in_flight -= 1
-            for path, has in batch:
-                src = mine.get(path) or {}
-                dst = (theirs.get(path) or {}) if has else {}
-                if known is not None:
-                    digests.update((join(path, name), e.digest) for name, e in dst.items()
-                                   if e.kind == "d")
-                here, below = Changes(), []
-                for name in sorted(set(src) | set(dst), key=to_wire):
-                    rel = join(path, name)
-                    descend = _compare_entry(rel, src.get(name), dst.get(name), here)
-                    if descend is not None:
-                        below.append((rel, descend))
-                found[path] = (here, below)
-                pending += below
+    with unwrap_group():  # (a failed request raises as itself, as it did unbatched)
+        async with trio.open_nursery() as nursery:
+            while pending or in_flight:
+                while pending and in_flight < IN_FLIGHT:
+                    take = min(len(pending), max(MIN_BATCH, -(-len(pending) // 2)))
+                    batch, pending = pending[:take], pending[take:]
+                    nursery.start_soon(ask, batch)
+                    in_flight += 1
+                batch, mine, theirs = await arrived.receive()
+                in_flight -= 1
+                for path, has in batch:
+                    pending += _compared(path, mine.get(path) or {},
+                                         (theirs.get(path) or {}) if has else {}, found)
+                    if known is not None:
+                        digests.update((join(path, name), e.digest)
+                                       for name, e in (theirs.get(path) or {}).items()
+                                       if e.kind == "d")
     return _in_walk_order(found)
+
+
+def _compared(path: str, src: dict[str, m.Listed], dst: dict[str, m.Listed],
+              found: dict[str, tuple[Changes | None, list[tuple[str, bool]]]]
+              ) -> list[tuple[str, bool]]:
+    """Compare the directory ``path``'s entries on both sides: its changes (None if it has
+    none) and the subdirectories to look into go in ``found``; those are returned."""
+    here, below = Changes(), []
+    for name in sorted(set(src) | set(dst), key=to_wire):
+        rel = join(path, name)
+        descend = _compare_entry(rel, src.get(name), dst.get(name), here)
+        if descend is not None:
+            below.append((rel, descend))
+    found[path] = (here if here else None, below)
+    return below
 
 
 async def _listings(source: Side, target: Side, batch: list[tuple[str, bool]], hb: int,
@@ -169,7 +178,8 @@ async def _listings(source: Side, target: Side, batch: list[tuple[str, bool]], h
     return mine, theirs
 
 
-def _in_walk_order(found: dict[str, tuple[Changes, list[tuple[str, bool]]]]) -> Changes:
+def _in_walk_order(found: dict[str, tuple[Changes | None, list[tuple[str, bool]]]]
+                   ) -> Changes:
     """The changes of each directory listed, joined as a level-by-level walk from the top
     meets the directories (parents before children: the order they are applied in)."""
     changes = Changes()
@@ -178,10 +188,11 @@ def _in_walk_order(found: dict[str, tuple[Changes, list[tuple[str, bool]]]]) -> 
         below = []
         for path in level:
             here, children = found[path]
-            for name in ("replace", "mkdirs", "files", "links", "removals"):
-                getattr(changes, name).extend(getattr(here, name))
-            changes.sizes.update(here.sizes)
-            changes.digests.update(here.digests)
+            if here is not None:
+                for name in ("replace", "mkdirs", "files", "links", "removals"):
+                    getattr(changes, name).extend(getattr(here, name))
+                changes.sizes.update(here.sizes)
+                changes.digests.update(here.digests)
             below += [child for child, _ in children]
         level = below
     return changes
