@@ -102,17 +102,11 @@ class Local:
 
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
                        sizes: bool = False, have: Listings | None = None) -> Listings:
+        tree = self.tree  # (the tree as asked: `refreshed` may put another in its place)
         if len(paths) < THREAD_FROM:
-            return self._listings(paths, hb, meta, sizes)
-        return await trio.to_thread.run_sync(self._listings, paths, hb, meta, sizes,
+            return _listings(tree, paths, hb, meta, sizes)
+        return await trio.to_thread.run_sync(_listings, tree, paths, hb, meta, sizes,
                                              limiter=self._one)
-
-    def _listings(self, paths: list[str], hb: int, meta: bool, sizes: bool) -> Listings:
-        out: Listings = {}
-        for path in paths:
-            entries = listing(self.tree, path, hb, meta, sizes)
-            out[path] = None if entries is None else {e.name: e for e in entries}
-        return out
 
     async def apply(self, ops: list[m.Op]) -> list[m.Failure | None]:
         if not ops:
@@ -137,6 +131,15 @@ class Local:
 
     def hashes(self) -> Hashes:
         return Hashes.of_tree(self.tree, len(self.replica.errors))
+
+
+def _listings(tree: Entry, paths: list[str], hb: int, meta: bool, sizes: bool) -> Listings:
+    """`Local.listings` of ``tree`` (blocking)."""
+    out: Listings = {}
+    for path in paths:
+        entries = listing(tree, path, hb, meta, sizes)
+        out[path] = None if entries is None else {e.name: e for e in entries}
+    return out
 
 
 Requests = list[tuple[list[str], list[bytes | None]]]  # (paths, fingerprints) of each
