@@ -24,11 +24,16 @@ with contextlib.suppress(OSError, AttributeError, TypeError):
     _libc.malloc_trim  # noqa: B018 - glibc only: the attribute lookup is the check
 
 
+# Blocks from this size up are mapped and unmapped on their own (a buffer reused in a loop
+# is best kept under it: each mapped one is faulted in afresh, page by page).
+MMAP_THRESHOLD = 256 << 10
+
+
 def tune_allocator() -> None:
-    """Blocks of 256 KiB or more are mapped and unmapped on their own, and free memory
-    at the top of a heap beyond 4 MiB goes back to the system."""
+    """Blocks of MMAP_THRESHOLD or more are mapped and unmapped on their own, and free
+    memory at the top of a heap beyond 4 MiB goes back to the system."""
     if _libc is not None:
-        _libc.mallopt(_M_MMAP_THRESHOLD, 256 << 10)
+        _libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         _libc.mallopt(_M_TRIM_THRESHOLD, 4 << 20)
 
 

@@ -118,3 +118,16 @@ def test_a_sub_chunk_prefix_collision_does_not_send_the_file_twice(e2e: E2E) -> 
     pushed = e2e.push(src, server.url("s")).ok()
     assert_same_tree(src, share)
     assert pushed.stats["bytes_sent"] < UNRELATED * 1.25, pushed.stats
+
+
+def test_copied_pieces_come_from_the_heap_not_fresh_mappings() -> None:
+    """A rebuilt file's seed bytes are read a piece at a time into buffers under the
+    allocator's mapping threshold (with the bytes object's header), so that each comes
+    from the heap the last one went back to; a mapped one is faulted in page by page."""
+    import sys
+
+    from rdc.allocator import MMAP_THRESHOLD
+    from rdc.transfer import target
+
+    assert sys.getsizeof(bytes(target.COPY_PIECE)) < MMAP_THRESHOLD
+    assert target.COPY_RUNS >= target.COPY_PIECE
