@@ -16,6 +16,7 @@ here directly (no __init__ runs; it has no __post_init__). The specifications ar
 #include <structmember.h>
 
 #include "blake3_impl.h"
+#include "stamp_entry.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -252,10 +253,6 @@ static int buf_varint(buf_t *b, uint64_t v) {
     }
     out[n++] = (unsigned char)v;
     return buf_put(b, out, (size_t)n);
-}
-
-static void put_le(unsigned char *out, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) out[i] = (unsigned char)(v >> (8 * i));
 }
 
 enum { CONTENT_HASH, META_HASH, SMETA_HASH, STAMP_HASH };
@@ -579,13 +576,8 @@ static PyObject *stamp_dir(hasher_t *h, PyObject *dir) {
             PyErr_SetString(PyExc_OverflowError, "a name too long to stamp");
             goto done;
         }
-        unsigned char head[31];  /* snapshot._STAMP: "<cHqQQI" */
-        head[0] = (unsigned char)kind;
-        put_le(head + 1, mode, 2);
-        put_le(head + 3, mtime, 8);
-        put_le(head + 11, size, 8);
-        put_le(head + 19, ino, 8);
-        put_le(head + 27, (uint64_t)c[i].len, 4);
+        unsigned char head[STAMP_HEAD];
+        stamp_head(head, (char)kind, (unsigned)mode, mtime, size, ino, (uint32_t)c[i].len);
         if (buf_put(&b, head, sizeof head) < 0 || buf_put(&b, c[i].raw, (size_t)c[i].len) < 0)
             goto done;
         if (kind == 'd') {

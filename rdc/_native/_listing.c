@@ -18,6 +18,7 @@ entry is built. Specification: listing_ref.py. */
 #include <unistd.h>
 
 #include "blake3_impl.h"
+#include "stamp_entry.h"
 
 typedef struct {
     size_t name_at;   /* offset of the name in the arena */
@@ -261,21 +262,11 @@ static int buf_put(buf_t *b, const void *p, size_t n) {
     return 0;
 }
 
-static void put_le(unsigned char *out, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) out[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* One entry as snapshot._STAMP packs it ("<cHqQQI": kind, mode, mtime, size, inode, name
-length), then its name. */
+/* One entry's head (stamp_entry.h), then its name. */
 static int put_entry(buf_t *b, char kind, unsigned mode, int64_t mtime, uint64_t size,
                      uint64_t ino, const char *name, size_t len) {
-    unsigned char head[31];
-    head[0] = (unsigned char)kind;
-    put_le(head + 1, mode, 2);
-    put_le(head + 3, (uint64_t)mtime, 8);
-    put_le(head + 11, size, 8);
-    put_le(head + 19, ino, 8);
-    put_le(head + 27, len, 4);
+    unsigned char head[STAMP_HEAD];
+    stamp_head(head, kind, mode, (uint64_t)mtime, size, ino, (uint32_t)len);
     if (buf_put(b, head, sizeof head) < 0) return -1;
     return buf_put(b, name, len);
 }
