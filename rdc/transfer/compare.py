@@ -127,12 +127,11 @@ async def compare(source: Side, target: Side, hb: int, pull: bool = False,
                 batch, mine, theirs = await arrived.receive()
                 in_flight -= 1
                 for path, has in batch:
-                    pending += _compared(path, mine.get(path) or {},
-                                         (theirs.get(path) or {}) if has else {}, found)
+                    dst = (theirs.get(path) or {}) if has else {}
                     if known is not None:
-                        digests.update((join(path, name), e.digest)
-                                       for name, e in (theirs.get(path) or {}).items()
+                        digests.update((join(path, name), e.digest) for name, e in dst.items()
                                        if e.kind == "d")
+                    pending += _compared(path, mine.get(path) or {}, dst, found)
     return _in_walk_order(found)
 
 
