@@ -3,7 +3,9 @@ client made exactly what this op wanted is no conflict; anything else still is."
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,12 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdc import _native
+from rdc.errors import Refusal
 from rdc.local.fs import SafeRoot
 from rdc.local.ignore import Excludes
+from rdc.local.paths import join
 from rdc.local.replica import Replica
-from rdc.local.snapshot import lookup
-from rdc.transfer.ops import apply_ops
+from rdc.local.snapshot import lookup, meta_of
+from rdc.transfer.ops import apply_ops, mlisting
 from rdc.wire import messages as m
+from tests.protocol_support import tree_state
 
 
 @pytest.fixture
@@ -163,3 +168,90 @@ def test_a_batch_of_moves_changes_the_index_once_and_keeps_the_rows(replica, tmp
     assert transactions == [1] and lookups == [70]
     assert {row.path: (row.id, row.root) for row in replica.db.files()} == {
         f"g{i}": before[f"f{i}"] for i in range(50)}
+
+
+def _tree_of_thirty(root: Path, mode: int, mtime_ns: int) -> None:
+    """63 directories in three levels, 4 files in each of the 30 deepest; every file's mode
+    ``mode``, every entry's time ``mtime_ns`` (set deepest first)."""
+    for d in range(30):
+        where = root / f"d{d % 3}" / f"e{d % 10}" / f"x{d}"
+        where.mkdir(parents=True, exist_ok=True)
+        for f in range(4):
+            (where / f"f{f}").write_bytes(f"{d} {f}\n".encode() * 40)
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), mode)
+            os.utime(os.path.join(dirpath, name), ns=(mtime_ns, mtime_ns))
+        for name in dirnames:
+            os.utime(os.path.join(dirpath, name), ns=(mtime_ns, mtime_ns))
+
+
+def _vectors(tree, hb: int) -> list[m.MetaDir]:
+    """A walk's vectors of every directory of ``tree``, one level each, top first."""
+    items, frontier = [], [""]
+    while frontier:
+        path = frontier.pop(0)
+        items.append(mlisting(tree, path, hb, levels=True))
+        frontier += [join(path, name) for name, entry in lookup(tree, path).sorted_children()
+                     if entry.kind == "d"]
+    return items
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_vectors_applied_on_two_threads_do_what_one_thread_does(
+        tmp_path, monkeypatch, workers: int) -> None:
+    """Every mode and time of a tree of 183 entries changed, sent as 64 one-level vectors:
+    applied two at a time (both threads at work at once, which a barrier holding the first
+    two vectors proves) or one at a time, the tree on disk and the tree of entries end as
+    the source's, every entry counted, and the index rows stay current (a scan after
+    reads no file again)."""
+    from rdc.transfer import ops
+
+    old, new = 1_600_000_000_000_000_000, 1_650_000_000_123_456_789
+    _tree_of_thirty(tmp_path / "src", 0o640, new)
+    _tree_of_thirty(tmp_path / "dst", 0o604, old)
+    source = Replica(str(tmp_path / "src"), tmp_path / "src.sqlite3", Excludes(()))
+    target = Replica(str(tmp_path / "dst"), tmp_path / "dst.sqlite3", Excludes(()))
+    items = _vectors(source.scan(), m.HASH_BYTES)
+    tree = target.scan()
+    assert len(items) == 64
+    monkeypatch.setattr(ops, "META_WORKERS", workers)
+    first_two = threading.Barrier(2, timeout=10)
+    threads: set[int] = set()
+    real = ops.apply_meta
+
+    def spying(replica, tree, item):
+        threads.add(threading.get_ident())
+        if workers > 1 and item in items[:2]:
+            first_two.wait()  # (one thread alone would wait here until the timeout)
+        return real(replica, tree, item)
+
+    monkeypatch.setattr(ops, "apply_meta", spying)
+    assert ops.apply_metas(target, tree, items) == (2 * 120 + 63, 0)
+    assert len(threads) == workers
+    assert tree_state(tmp_path / "dst") == tree_state(tmp_path / "src")
+    assert meta_of(tree, True) == meta_of(lookup(source.scan(), ""), True)
+    target.scan()
+    assert target.stats.signed == 0 and target.stats.unchanged == 120
+    source.close()
+    target.close()
+
+
+def test_the_first_bad_vector_in_order_is_the_error_raised(tmp_path) -> None:
+    """Two of 64 vectors refused (a mode out of range, at the 4th and the 21st): whichever
+    thread meets its bad vector first, the error raised is the 4th's, as one thread
+    applying them in order would raise."""
+    from rdc.transfer import ops
+
+    _tree_of_thirty(tmp_path / "src", 0o640, 1_650_000_000_000_000_000)
+    _tree_of_thirty(tmp_path / "dst", 0o604, 1_600_000_000_000_000_000)
+    source = Replica(str(tmp_path / "src"), tmp_path / "src.sqlite3", Excludes(()))
+    target = Replica(str(tmp_path / "dst"), tmp_path / "dst.sqlite3", Excludes(()))
+    items = _vectors(source.scan(), m.HASH_BYTES)
+    for k, bad in ((3, 0o10000), (20, 0o20000)):
+        items[k] = dataclasses.replace(
+            items[k], modes=m.Vector.encode([bad] * len(items[k].modes.decode())))
+    with pytest.raises(Refusal, match="bad mode 10000"):
+        ops.apply_metas(target, target.scan(), items)
+    source.close()
+    target.close()

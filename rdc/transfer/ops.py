@@ -4,8 +4,11 @@ own directory with them, and listings are built here."""
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from rdc.errors import Refusal, disk_full
 from rdc.local.fs import ConflictError, Expect, HeldDirs, SafeRoot
@@ -18,6 +21,12 @@ from rdc.wire import messages as m
 
 # A subtree with at most this many entries travels as one metadata vector.
 WHOLE_META = 4096
+# Threads a message's metadata vectors are applied on (`apply_metas`). Most of a vector's
+# time is spent without the GIL (the native mode and time setting, opening directories,
+# SQLite), which a second thread's Python overlaps: Django 5.0.2 -> 5.0.3, every mode and
+# time changed (38 vectors, 19,868 changes), 0.17-0.21 s on one thread, 0.13-0.17 s on
+# two; three or four were slower than one (GIL hand-overs).
+META_WORKERS = 2
 # The ops whose paths' index rows a batch looks up at once.
 _LOOKED_UP = ("mv", "rm")
 
@@ -303,6 +312,25 @@ def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool
     )
     return m.MetaDir(path, directory.content[:hb], whole, m.Vector.encode(times),
                      m.Vector.encode(modes), metas)
+
+
+def apply_metas(replica: Replica, tree: Entry, items: Sequence[m.MetaDir]) -> tuple[int, int]:
+    """`apply_meta` of each of ``items``, up to META_WORKERS at a time: (entries changed,
+    vectors skipped). Vectors of a walk touch disjoint entries (a directory's own mode and
+    time are in its parent's vector, its entries in its own) and nothing they do moves a
+    directory's time but replacing a hard-linked file, which the walk's order did not
+    guard against either (the end check finds it, and the next round sets it). The first
+    error in the order of ``items`` is raised once the vectors already started are done;
+    the rest are not started."""
+    if len(items) < 2 or META_WORKERS < 2:
+        totals = [apply_meta(replica, tree, item) for item in items]
+    else:
+        pool = ThreadPoolExecutor(META_WORKERS, thread_name_prefix="apply-meta")
+        try:
+            totals = list(pool.map(functools.partial(apply_meta, replica, tree), items))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return sum(done for done, _ in totals), sum(missed for _, missed in totals)
 
 
 def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from rdc.local.snapshot import Entry, Walk
 from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
-from rdc.transfer.ops import apply_meta, apply_ops, listing, mlisting
+from rdc.transfer.ops import apply_metas, apply_ops, listing, mlisting
 from rdc.transfer.reconcile import ASKED_LISTINGS, SHORT, answer, fingerprint_size
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
@@ -435,17 +435,9 @@ class ServerSession:
     async def _mset(self, conversation: Conversation, message: m.MetaSet) -> None:
         opened = self._writable()
         tree = await self._fresh_tree()
-        applied = skipped = 0
-
-        def run() -> None:
-            nonlocal applied, skipped
-            for item in message.dirs:
-                done, missed = apply_meta(opened.replica, tree, item)
-                applied += done
-                skipped += missed
-
         try:
-            await trio.to_thread.run_sync(run)
+            applied, skipped = await trio.to_thread.run_sync(
+                apply_metas, opened.replica, tree, message.dirs)
         except (ConflictError, PathError) as exc:
             raise Refusal("path", message=str(exc)) from None
         if applied:

@@ -15,7 +15,7 @@ from rdc.errors import ProtocolError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.records import record
-from rdc.transfer.ops import apply_meta, apply_ops, listing
+from rdc.transfer.ops import apply_metas, apply_ops, listing
 from rdc.transfer.reconcile import (
     HAVE_BUDGET,
     HAVE_ENTRIES,
@@ -115,12 +115,8 @@ class Local:
         return await trio.to_thread.run_sync(apply_ops, replica, ops, replica.excludes, True)
 
     async def set_vectors(self, items: list[m.MetaDir]) -> None:
-        def run() -> None:
-            for item in items:
-                apply_meta(self.replica, self.tree, item)
-
         if items:
-            await trio.to_thread.run_sync(run)
+            await trio.to_thread.run_sync(apply_metas, self.replica, self.tree, items)
 
     async def refreshed(self) -> Hashes:
         """The tree after this run's writes (renames made durable first): a rescan of the
