@@ -710,3 +710,111 @@ def test_a_batchs_files_signed_one_by_one_are_indexed_in_one_transaction(
     assert sorted(rows) == sorted(names)
     assert all(rows[offer.path].root == offer.root for offer, _, _ in signed)
     replica.close()
+
+
+def _text(size: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    out = b"".join(b"line %d: %x %x\n" % (n, rng.getrandbits(64), rng.getrandbits(64))
+                   for n in range(size // 30 + 1))
+    return out[:size]
+
+
+@pytest.mark.parametrize("large", [True, False])
+async def test_edited_files_under_a_mebibyte_are_described_in_their_batch(
+        tmp_path, counted, monkeypatch, large: bool) -> None:
+    """Files of 100 KB, 300 KB and 900 KB edited at the source, whose older versions the
+    server holds: between peers with ``large-deltas`` they are described in a batch (no
+    per-file exchange), and one of 1.5 MB still goes alone; without the feature all four
+    go alone. The same trees and the same literal either way."""
+    if not large:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != batch.LARGE_DELTAS))
+    src = tmp_path / "src"
+    sizes = {"a.txt": 100_000, "b.txt": 300_000, "c.txt": 900_000, "d.txt": 1_500_000}
+    for k, (name, size) in enumerate(sizes.items()):
+        write(src / name, _text(size, k), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    counted.update(batches=0, single=0)
+    for name, size in sizes.items():
+        data = bytearray((src / name).read_bytes())
+        data[size // 2 : size // 2 + 4] = b"EDIT"
+        write(src / name, bytes(data), OLD + 1)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 4
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["single"] == (1 if large else 4)
+    assert counted["batches"] == (2 if large else 0)  # 1 MiB of them a batch
+    assert {stats.moved[name][0] for name in sizes} == {"delta"}
+    assert stats.literal_bytes < 4 * 2000
+    pair.close()
+
+
+def test_edited_files_under_a_mebibyte_go_in_batches_only_where_the_peer_takes_them() -> None:
+    old = b"\x01" * 8
+    files = [("edited", old), ("edited-1m", old), ("new-100k", None), ("edited-2m", old)]
+    sizes = {"edited": 100_000, "edited-1m": batch.DELTA_FILE - 1, "new-100k": 100_000,
+             "edited-2m": 2 << 20}
+    groups, alone = batch.batches(files, sizes, deltas=True, large=True)
+    assert groups == [[("edited", old)], [("edited-1m", old)]]  # 1 MiB of deltas a batch
+    assert alone == [("new-100k", None), ("edited-2m", old)]
+    groups, alone = batch.batches(files, sizes, deltas=True)
+    assert not groups and alone == files
+
+
+def test_a_target_describes_a_large_file_in_a_batch_only_with_the_feature(tmp_path) -> None:
+    """An offer of a 100 KB file whose older version the target holds: ``delta`` between
+    peers with ``large-deltas`` (``large``), else ``descend`` (its own exchange), as a
+    target without the feature answers; 1 MiB or more: ``descend`` either way."""
+    from rdc.content.signature import signature_of_bytes
+
+    root = tmp_path / "root"
+    write(root / "f", _text(100_000, 1), OLD)
+    write(root / "g", _text(1_100_000, 2), OLD)
+    replica = Replica(str(root), tmp_path / "index.sqlite3")
+    tree = replica.scan()
+
+    def offer(name: str, data: bytes) -> m.FileOffer:
+        signature = signature_of_bytes(data)
+        return m.FileOffer(name, len(data), signature.root, len(signature.tree.levels),
+                           signature.sketch, 0o644, OLD + 1,
+                           m.Expected("f", tree.children[name].root[:8]), None)
+
+    offers = [(o, o.expect) for o in (offer("f", _text(100_000, 1)[:-9] + b"edited!!\n"),
+                                      offer("g", _text(1_100_000, 2)[:-9] + b"edited!!\n"))]
+    assert [d.verdict for d in batch.decide_batch(replica, offers, True, True)] == [
+        "delta", "descend"]
+    assert [d.verdict for d in batch.decide_batch(replica, offers, True)] == [
+        "descend", "descend"]
+    replica.close()
+
+
+async def test_a_file_grown_past_a_mebibyte_since_the_scan_goes_alone(
+        tmp_path, counted, monkeypatch) -> None:
+    """A 300 KB file edited at the source and, after the scan put it in a batch, grown to
+    1.2 MB before its batch read it: the source does not offer it in the batch without its
+    content (a peer with ``large-deltas`` may answer ``delta`` for it), it goes by its own
+    exchange, and the server ends with what the file holds now (the sync is not in step:
+    the tree it compared is the one scanned, as for any file changed while synced)."""
+    src = tmp_path / "src"
+    write(src / "f.txt", _text(300_000, 3), OLD)
+    write(src / "g.txt", _text(5_000, 4), OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    counted.update(batches=0, single=0)
+    write(src / "f.txt", _text(300_000, 3)[:-4] + b"EDIT", OLD + 1)
+    write(src / "g.txt", _text(5_000, 4)[:-4] + b"EDIT", OLD + 1)
+    grown = _text(1_200_000, 5)
+    real = batch.offer_batch
+
+    def growing(replica, files, *args):
+        write(src / "f.txt", grown, OLD + 2)
+        return real(replica, files, *args)
+
+    monkeypatch.setattr(batch, "offer_batch", growing)
+    stats = await pair.run("push", src)
+    assert not stats.failed
+    # (its own exchange meets a file other than the one scanned, and asks again)
+    assert counted["batches"] == 1 and counted["single"] >= 1
+    assert (pair.share / "f.txt").read_bytes() == grown
+    pair.close()

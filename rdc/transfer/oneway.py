@@ -27,7 +27,14 @@ from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
 from rdc.local.verify import CHANGED
 from rdc.records import record
 from rdc.transfer import guards, metadata
-from rdc.transfer.batch import Files, batches, pull_batch, push_batch, takes_deltas
+from rdc.transfer.batch import (
+    Files,
+    batches,
+    pull_batch,
+    push_batch,
+    takes_deltas,
+    takes_large_deltas,
+)
 from rdc.transfer.compare import (
     Changes,
     compare,
@@ -307,7 +314,8 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
     flight. ``done(path, size, arrived)`` is called once per file."""
     if not push and files:  # this side is the target (as the server is for a push)
         await trio.to_thread.run_sync(replica.warm)
-    groups, alone = batches(files, sizes, takes_deltas(connection))
+    groups, alone = batches(files, sizes, takes_deltas(connection),
+                            push and takes_large_deltas(connection))
     limiter = trio.CapacityLimiter(options.concurrency)
     batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)
 

@@ -28,7 +28,7 @@ PROTOCOL_MAX = 2
 # (rdc.transfer.serving).
 FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
             "short-fingerprints", "short-digests", "asked-paths", "kept-dir-times",
-            "asked-listings")
+            "asked-listings", "large-deltas")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")
