@@ -751,6 +751,9 @@ async def test_edited_files_under_a_mebibyte_are_described_in_their_batch(
 
 
 def test_edited_files_under_a_mebibyte_go_in_batches_only_where_the_peer_takes_them() -> None:
+    from rdc.local.fs import PARTIAL_BYTES
+
+    assert batch.DELTA_FILE <= PARTIAL_BYTES  # (a file that can be resumed goes alone)
     old = b"\x01" * 8
     files = [("edited", old), ("edited-1m", old), ("new-100k", None), ("edited-2m", old)]
     sizes = {"edited": 100_000, "edited-1m": batch.DELTA_FILE - 1, "new-100k": 100_000,

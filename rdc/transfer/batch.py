@@ -57,9 +57,9 @@ SMALL_FILE = 64 << 10
 # version of it and it is smaller than this: it is described in its batch (``delta``) with
 # its content in the source's hands. Alone, its exchange cost the server about 5 ms of CPU
 # (a conversation, several round trips, five worker-thread hops, a commit of its own);
-# Django 5.0.1 -> 5.0.2 has 29 such files of 67-355 KB among 336 edited: warm push 0.98-1.21
-# -> 0.89-0.94 s, 1.5 KB fewer bytes. At most PARTIAL_BYTES: a larger file goes alone, where
-# an interrupted transfer of it is resumed.
+# Django 5.0.1 -> 5.0.2 has 29 such files of 67-355 KB among 336 edited: warm push 0.98-1.07
+# -> 0.88-0.99 s, cold 1.52-1.82 -> 1.31-1.49 s, 1.5 KB fewer bytes. At most PARTIAL_BYTES:
+# a larger file goes alone, where an interrupted transfer of it is resumed.
 DELTA_FILE = 1 << 20
 # ... and a batch holds at most this many files and this much content ...
 BATCH_FILES = 256

@@ -316,12 +316,12 @@ def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool
 
 def apply_metas(replica: Replica, tree: Entry, items: Sequence[m.MetaDir]) -> tuple[int, int]:
     """`apply_meta` of each of ``items``, up to META_WORKERS at a time: (entries changed,
-    vectors skipped). Vectors of a walk touch disjoint entries (a directory's own mode and
-    time are in its parent's vector, its entries in its own) and nothing they do moves a
-    directory's time but replacing a hard-linked file, which the walk's order did not
-    guard against either (the end check finds it, and the next round sets it). The first
-    error in the order of ``items`` is raised once the vectors already started are done;
-    the rest are not started."""
+    vectors skipped). The vectors of a walk set disjoint entries (a directory's own mode and
+    time are in its parent's vector, its entries in its own), so their order matters only
+    where one moves a directory's time: a hard-linked file replaced by a copy, in a vector
+    applied after its parent's, whichever thread runs it (one by one, parents came first
+    too). The first error in the order of ``items`` is raised once the vectors already
+    started are done; the rest are not started."""
     if len(items) < 2 or META_WORKERS < 2:
         totals = [apply_meta(replica, tree, item) for item in items]
     else:
