@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rdc.errors import ProtocolError
+from rdc.errors import ProtocolError, RemoteError
 from rdc.local.fs import Expect, SafeRoot
 from rdc.local.replica import Replica
 from rdc.params import OFFER_ROOT
@@ -605,10 +605,10 @@ async def test_a_peers_batch_of_more_content_than_a_batch_holds_is_held_in_part(
 
     real_decide = batch.decide_batch
 
-    def lenient(replica, offers, deltas):  # a pulling client that would take it all at once
+    def lenient(replica, offers, deltas, large=False):  # a client taking it all at once
         limit, batch.HELD_BYTES = batch.HELD_BYTES, 64 << 20
         try:
-            return real_decide(replica, offers, deltas)
+            return real_decide(replica, offers, deltas, large)
         finally:
             batch.HELD_BYTES = limit
 
@@ -820,4 +820,67 @@ async def test_a_file_grown_past_a_mebibyte_since_the_scan_goes_alone(
     # (its own exchange meets a file other than the one scanned, and asks again)
     assert counted["batches"] == 1 and counted["single"] >= 1
     assert (pair.share / "f.txt").read_bytes() == grown
+    pair.close()
+
+
+@pytest.mark.parametrize("large", [True, False])
+async def test_edited_files_under_a_mebibyte_are_pulled_in_their_batch(
+        tmp_path, counted, monkeypatch, large: bool) -> None:
+    """The same in a pull: files of 100 KB, 300 KB and 900 KB edited on the server, whose
+    older versions the client holds, come in batches the client describes (no per-file
+    ``get``), and one of 1.5 MB alone; without ``large-deltas`` all four alone."""
+    from rdc.transfer import serving
+
+    if not large:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != batch.LARGE_DELTAS))
+    pair = Pair(tmp_path)
+    dst = tmp_path / "dst"
+    sizes = {"a.txt": 100_000, "b.txt": 300_000, "c.txt": 900_000, "d.txt": 1_500_000}
+    for k, (name, size) in enumerate(sizes.items()):
+        write(pair.share / name, _text(size, k), OLD)
+    await pair.run("pull", dst)
+    singles = []
+    real = serving.make_offer
+
+    def counting(*args, **kwargs):
+        singles.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serving, "make_offer", counting)
+    counted.update(gets=0)
+    for name, size in sizes.items():
+        data = bytearray((pair.share / name).read_bytes())
+        data[size // 2 : size // 2 + 4] = b"EDIT"
+        write(pair.share / name, bytes(data), OLD + 1)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 4
+    assert tree_state(dst) == tree_state(pair.share)
+    assert len(singles) == (1 if large else 4)
+    assert counted["gets"] == (2 if large else 0)  # 1 MiB of them a batch
+    assert {stats.moved[name][0] for name in sizes} == {"delta"}
+    assert stats.literal_bytes < 4 * 2000
+    pair.close()
+
+
+async def test_a_source_refuses_deltas_of_more_than_a_batch_holds(
+        tmp_path, monkeypatch) -> None:
+    """A pulling peer that asks for three edited files of 400 KB in one batch and answers
+    ``delta`` for all three (more than 1 MiB + 64 KiB) is refused before the server reads
+    them: the pull fails, and the server serves the next one."""
+    pair = Pair(tmp_path)
+    for k in range(3):
+        write(pair.share / f"f{k}.txt", _text(400_000, k), OLD)
+    dst = tmp_path / "dst"
+    await pair.run("pull", dst)
+    for k in range(3):
+        write(pair.share / f"f{k}.txt", _text(400_000, k)[:-4] + b"EDIT", OLD + 1)
+    with monkeypatch.context() as peer:  # (a client that ignores both budgets)
+        peer.setattr(batch, "DELTA_BYTES", 4 << 20)
+        peer.setattr(batch, "_within_budget", lambda decision, offer, held: decision)
+        with pytest.raises(RemoteError) as refused:
+            await pair.run("pull", dst)
+    assert "protocol error: deltas of more content than a batch holds" in str(refused.value)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and tree_state(dst) == tree_state(pair.share)
     pair.close()

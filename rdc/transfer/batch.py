@@ -53,13 +53,14 @@ from rdc.wire.connection import Connection, Conversation
 
 # A file goes in a batch if it is smaller than this (by the size the source knows) ...
 SMALL_FILE = 64 << 10
-# ... or, in a push between peers with ``large-deltas``, if the target holds an older
-# version of it and it is smaller than this: it is described in its batch (``delta``) with
-# its content in the source's hands. Alone, its exchange cost the server about 5 ms of CPU
-# (a conversation, several round trips, five worker-thread hops, a commit of its own);
+# ... or, between peers with ``large-deltas``, if the target holds an older version of it
+# and it is smaller than this: it is described in its batch (``delta``). Alone, its
+# exchange cost the target about 5 ms of CPU (a conversation, several round trips, five
+# worker-thread hops, a commit of its own);
 # Django 5.0.1 -> 5.0.2 has 29 such files of 67-355 KB among 336 edited: warm push 0.98-1.07
-# -> 0.88-0.99 s, cold 1.52-1.82 -> 1.31-1.49 s, 1.5 KB fewer bytes. At most PARTIAL_BYTES:
-# a larger file goes alone, where an interrupted transfer of it is resumed.
+# -> 0.88-0.99 s, cold 1.52-1.82 -> 1.31-1.49 s, 1.5 KB fewer bytes; a cold pull 1.80-2.20
+# -> 1.62-2.02 s. At most PARTIAL_BYTES: a larger file goes alone, where an interrupted
+# transfer of it is resumed.
 DELTA_FILE = 1 << 20
 # ... and a batch holds at most this many files and this much content ...
 BATCH_FILES = 256
@@ -125,8 +126,8 @@ DELTAS = "batch-deltas"
 # path asked for in its place, which the client has (the paths were a tenth of a pull's
 # bytes: 1% of 100,000 files, 58 KB asked and the same again in the offers).
 ASKED_PATHS = "asked-paths"
-# The feature with which a pushed batch may offer files of DELTA_FILE or less that the
-# target holds an older version of (``delta``), their content in the source's hands.
+# The feature with which a batch may hold files under DELTA_FILE that the target holds an
+# older version of, described (``delta``) like small ones.
 LARGE_DELTAS = "large-deltas"
 # The feature with which a server sets each directory where a pushed batch replaced files
 # back to its time before the batch: where only files edited in place changed, the client
@@ -140,7 +141,7 @@ def takes_deltas(connection: Connection) -> bool:
 
 
 def takes_large_deltas(connection: Connection) -> bool:
-    """Whether a pushed batch may describe files up to DELTA_FILE (`LARGE_DELTAS`)."""
+    """Whether a batch may describe files up to DELTA_FILE (`LARGE_DELTAS`)."""
     return takes_deltas(connection) and LARGE_DELTAS in connection.frames.features
 
 
@@ -159,9 +160,9 @@ def batches(files: Files, sizes: dict[str, int], deltas: bool = False, large: bo
             ) -> tuple[list[Files], Files]:
     """``files`` cut into batches of small files, and the rest (larger, of unknown size,
     or, unless the peer takes ``deltas`` in batches, with an older version at the target
-    to descend against), each in their original order. With ``large`` (a push to a peer
-    with `LARGE_DELTAS`), files up to DELTA_FILE with an older version at the target go
-    in batches too."""
+    to descend against), each in their original order. With ``large`` (a peer with
+    `LARGE_DELTAS`), files up to DELTA_FILE with an older version at the target go in
+    batches too."""
     out: list[Files] = []
     alone: Files = []
     count = size = described = 0
@@ -298,12 +299,13 @@ def _offer(path: str, signature: FileSignature, st: FileStat,
 
 
 def read_offered(replica: Replica, offer: m.FileOffer) -> bytes:
-    """The content of a file offered without it (``hold``), read now that the target
-    asked for it: still what was offered, else Refusal ``vanished`` (blocking)."""
+    """The content of a file offered without it (``hold``, or larger than SMALL_FILE),
+    read now that the target asked for it: still what was offered, else Refusal
+    ``vanished`` (blocking). At most DELTA_FILE bytes are read."""
     try:
         _, _, f = replica.sign(offer.path)
         with f:
-            data = f.read(SMALL_FILE)
+            data = f.read(min(offer.size, DELTA_FILE - 1) + 1)
     except _EXPECTED_ERRORS as exc:
         raise Refusal("vanished", message=f"{offer.path}: {exc}") from None
     if not _is_offered(data, offer):
@@ -762,7 +764,8 @@ async def pull_batch(connection: Connection, replica: Replica, files: Files, sta
         valid = [(offer, expected(here)) for offer, (_, here) in zip(offers, files, strict=True)
                  if isinstance(offer, m.FileOffer)]
         decided_valid = iter(await trio.to_thread.run_sync(
-            decide_batch, replica, valid, takes_deltas(connection)))
+            decide_batch, replica, valid, takes_deltas(connection),
+            takes_large_deltas(connection)))
         decided = [Decision(offer) if isinstance(offer, m.Failure) else next(decided_valid)
                    for offer in offers]
         conversation.send(m.Verdicts(verdicts=[d.verdict for d in decided]))
@@ -832,11 +835,16 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
         raise ProtocolError(message="verdicts that do not match the offers")
     contents: list[bytes | m.FileOffer] = []  # an offer: read when its turn comes
     deltas: list[tuple[int, m.FileOffer, bytes | None, Tree]] = []
+    largest = DELTA_FILE if takes_large_deltas(conversation.connection) else SMALL_FILE
+    described = 0  # (what the deltas' sources hold together, whatever the peer asks)
     for n, ((offer, data, tree), verdict) in enumerate(zip(signed, verdicts, strict=True)):
         if verdict in ("send", "delta"):
-            if not isinstance(offer, m.FileOffer) or offer.size >= SMALL_FILE:
+            if not isinstance(offer, m.FileOffer) or offer.size >= largest:
                 raise ProtocolError(message=f"{verdict} asked for a file this side did not "
                                     "offer")
+            described += offer.size if verdict == "delta" else 0
+            if described > DELTA_HELD:
+                raise ProtocolError(message="deltas of more content than a batch holds")
             if verdict == "send":
                 contents.append(offer if data is None else data)
             else:

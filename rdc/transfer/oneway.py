@@ -315,7 +315,7 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
     if not push and files:  # this side is the target (as the server is for a push)
         await trio.to_thread.run_sync(replica.warm)
     groups, alone = batches(files, sizes, takes_deltas(connection),
-                            push and takes_large_deltas(connection))
+                            takes_large_deltas(connection))
     limiter = trio.CapacityLimiter(options.concurrency)
     batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)
 
