@@ -25,7 +25,7 @@ WHOLE_META = 4096
 # time is spent without the GIL (the native mode and time setting, opening directories,
 # SQLite), which a second thread's Python overlaps: Django 5.0.2 -> 5.0.3, every mode and
 # time changed (38 vectors, 19,868 changes), 0.17-0.21 s on one thread, 0.13-0.17 s on
-# two; three or four were slower than one (GIL hand-overs).
+# two, 0.15-0.24 s on three or four (no better than one).
 META_WORKERS = 2
 # The ops whose paths' index rows a batch looks up at once.
 _LOOKED_UP = ("mv", "rm")
