@@ -9,14 +9,15 @@ tree with small edits scattered over many files, (f) the same sync run a second 
 nothing changed (the second run is measured), (g) many files: a generated tree of N small
 files (fixtures/make_many_files.py) copied into an empty directory, then 1% of its files
 edited, then nothing changed, three pushes in a row on the same receiver; then a pull of
-the edited tree into a local copy of the base tree. Also: (h) the resident memory of an
-idle server after a push of a 2,900-file tree.
+the edited tree into a local copy of the base tree; (h) a Django pair the other way: a
+local copy of OLD pulls NEW from the share. Also: (i) the resident memory of an idle
+server after a push of a 2,900-file tree.
 
 rsync runs over a fake remote shell (`localsh`), so its real delta algorithm runs and its
 ``--stats`` byte counts are real; variants -a, -az, -acz (plus --fuzzy for the renamed
 tree; -a and -az for a first copy). Its *best* variant per case is the one with the fewest
 bytes, its *fastest* the one with the least wall time. rdc pushes into a local
-``rdc serve`` (many files, pulled: pulls from it); its bytes are everything its client
+``rdc serve`` (the pulled cases pull from it); its bytes are everything its client
 counted on the socket, with zstd (the default) and ``--no-compress``. Every receiver is
 checked against its sender afterwards (paths, contents, modes, mtimes).
 
@@ -74,18 +75,20 @@ from syncbench.trees import (
     tree_diff,
 )
 
-GROUPS = ("firstcopy", "django", "bigbin", "renamed", "scattered", "nochange", "many", "idle")
+GROUPS = ("firstcopy", "django", "pull", "bigbin", "renamed", "scattered", "nochange", "many",
+          "idle")
 QUICK_GROUPS = ("firstcopy", "django", "nochange", "many", "idle")
-BYTE_TARGETS = {"django": 0.5, "bigbin": 0.5, "renamed": 0.5, "scattered": 1.0}
+BYTE_TARGETS = {"django": 0.5, "pull": 0.5, "bigbin": 0.5, "renamed": 0.5, "scattered": 1.0}
 # Issue 12: time ratios rdc / rsync's fastest, per case (many files: per step).
-TIME_TARGETS = {"firstcopy": 1.5, "django": 1.5, "renamed": 2.0, "scattered": 1.5,
-                "bigbin": 1.5, "nochange": 1.0, "many first copy": 2.0, "many 1% edited": 1.5,
-                "many no change": 1.0, "many 1% edited, pulled": 1.5}
+TIME_TARGETS = {"firstcopy": 1.5, "django": 1.5, "pull": 1.5, "renamed": 2.0,
+                "scattered": 1.5, "bigbin": 1.5, "nochange": 1.0, "many first copy": 2.0,
+                "many 1% edited": 1.5, "many no change": 1.0, "many 1% edited, pulled": 1.5}
 RSS_TARGET = 200e6  # bytes, client and server, many files
 IDLE_TARGET = 80e6
 NOCHANGE_MAX_BYTES = 10_000
 SCATTERED_BASE = "5.0.7"  # make_scattered.py /tmp/corpus/django/5.0.7 .../scattered/tree
 FIRST_COPY_VERSION = "5.0.1"
+PULL_PAIR = ("5.0.1", "5.0.2")  # its 29 edited files of 64 KiB-1 MiB travel in batches
 IDLE_FILES = 2_900
 HERE = Path(__file__).resolve().parent
 
@@ -133,7 +136,7 @@ def build_cases(corpus: Path, groups: list[str], quick: bool, work: Path, shared
                             corpus / "tar" / f"django-{version}.tar")
 
     for group in groups:
-        if group in ("django", "nochange") and not pairs:
+        if group in ("django", "nochange", "pull") and not pairs:
             print(f"note: skipping {group}: no Django trees under {corpus / 'django'}")
             continue
         if group == "firstcopy":
@@ -149,6 +152,11 @@ def build_cases(corpus: Path, groups: list[str], quick: bool, work: Path, shared
                 cases.append(Case(f"django {a}->{b}", group, corpus / "django" / a,
                                   corpus / "django" / b, [[*v, "--delete"] for v in plain],
                                   bound_old=tar(a), bound_new=tar(b)))
+        elif group == "pull":
+            a, b = PULL_PAIR if PULL_PAIR in pairs else pairs[0]
+            cases.append(Case(f"django {a}->{b}, pulled", group, corpus / "django" / a,
+                              corpus / "django" / b, [[*v, "--delete"] for v in plain],
+                              bound_old=tar(a), bound_new=tar(b), pull=True))
         elif group == "nochange":
             a, b = pairs[0]
             cases.append(Case(f"no change (django {b} again)", group, corpus / "django" / a,
@@ -270,16 +278,16 @@ def run_case(case: Case, rdc: Rdc, localsh: str, work: Path, breakdown: bool, re
         plan = [("cold", True)] + ([] if quick else [("srv-warm", True), ("warm", True),
                                                      ("cold", False)])
     warm_cache = rdc.fresh("warmcache")
+    sync = rdc.pull if case.pull else rdc.push
     for state, compress in plan:
-        runs.append(fastest(repeats, lambda s=state, c=compress: rdc.push(case, s, c,
-                                                                         warm_cache)))
+        runs.append(fastest(repeats, lambda s=state, c=compress: sync(case, s, c, warm_cache)))
         show(runs[-1])
     tally = None
     if breakdown:
         tally = FrameTally(rdc.server.port)
         try:
-            counted = rdc.push(case, "warm" if case.group != "nochange" else "re-run",
-                               True, warm_cache, port=tally.port)
+            counted = sync(case, "warm" if case.group != "nochange" else "re-run", True,
+                           warm_cache, port=tally.port)
         finally:
             tally.close()
         if counted.verify != "ok":
@@ -302,11 +310,12 @@ def run_case(case: Case, rdc: Rdc, localsh: str, work: Path, breakdown: bool, re
     if case.group == "nochange":
         add_target(result, "rdc bytes / 10,000", main.total / NOCHANGE_MAX_BYTES, 1.0)
     else:
-        if case.group == "django" and result.get("time_ratio_warm") is not None:
+        pair = case.group in ("django", "pull")
+        if pair and result.get("time_ratio_warm") is not None:
             add_target(result, "warm time ratio", result["time_ratio_warm"], 1.0)
         if case.group in BYTE_TARGETS:
             add_target(result, "byte ratio", result["byte_ratio"], BYTE_TARGETS[case.group])
-        if case.group == "django" and result["rdc_over_zstd"] is not None:
+        if pair and result["rdc_over_zstd"] is not None:
             add_target(result, "rdc/zstd", result["rdc_over_zstd"], 1.0)
         if case.group == "scattered":
             add_target(result, "byte ratio", result["byte_ratio"], 0.5)

@@ -17,6 +17,7 @@ class Case:
     single: str | None = None  # rsync this one file rather than the directory
     bound_old: Path | None = None  # the files the delta bound compares (tars)
     bound_new: Path | None = None
+    pull: bool = False  # the receiver pulls (rdc: a local copy of OLD from the share)
 
 
 @dataclass

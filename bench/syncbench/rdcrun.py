@@ -157,17 +157,7 @@ class Rdc:
         reset(case.old, dst)
         url = self.server.url(name)
         flags = ["--delete"] + ([] if compress else ["--no-compress"])
-        if state in ("cold", "re-run"):
-            cache = self.fresh("cache")
-        elif state == "srv-warm":
-            # A dry-run pull into an empty directory makes the server index its tree.
-            self.command("pull", ["-n", url, str(self.fresh("empty"))], self.fresh("cache"))
-            cache = self.fresh("cache")
-        else:
-            # A dry-run push indexes both sides (the client's index of NEW is kept).
-            assert warm_cache is not None
-            cache = warm_cache
-            self.command("push", ["-n", *flags, str(case.new), url], cache)
+        cache = self._cache(state, url, warm_cache, ["push", "-n", *flags, str(case.new), url])
         runs = 2 if case.group == "nochange" else 1
         for i in range(runs):  # no change: the second push over the result of the first
             if port is not None and i == runs - 1:
@@ -177,3 +167,40 @@ class Rdc:
         discard(dst)
         return self.run_of(case.name, state, "zstd" if compress else "--no-compress", usage,
                            stats, verify)
+
+    def pull(self, case: Case, state: str, compress: bool = True, warm_cache: Path | None = None,
+             port: int | None = None) -> Run:
+        """The sync the other way: a fresh directory of the share holds NEW (so 'cold' is
+        the server's index too), and a local copy of OLD pulls it; the index states as for
+        `push`, the client's being of that local copy."""
+        name = f"r{self.count + 1:03d}"
+        self.count += 1
+        src = self.server.share / name
+        reset(case.new, src)
+        local = self.fresh("pulled")
+        reset(case.old, local)
+        flags = ["--delete"] + ([] if compress else ["--no-compress"])
+        url = self.server.url(name)
+        cache = self._cache(state, url, warm_cache, ["pull", "-n", *flags, url, str(local)])
+        url = url if port is None else self.server.url(name, port)
+        usage, stats = self.command("pull", [*flags, url, str(local)], cache)
+        verify = tree_diff(case.new, local)
+        discard(local)
+        discard(src)
+        return self.run_of(case.name, state, "zstd" if compress else "--no-compress", usage,
+                           stats, verify)
+
+    def _cache(self, state: str, url: str, warm_cache: Path | None, dry_run: list[str]
+               ) -> Path:
+        """The client index directory for a run in ``state``, the indexes made ready:
+        srv-warm, a dry-run pull into an empty directory makes the server index its tree;
+        warm, the ``dry_run`` command (verb first) indexes both sides, the client's in
+        ``warm_cache``, which is kept."""
+        if state in ("cold", "re-run"):
+            return self.fresh("cache")
+        if state == "srv-warm":
+            self.command("pull", ["-n", url, str(self.fresh("empty"))], self.fresh("cache"))
+            return self.fresh("cache")
+        assert warm_cache is not None
+        self.command(dry_run[0], dry_run[1:], warm_cache)
+        return warm_cache

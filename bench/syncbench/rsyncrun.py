@@ -43,6 +43,8 @@ def rsync_once(case: Case, opts: list[str], dst: Path, localsh: str) -> Run:
     reset(case.old, dst)
     if case.single:
         src, dest = str(case.new / case.single), f"localhost:{dst / case.single}"
+    elif case.pull:
+        src, dest = f"localhost:{case.new}/", f"{dst}/"
     else:
         src, dest = f"{case.new}/", f"localhost:{dst}/"
     runs = 2 if case.group == "nochange" else 1
