@@ -204,7 +204,7 @@ def test_vectors_applied_on_two_threads_do_what_one_thread_does(
     applied two at a time (both threads at work at once, which a barrier holding the first
     two vectors proves) or one at a time, the tree on disk and the tree of entries end as
     the source's, every entry counted, and the index rows stay current (a scan after
-    reads no file again)."""
+    reads no file again), recorded in one transaction at the end."""
     from rdc.transfer import ops
 
     old, new = 1_600_000_000_000_000_000, 1_650_000_000_123_456_789
@@ -220,15 +220,20 @@ def test_vectors_applied_on_two_threads_do_what_one_thread_does(
     threads: set[int] = set()
     real = ops.apply_meta
 
-    def spying(replica, tree, item):
+    def spying(replica, tree, item, **kw):
         threads.add(threading.get_ident())
         if workers > 1 and item in items[:2]:
             first_two.wait()  # (one thread alone would wait here until the timeout)
-        return real(replica, tree, item)
+        return real(replica, tree, item, **kw)
 
     monkeypatch.setattr(ops, "apply_meta", spying)
+    recorded: list[int] = []
+    real_record = target.record_times
+    monkeypatch.setattr(target, "record_times",
+                        lambda retimed: recorded.append(len(retimed)) or real_record(retimed))
     assert ops.apply_metas(target, tree, items) == (2 * 120 + 63, 0)
     assert len(threads) == workers
+    assert recorded == [120]  # every file's row, in one transaction
     assert tree_state(tmp_path / "dst") == tree_state(tmp_path / "src")
     assert meta_of(tree, True) == meta_of(lookup(source.scan(), ""), True)
     target.scan()
