@@ -242,6 +242,45 @@ async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
     pair.close()
 
 
+async def test_a_pull_where_every_time_changed_asks_below_the_top_for_whole_subtrees(
+        tmp_path, monkeypatch) -> None:
+    """A pull that wrote in one directory of 30, where every entry's time changed at the
+    source too (a new release unpacked over the old): the top's one-level vector shows most
+    of its entries differ, so the 30 subdirectories are asked for whole (`mlist` without
+    `levels`), one vector each, not level by level below them. The pull ends in step, every
+    time and mode as the source's, and its index current."""
+    thirty_directories(tmp_path / "src", 40, seed=8)
+    pair = Pair(tmp_path)
+    await pair.run("push", tmp_path / "src")
+    dst = tmp_path / "dst"
+    await pair.run("pull", dst)
+    for d in range(30):
+        (pair.share / f"d{d:02}" / "sub").mkdir()
+        write(pair.share / f"d{d:02}" / "sub" / "x.txt", b"x", OLD)
+    await pair.run("pull", dst)  # (a level below each: what `levels` would descend into)
+    write(pair.share / "d07" / "f03.txt", b"edited\n", OLD + 5)
+    rng = random.Random(9)
+    for where, dirs, files in os.walk(pair.share, topdown=False):
+        for name in [*files, *dirs]:
+            stamp = OLD + rng.randrange(10**15)
+            os.utime(os.path.join(where, name), ns=(stamp, stamp))
+    asked: list[tuple[str, bool]] = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, hb, vectors, levels):
+        asked.append((path, levels))
+        return real(tree, path, hb, vectors, levels)
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and stats.files_transferred == 1
+    assert tree_state(dst) == tree_state(pair.share)
+    assert asked == [("", True)] + [(f"d{d:02}", False) for d in range(30)], asked
+    rescan = await pair.run("pull", dst)
+    assert rescan.in_step and rescan.files_transferred == 0
+    pair.close()
+
+
 def thirty_directories(root, files: int, seed: int) -> None:
     """``root``/d00 .. d29, each with ``files`` small files, every file a time of its own."""
     rng = random.Random(seed)

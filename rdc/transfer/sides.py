@@ -7,6 +7,7 @@ differs. Sending and receiving files is not a side's: it needs both (`rdc.transf
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import trio
@@ -228,18 +229,21 @@ class Remote:
         return result
 
     async def metadata(self, paths: list[str], hb: int, vectors: bool = True,
-                       levels: bool = False) -> list[m.MetaDir]:
-        """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories)."""
+                       levels: bool = False, deep: Sequence[str] = ()) -> list[m.MetaDir]:
+        """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories);
+        ``deep``: more paths asked at the same time without ``levels``."""
         early = self._early
-        if early is not None and early[0] == (paths, hb, vectors, levels):
+        if early is not None and early[0] == (paths, hb, vectors, levels) and not deep:
             self._early = None
             conversations = [early[1]]  # (asked by `ask_metadata_early`)
         else:
             self.drop_early()
-            conversations = [self.connection.start(m.MetaList(paths=paths[i : i + LIST_BATCH],
-                                                              hb=hb, vectors=vectors,
-                                                              levels=levels))
-                             for i in range(0, len(paths), LIST_BATCH)]
+            conversations = [
+                self.connection.start(m.MetaList(paths=asked[i : i + LIST_BATCH], hb=hb,
+                                                 vectors=vectors, levels=by_levels))
+                for asked, by_levels in ((paths, levels), (list(deep), False))
+                for i in range(0, len(asked), LIST_BATCH)
+            ]
         items: list[m.MetaDir] = []
         for conversation in conversations:
             while True:
