@@ -237,14 +237,15 @@ def _offer_each(
     out: list[Offered] = []
     held = 0
     rows = replica.indexed([path for path, _ in files])
+    limits = [_read_limit(expect, rows.get(path), large) for path, expect in files]
     read: list[Signed | None] = []
     # Files read at once: all of them, or a few at a time where ``hold`` bounds what is kept.
     step = len(files) if hold is None else HOLD_STEP
     for k, (path, expect) in enumerate(files):
         if k == len(read):
-            read += _read_many(replica, files[k : k + step], rows, dirs, large)
-        signed, read[k] = read[k], None
-        limit = _read_limit(expect, rows.get(path), large)
+            read += _read_many(replica, [p for p, _ in files[k : k + step]],
+                               limits[k : k + step], rows, dirs)
+        signed, read[k], limit = read[k], None, limits[k]
         try:
             signature, st, data, suspect = signed if signed is not None else (
                 replica.sign_small(path, rows.get(path), limit, dirs))
@@ -276,15 +277,14 @@ def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool)
     return SMALL_FILE - 1
 
 
-def _read_many(replica: Replica, files: list[tuple[str, m.Expected | None]],
-               rows: dict[str, IndexedFile], dirs: HeldDirs, large: bool
-               ) -> list[Signed | None]:
-    """`Replica.sign_small_many` of ``files``, each up to its `_read_limit`, in order."""
-    limits = [_read_limit(expect, rows.get(path), large) for path, expect in files]
-    out: list[Signed | None] = [None] * len(files)
+def _read_many(replica: Replica, paths: list[str], limits: list[int],
+               rows: dict[str, IndexedFile], dirs: HeldDirs) -> list[Signed | None]:
+    """`Replica.sign_small_many` of ``paths``, each up to its limit (`_read_limit`), in
+    order: one native call per distinct limit."""
+    out: list[Signed | None] = [None] * len(paths)
     for limit in sorted(set(limits)):
         at = [k for k, one in enumerate(limits) if one == limit]
-        for k, signed in zip(at, replica.sign_small_many([files[k][0] for k in at], rows,
+        for k, signed in zip(at, replica.sign_small_many([paths[k] for k in at], rows,
                                                          limit, dirs), strict=True):
             out[k] = signed
     return out

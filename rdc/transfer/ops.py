@@ -341,12 +341,12 @@ def apply_metas(replica: Replica, tree: Entry, items: Sequence[m.MetaDir]) -> tu
     return sum(done for done, _ in totals), sum(missed for _, missed in totals)
 
 
-def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir,
-               retimed: list[Retimed] | None = None) -> tuple[int, int]:
+def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir, retimed: list[Retimed]
+               ) -> tuple[int, int]:
     """Set the modification times and modes of a metadata vector where the directory's
     content is the one the vector describes. Returns (entries changed, vectors skipped).
-    What the index is to record goes into ``retimed`` (`Replica.record_times`), or is
-    recorded here if there is none."""
+    What the index is to record is appended to ``retimed``, for `apply_metas` to record
+    (`Replica.record_times`)."""
     directory = lookup(tree, item.path)
     if directory is None or directory.kind != "d" or not directory.content.startswith(
         item.content
@@ -374,16 +374,13 @@ def apply_meta(replica: Replica, tree: Entry, item: m.MetaDir,
             changing.append((entry, mode if new_mode else entry.mode, mtime,
                              new_mode + new_time))
     changed = 0
-    mine: list[Retimed] = [] if retimed is None else retimed
     held = HeldDirs(replica.fs)  # (a vector's entries share a few directories)
     try:
         for (entry, mode, mtime, fields), _ in zip(
-            changing, replica.set_meta_many(changes, mine, held), strict=False
+            changing, replica.set_meta_many(changes, retimed, held), strict=False
         ):
             entry.mode, entry.mtime_ns = mode, mtime
             changed += fields
     finally:
         held.close()
-        if retimed is None:
-            replica.record_times(mine)
     return changed, 0
