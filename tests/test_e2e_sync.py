@@ -547,3 +547,32 @@ def test_the_opened_directory_gets_its_own_mode_and_time(e2e: E2E) -> None:
     pulled = e2e.pull(server.url("s", "backup"), dst).ok()
     assert pulled.stats["in_step"] is True and pulled.stats["bytes_received"] < QUIET
     assert top_of(dst) == top_of(share / "backup")
+
+
+def test_many_new_directories_and_entries_of_another_kind_arrive_both_ways(e2e: E2E) -> None:
+    """Hundreds of new directories, files in each: the prelude of removals and directories
+    goes in stages while the files already go (`rdc.transfer.made_dirs`), each file once
+    the stage that makes its directory, or removes what was at its path, is done."""
+    src = e2e.tmp / "src"
+    for n in range(100):  # 300 directories: stages of 64, 128 and the rest
+        (src / f"d{n:03}" / "sub" / "leaf").mkdir(parents=True)
+        write(src / f"d{n:03}" / "sub" / "leaf" / "f.txt", f"file {n}\n".encode() * 20)
+    (src / "kind" / "was-file").mkdir(parents=True)
+    write(src / "kind" / "was-file" / "inside.txt", b"a directory where a file was\n")
+    write(src / "kind" / "was-dir", b"a file where a directory was\n")
+    stamp_times(src, seed=3)
+    share, dst = e2e.tmp / "share", e2e.tmp / "dst"
+    for side in (share, dst):
+        (side / "kind" / "was-dir" / "deep").mkdir(parents=True)
+        write(side / "kind" / "was-file", b"the old file\n")
+        write(side / "kind" / "was-dir" / "deep" / "old.txt", b"an old file below\n")
+    server = e2e.serve({"s": share})
+
+    pushed = e2e.push(src, server.url("s"), "--json").ok()
+    assert_same_tree(src, share)
+    summary = json.loads(pushed.stdout.splitlines()[-1])
+    assert summary["dirs_created"] == 301 and summary["files_transferred"] == 102
+    pulled = e2e.pull(server.url("s"), dst, "--json").ok()
+    assert_same_tree(share, dst)
+    assert json.loads(pulled.stdout.splitlines()[-1])["dirs_created"] == 301
+    assert not temporaries(share) and not temporaries(dst)

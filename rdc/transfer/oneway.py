@@ -5,9 +5,10 @@ other; only the moving of file content differs by direction.
 
 The steps, each in docs/protocol.md: open the remote directory while the local one is
 scanned; stop if both root hashes (and the opened directory's own mode and time) agree;
-compare top-down; on the target, replace entries of another kind and make directories;
-move files (many in flight); make links; delete (``--delete``); bring modes and times in
-step; compare the root hashes again.
+compare top-down; on the target, replace entries of another kind and make directories (in
+stages, while the files whose directories are made already go); move files (many in
+flight); make links; delete (``--delete``); bring modes and times in step; compare the root
+hashes again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -44,6 +45,7 @@ from rdc.transfer.compare import (
     moves,
 )
 from rdc.transfer.files import pull_file, push_file
+from rdc.transfer.made_dirs import MadeDirs
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.transfer.tally import files_of, settle_in_step, settle_one_way
@@ -308,10 +310,12 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
 
 async def move_files(connection: Connection, replica: Replica, files: Files,
                      sizes: dict[str, int], push: bool, options: Options, stats: Stats,
-                     done: Callable[[str, int, bool], None]) -> None:
+                     done: Callable[[str, int, bool], None],
+                     ready: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
     """Move ``files`` (path, root prefix the target holds there) to the target: small ones
     in batches, the rest (and those a batch sends back) one by one; many of each in
-    flight. ``done(path, size, arrived)`` is called once per file."""
+    flight. ``done(path, size, arrived)`` is called once per file. ``ready(paths)``
+    returns once the target can take those files (`MadeDirs.ready`)."""
     if not push and files:  # this side is the target (as the server is for a push)
         await trio.to_thread.run_sync(replica.warm)
     groups, alone = batches(files, sizes, takes_deltas(connection),
@@ -320,6 +324,8 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
     batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)
 
     async def one(path: str, there: bytes | None) -> None:
+        if ready is not None:
+            await ready([path])
         async with limiter:
             if push:
                 ok = await push_file(connection, replica, path, there, stats)
@@ -330,6 +336,8 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
         done(path, size, ok)
 
     async def batch(group: Files, nursery: trio.Nursery) -> None:
+        if ready is not None:
+            await ready([path for path, _ in group])
         async with batch_limiter:
             move = push_batch if push else pull_batch
             for path, there in await move(connection, replica, group, stats, done):
@@ -356,15 +364,15 @@ def _top_what(mine: m.Top | None, theirs: m.Top | None) -> str:
 async def _content(target: Side, connection: Connection, replica: Replica, changes: Changes,
                    options: Options, stats: Stats, push: bool, unreadable_there: int,
                    deletion: Deletion | None = None) -> None:
-    """The target's entries made like the source's: replacements and directories first,
-    then files (many in flight), while (where deletions may be made) the files the target
-    holds at a path it is to remove are moved to their new path; then the files that could
-    not be moved, and links; then deletions."""
+    """The target's entries made like the source's: replacements and directories in
+    stages (`MadeDirs`), and files (many in flight) as their directories are made, while
+    (where deletions may be made) the files the target holds at a path it is to remove are
+    moved to their new path; then the files that could not be moved, and links; then
+    deletions."""
     stats.carried.append(changes)
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
-    ok = stats.ops_done(prelude, await target.apply(prelude))
-    stats.dirs_created += sum(ok[len(changes.replace):])
+    made = MadeDirs(prelude)
     deleting = await _may_delete(target, replica, changes, options, stats, push,
                                  unreadable_there, deletion)
     progress = Progress(options, len(changes.files), sum(changes.sizes.values()), stats)
@@ -378,10 +386,13 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
     # The moves are made while the other files go: a move reads a path the source lacks
     # and writes one the target lacks, and no other file goes to either. (Made first,
     # they held a renamed tree's push up 0.2 s.)
+    # The prelude goes in stages while the files go, each file once its directory is made.
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(made.make, target, stats)
         nursery.start_soon(move_files, connection, replica,
                            [(path, there) for path, there in changes.files if path not in moving],
-                           changes.sizes, push, options, stats, sent)
+                           changes.sizes, push, options, stats, sent, made.ready)
+        await made.all_made()  # (a move may go into a new directory)
         for path, size in await _move_instead(target, planned, changes, stats):
             sent(path, size, True)
     unmoved = [(path, there) for path, there in changes.files if path in moving]
