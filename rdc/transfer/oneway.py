@@ -373,22 +373,23 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
     made = MadeDirs(prelude)
-    deleting = await _may_delete(target, replica, changes, options, stats, push,
-                                 unreadable_there, deletion)
     progress = Progress(options, len(changes.files), sum(changes.sizes.values()), stats)
     action = "send" if push else "fetch"
 
     def sent(path: str, size: int, ok: bool) -> None:
         progress.file_done(path, size, ok, action)
 
-    planned = moves(changes) if deleting else []
-    moving = {new for _, new, _ in planned}
-    # The moves are made while the other files go: a move reads a path the source lacks
-    # and writes one the target lacks, and no other file goes to either. (Made first,
-    # they held a renamed tree's push up 0.2 s.)
-    # The prelude goes in stages while the files go, each file once its directory is made.
+    # The prelude goes in stages from now on (the deletion guard's questions meanwhile),
+    # and the files as the stages that make their directories are done. The moves are
+    # made while the other files go: a move reads a path the source lacks and writes one
+    # the target lacks, and no other file goes to either. (Made first, they held a renamed
+    # tree's push up 0.2 s.)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(made.make, target, stats)
+        deleting = await _may_delete(target, replica, changes, options, stats, push,
+                                     unreadable_there, deletion)
+        planned = moves(changes) if deleting else []
+        moving = {new for _, new, _ in planned}
         nursery.start_soon(move_files, connection, replica,
                            [(path, there) for path, there in changes.files if path not in moving],
                            changes.sizes, push, options, stats, sent, made.ready)
