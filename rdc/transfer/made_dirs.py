@@ -50,13 +50,17 @@ class MadeDirs:
         """Return once the ops at ``paths`` and at their directories have been applied
         (done or failed: a file in a directory that could not be made fails when it is
         written, as it did when every directory was made first)."""
-        at = self._at
-        need = max((max(at.get(path, -1), at.get(parent(path), -1)) for path in paths),
-                   default=-1)
-        while self._done <= need:
-            await self._progress.wait()
+        if self._done < len(self._ops):  # (once all are applied, no path need be looked up)
+            at = self._at
+            await self._until(1 + max(
+                (max(at.get(path, -1), at.get(parent(path), -1)) for path in paths),
+                default=-1))
 
     async def all_made(self) -> None:
         """Return once every op has been applied."""
-        while self._done < len(self._ops):
+        await self._until(len(self._ops))
+
+    async def _until(self, count: int) -> None:
+        """Return once the first ``count`` ops have been applied."""
+        while self._done < count:
             await self._progress.wait()
