@@ -72,7 +72,8 @@ setup(
                 "rdc/_native/blake3_impl.c",
                 "rdc/_native/blake3_x86.c",
             ],
-            depends=["rdc/_native/blake3_impl.h", "rdc/_native/stamp_entry.h"],
+            depends=["rdc/_native/blake3_impl.h", "rdc/_native/listing_read.h",
+                     "rdc/_native/stamp_entry.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(
@@ -88,7 +89,8 @@ setup(
                 "rdc/_native/blake3_impl.c",
                 "rdc/_native/blake3_x86.c",
             ],
-            depends=["rdc/_native/blake3_impl.h", "rdc/_native/stamp_entry.h"],
+            depends=["rdc/_native/blake3_impl.h", "rdc/_native/listing_read.h",
+                     "rdc/_native/stamp_entry.h"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra"],
         ),
         Extension(

@@ -17,8 +17,9 @@ from rdc._native import listing_ref
 from .conftest import PURE
 
 _listing = pytest.importorskip("rdc._native._listing") if PURE else None
+_entries = pytest.importorskip("rdc._native._entries") if PURE else None
 if _listing is None:
-    from rdc._native import _listing
+    from rdc._native import _entries, _listing
 
 # Names as the disk holds them: any bytes but "/" and NUL, so also invalid UTF-8 (which a
 # str carries as surrogate escapes), minus "." and "..".
@@ -214,3 +215,75 @@ def test_stamp_tree_is_unsure_below_its_depth_and_of_what_it_cannot_read(
         assert _listing.stamp_tree(fd, *STAMP_ARGS) is None  # not a directory
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- a walk's listing
+
+
+def _scan_list(patch: pytest.MonkeyPatch, native, fd: int, rel_dir: str, marker: bool
+               ) -> tuple:
+    """What `Scan.list` makes of directory ``fd`` (as ``rel_dir``) with the native listing
+    ``native`` (None: the Python loop over `list_dir`), in a form to compare."""
+    from rdc import _native
+    from rdc.local.ignore import Excludes
+    from rdc.local.snapshot import Entry, Scan
+
+    patch.setattr(_native, "list_entries", native)
+    scan = Scan(Excludes([]) if marker else None)
+    node = Entry("d", 0o755, 0, children={})
+    subdirs = scan.list(fd, rel_dir, node)
+    assert subdirs is not None
+    return (node.children, scan.files, sorted(scan.listed), sorted(subdirs),
+            sorted(scan.errors), sorted(scan.temporaries))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(tree_names, st.tuples(kinds, st.integers(0, 3000), times), max_size=12),
+       st.sampled_from([0, 1, 255, 256]), st.booleans())
+def test_native_walk_listing_makes_what_the_python_loop_makes(
+        tmp_path_factory, entries, depth, marker) -> None:
+    """Files, directories, links, FIFOs, temporaries, the folder marker, names that are not
+    UTF-8, times past 64 bits of nanoseconds, directories at and past the depth limit: the
+    same entries, files, listing, subdirectories (in listing order), errors and
+    temporaries whichever way they are made."""
+    from rdc.local.snapshot import MAX_DEPTH
+
+    entries = {raw: (kind, size, seconds) for raw, (kind, size, seconds) in entries.items()}
+    root = tmp_path_factory.mktemp("scanlist")
+    try:
+        fd = _make(root, entries)
+    except OSError as exc:  # a time this file system cannot hold
+        if exc.errno in (errno.EINVAL, errno.EOVERFLOW):
+            return
+        raise
+    rel_dir = "/".join(["d"] * depth)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            python = _scan_list(patch, None, fd, rel_dir, marker)
+        with pytest.MonkeyPatch.context() as patch:
+            native = _scan_list(patch, _entries.list, fd, rel_dir, marker)
+    finally:
+        os.close(fd)
+    assert native == python
+    children, files, listed, subdirs, errors, temporaries = native
+    assert sorted(os.fsencode(name) for name, *_ in subdirs) == sorted(
+        raw for raw, (kind, *_) in entries.items() if kind == "dir" and depth < MAX_DEPTH
+        and not raw.startswith(b".rdc-tmp-") and not (marker and raw == b".rdc-folder"))
+    assert all(subdir.children == {} for _, _, subdir in subdirs)
+    assert [path for _, path, _ in listed] == sorted(files)
+
+
+def test_native_walk_listing_raises_for_what_is_not_a_directory(tmp_path: Path) -> None:
+    from rdc.local.filestat import Seen
+    from rdc.local.snapshot import NO_CHILDREN, Entry
+
+    (tmp_path / "file").write_bytes(b"x")
+    fd = os.open(tmp_path / "file", os.O_RDONLY)
+    args = ("", {}, {}, [], Entry, Seen, NO_CHILDREN, False, None, b".rdc-tmp-")
+    try:
+        with pytest.raises(NotADirectoryError):
+            _entries.list(fd, *args)
+    finally:
+        os.close(fd)
+    with pytest.raises(TypeError):
+        _entries.list(0, "", {}, {}, [], Entry, int, NO_CHILDREN, False, None, b"")

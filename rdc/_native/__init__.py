@@ -2,7 +2,7 @@
 sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
 call (and many small files' in another), the refinement encoder, the directory listing of
 walks, a metadata vector's modes and times, a batch's temporary files, and trees of entries
-(a kept tree unpacked, directories sealed and stamped).
+(a walk's entries made, a kept tree unpacked, directories sealed and stamped).
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -39,6 +39,7 @@ if PURE_PYTHON:
     install_new = None  # (and installed one at a time)
     make_dirs = None  # (directories are then made one at a time)
     unpack_sealed = None  # (rdc.local.sealed unpacks in Python)
+    list_entries = None  # (rdc.local.snapshot makes a walk's entries in Python)
     seal_entries = None  # (rdc.local.snapshot seals and stamps in Python)
     stamp_entries = None
     start_writeback = None  # (the commit's fsync writes a file's every page)
@@ -47,6 +48,7 @@ else:
     try:
         from rdc._native._blake3 import hash_chunks
         from rdc._native._chunker import Scanner
+        from rdc._native._entries import list as list_entries
         from rdc._native._entries import seal as seal_entries
         from rdc._native._entries import stamp as stamp_entries
         from rdc._native._entries import unpack as unpack_sealed

@@ -16,6 +16,7 @@ here directly (no __init__ runs; it has no __post_init__). The specifications ar
 #include <structmember.h>
 
 #include "blake3_impl.h"
+#include "listing_read.h"
 #include "stamp_entry.h"
 
 #include <limits.h>
@@ -187,6 +188,29 @@ done:
     return result;
 }
 
+/* The shared values of new entries (the strings of their kinds, the empty ones) and the
+ * type's slots; -1 with an exception. `constants_free` releases them either way. */
+static int constants_init(unpacker_t *u) {
+    u->kind_f = PyUnicode_InternFromString("f");
+    u->kind_l = PyUnicode_InternFromString("l");
+    u->kind_d = PyUnicode_InternFromString("d");
+    u->empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    u->empty_str = PyUnicode_FromStringAndSize(NULL, 0);
+    u->zero = PyLong_FromLong(0);
+    if (!u->kind_f || !u->kind_l || !u->kind_d || !u->empty_bytes || !u->empty_str || !u->zero)
+        return -1;
+    return find_slots(u->type, u->offset);
+}
+
+static void constants_free(unpacker_t *u) {
+    Py_XDECREF(u->kind_f);
+    Py_XDECREF(u->kind_l);
+    Py_XDECREF(u->kind_d);
+    Py_XDECREF(u->empty_bytes);
+    Py_XDECREF(u->empty_str);
+    Py_XDECREF(u->zero);
+}
+
 static PyObject *py_unpack(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer body;
@@ -196,26 +220,222 @@ static PyObject *py_unpack(PyObject *self, PyObject *args) {
     unpacker_t u = {.type = (PyTypeObject *)type, .no_children = no_children,
                     .body = body.buf, .len = body.len};
     PyObject *tree = NULL, *result = NULL;
-    u.kind_f = PyUnicode_InternFromString("f");
-    u.kind_l = PyUnicode_InternFromString("l");
-    u.kind_d = PyUnicode_InternFromString("d");
-    u.empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
-    u.empty_str = PyUnicode_FromStringAndSize(NULL, 0);
-    u.zero = PyLong_FromLong(0);
-    if (!u.kind_f || !u.kind_l || !u.kind_d || !u.empty_bytes || !u.empty_str || !u.zero)
-        goto done;
-    if (find_slots(u.type, u.offset) < 0) goto done;
+    if (constants_init(&u) < 0) goto done;
     tree = dir_entry(&u);
     if (tree) result = Py_BuildValue("(On)", tree, u.at);
 done:
     Py_XDECREF(tree);
-    Py_XDECREF(u.kind_f);
-    Py_XDECREF(u.kind_l);
-    Py_XDECREF(u.kind_d);
-    Py_XDECREF(u.empty_bytes);
-    Py_XDECREF(u.empty_str);
-    Py_XDECREF(u.zero);
+    constants_free(&u);
     PyBuffer_Release(&body);
+    return result;
+}
+
+
+/* ---------------------------------------------------------------- list
+
+One directory of a walk: its files made entries (and put in the directory's children, the
+walk's files and the listing's files) and its subdirectories made entries to enter, here,
+rather than in a Python loop over `list_dir`'s tuples (three objects and a dozen calls an
+entry: half of a cold walk's time, and a cold walk is on the path to the first comparison
+of every sync without an index). What needs Python's judgement is handed back as
+`list_dir`'s tuples: an entry that could not be read, a link (its target is read there),
+any other kind, a name that may be an rdc temporary, and, below the depth limit, a
+directory. The specification is `rdc.local.snapshot.Scan.list`. */
+
+/* ``exact`` (the time as the file system holds it) and ``clamped`` (within 64 bits, as an
+ * entry keeps it: rdc.local.filestat.clamp_ns), new references; -1 with an exception. */
+static int entry_times(const item_t *it, PyObject **exact, PyObject **clamped) {
+    *clamped = NULL;
+    *exact = time_ns(it->sec, it->nsec);
+    if (!*exact) return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(*exact, &overflow);
+    if (v == -1 && PyErr_Occurred()) goto fail;
+    *clamped = overflow == 0 ? new_ref(*exact)
+                             : PyLong_FromLongLong(overflow > 0 ? LLONG_MAX : LLONG_MIN);
+    if (*clamped) return 0;
+fail:
+    Py_CLEAR(*exact);
+    return -1;
+}
+
+/* A new `Seen` (a tuple subclass of four items, as tuple's own constructor makes one): the
+ * walk's lstat of a file. Steals the references; NULL (all released) on failure. */
+static PyObject *seen_of(PyTypeObject *seen, PyObject *mode, PyObject *size, PyObject *mtime,
+                         PyObject *ino) {
+    PyObject *items[4] = {mode, size, mtime, ino};
+    PyObject *s = (mode && size && mtime && ino) ? seen->tp_alloc(seen, 4) : NULL;
+    for (int i = 0; i < 4; i++) {
+        if (s)
+            PyTuple_SET_ITEM(s, i, items[i]);
+        else
+            Py_XDECREF(items[i]);
+    }
+    return s;
+}
+
+/* The entry of a regular file or directory ``it`` (``kind`` u->kind_f or u->kind_d); the
+ * file's `Seen` into ``seen_out`` (NULL for a directory). */
+static PyObject *listed_entry(unpacker_t *u, PyTypeObject *seen, const item_t *it,
+                              PyObject *kind, PyObject **seen_out) {
+    PyObject *exact, *clamped;
+    if (entry_times(it, &exact, &clamped) < 0) return NULL;
+    int dir = kind == u->kind_d;
+    PyObject *children = dir ? PyDict_New() : new_ref(u->no_children);
+    PyObject *mode = PyLong_FromUnsignedLong((unsigned long)(it->mode & 07777));
+    PyObject *size = dir ? new_ref(u->zero) : PyLong_FromLongLong((long long)it->size);
+    PyObject *ino = PyLong_FromUnsignedLongLong((unsigned long long)it->ino);
+    if (!children || !mode || !size || !ino) {
+        Py_XDECREF(children);
+        Py_XDECREF(mode);
+        Py_XDECREF(size);
+        Py_XDECREF(ino);
+        Py_DECREF(exact);
+        Py_DECREF(clamped);
+        return NULL;
+    }
+    if (!dir) {
+        *seen_out = seen_of(seen, PyLong_FromUnsignedLong((unsigned long)it->mode),
+                            new_ref(size), new_ref(exact), new_ref(ino));
+        if (!*seen_out) {
+            Py_DECREF(children);
+            Py_DECREF(mode);
+            Py_DECREF(size);
+            Py_DECREF(ino);
+            Py_DECREF(exact);
+            Py_DECREF(clamped);
+            return NULL;
+        }
+    }
+    Py_DECREF(exact);
+    PyObject *v[FIELDS] = {
+        new_ref(kind), mode, clamped, size, new_ref(u->empty_bytes), new_ref(u->empty_str),
+        children, new_ref(u->empty_bytes), new_ref(u->empty_bytes), new_ref(u->empty_bytes),
+        new_ref(u->zero), ino, new_ref(u->empty_bytes),
+    };
+    PyObject *e = make_entry(u, v);
+    if (!e && !dir) Py_CLEAR(*seen_out);
+    return e;
+}
+
+/* Whether the ``n`` bytes at ``p`` start with ``prefix`` / are ``whole``. */
+static int starts_with(const char *p, size_t n, const Py_buffer *prefix) {
+    return n >= (size_t)prefix->len && memcmp(p, prefix->buf, (size_t)prefix->len) == 0;
+}
+
+static int is_name(const char *p, size_t n, const Py_buffer *whole) {
+    return whole->buf && n == (size_t)whole->len && memcmp(p, whole->buf, n) == 0;
+}
+
+/* One file into the directory's ``children``, the walk's ``files`` (by path) and the
+ * listing's ``listed`` ((name, path, entry)); -1 with an exception. */
+static int add_file(unpacker_t *u, PyTypeObject *seen, const item_t *it, PyObject *name,
+                    PyObject *prefix, PyObject *children, PyObject *files, PyObject *listed) {
+    PyObject *stat = NULL, *rel = NULL, *row = NULL;
+    PyObject *entry = listed_entry(u, seen, it, u->kind_f, &stat);
+    int rc = -1;
+    if (!entry) return -1;
+    rel = PyUnicode_Concat(prefix, name);
+    if (!rel || PyDict_SetItem(children, name, entry) < 0 || PyDict_SetItem(files, rel, stat) < 0)
+        goto done;
+    row = PyTuple_Pack(3, name, rel, entry);
+    if (row && PyList_Append(listed, row) == 0) rc = 0;
+done:
+    Py_XDECREF(row);
+    Py_XDECREF(rel);
+    Py_XDECREF(stat);
+    Py_DECREF(entry);
+    return rc;
+}
+
+/* One subdirectory as (name, name on disk, entry) onto ``subdirs``; -1 with an exception. */
+static int add_dir(unpacker_t *u, const listing_t *l, const item_t *it, PyObject *name,
+                   PyObject *subdirs) {
+    PyObject *entry = listed_entry(u, NULL, it, u->kind_d, NULL);
+    if (!entry) return -1;
+    PyObject *raw = PyBytes_FromStringAndSize(l->arena + it->name_at, (Py_ssize_t)it->name_len);
+    PyObject *row = raw ? PyTuple_Pack(3, name, raw, entry) : NULL;
+    int rc = row && PyList_Append(subdirs, row) == 0 ? 0 : -1;
+    Py_XDECREF(row);
+    Py_XDECREF(raw);
+    Py_DECREF(entry);
+    return rc;
+}
+
+static int list_into(unpacker_t *u, PyTypeObject *seen, const listing_t *l, PyObject *prefix,
+                     PyObject *children, PyObject *files, PyObject *listed, int deep,
+                     const Py_buffer *skip, const Py_buffer *temp_prefix, PyObject *subdirs,
+                     PyObject *others) {
+    for (size_t i = 0; i < l->count; i++) {
+        const item_t *it = &l->items[i];
+        const char *raw = l->arena + it->name_at;
+        int temporary = starts_with(raw, it->name_len, temp_prefix);
+        if (!temporary && is_name(raw, it->name_len, skip)) continue;
+        int file = !temporary && !it->err && S_ISREG(it->mode);
+        int dir = !temporary && !it->err && !deep && S_ISDIR(it->mode);
+        if (!file && !dir) {
+            PyObject *t = item_tuple(l, it);
+            int bad = !t || PyList_Append(others, t) < 0;
+            Py_XDECREF(t);
+            if (bad) return -1;
+            continue;
+        }
+        PyObject *name = PyUnicode_DecodeFSDefaultAndSize(raw, (Py_ssize_t)it->name_len);
+        if (!name) return -1;
+        int bad = file ? add_file(u, seen, it, name, prefix, children, files, listed)
+                       : add_dir(u, l, it, name, subdirs);
+        Py_DECREF(name);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_list(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *fd_obj, *prefix, *children, *files, *listed, *type, *seen, *no_children;
+    int deep;
+    Py_buffer skip = {0}, temp_prefix = {0};
+    if (!PyArg_ParseTuple(args, "OUO!O!O!O!O!Opz*y*", &fd_obj, &prefix, &PyDict_Type,
+                          &children, &PyDict_Type, &files, &PyList_Type, &listed,
+                          &PyType_Type, &type, &PyType_Type, &seen, &no_children, &deep,
+                          &skip, &temp_prefix))
+        return NULL;
+    PyObject *result = NULL, *subdirs = NULL, *others = NULL;
+    unpacker_t u = {.type = (PyTypeObject *)type, .no_children = no_children};
+    listing_t l = {0};
+    int fd = PyObject_AsFileDescriptor(fd_obj);
+    if (fd < 0) goto done;
+    if (!PyType_IsSubtype((PyTypeObject *)seen, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "seen must be a tuple type");
+        goto done;
+    }
+    if (constants_init(&u) < 0) goto done;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = read_listing(fd, &l);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        if (err == ENOMEM) {
+            PyErr_NoMemory();
+        } else {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
+        goto done;
+    }
+    subdirs = PyList_New(0);
+    others = PyList_New(0);
+    if (subdirs && others
+        && list_into(&u, (PyTypeObject *)seen, &l, prefix, children, files, listed, deep,
+                     &skip, &temp_prefix, subdirs, others) == 0)
+        result = PyTuple_Pack(2, subdirs, others);
+done:
+    Py_XDECREF(subdirs);
+    Py_XDECREF(others);
+    listing_free(&l);
+    constants_free(&u);
+    if (skip.obj) PyBuffer_Release(&skip);
+    if (temp_prefix.obj) PyBuffer_Release(&temp_prefix);
     return result;
 }
 
@@ -651,6 +871,16 @@ static PyMethodDef methods[] = {
      "starts ``body`` (rdc.local.sealed's records) and everything below it, as entries of "
      "``entry_type``, with the bytes its records took; ValueError or EOFError (or what "
      "marshal raises) where the records do not make a tree."},
+    {"list", py_list, METH_VARARGS,
+     "list(fd, prefix, children, files, listed, entry_type, seen_type, no_children, deep, "
+     "skip, temp_prefix) -> (subdirs, others): one directory of a walk (rdc.local.snapshot."
+     "Scan.list): its regular files made entries into ``children``, ``files`` (prefix + "
+     "name: a seen_type of their lstat) and ``listed`` ((name, path, entry)); its "
+     "directories as (name, name on disk, entry) in ``subdirs``, in the listing's order "
+     "(none when ``deep``); the entry named ``skip`` (bytes, or None) left out; every other "
+     "entry (unreadable, a link or other kind, a name starting with ``temp_prefix``, a "
+     "directory when ``deep``) as list_dir's tuple in ``others``. OSError if the directory "
+     "cannot be read."},
     {"seal", py_seal, METH_VARARGS,
      "seal(directory, (content, meta, sync_meta contexts), big): set the content, meta and "
      "sync meta hashes and the count of ``directory`` and of every directory below it that "
@@ -664,7 +894,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_entries", "Trees of entries: unpack, seal, stamp.", -1,
+    PyModuleDef_HEAD_INIT, "_entries", "Trees of entries: listed, unpacked, sealed, stamped.", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

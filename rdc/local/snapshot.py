@@ -264,6 +264,7 @@ Exclude = Callable[[str, bool], bool]
 # make a tree 2,048 levels deep within the path limit, and seal, stamp, rescans and the
 # passes over a tree recurse once or twice per level, within Python's limit of 1,000.
 MAX_DEPTH = 256
+_TEMP_RAW = TEMP_PREFIX.encode()  # (what `Scan.list` hands the native listing)
 
 
 class Walk:
@@ -402,6 +403,7 @@ class Scan:
         trivial = getattr(exclude, "patterns", None) == []
         self.exclude = None if trivial else exclude
         self.skip = MARKER if trivial else None
+        self._skip_raw = os.fsencode(MARKER) if trivial else None
         self.files: dict[str, Seen] = {}
         # (name, path, entry) of the regular files of the directory listed last: a rescan
         # goes on with the same path strings (a second copy was 10 MB of a server's peak
@@ -426,17 +428,23 @@ class Scan:
         time, size and inode is that entry, shared, and is neither in ``files`` nor in
         ``listed``: a rescan of a directory with one edited file among 100 made 99 entries
         again to compare them with the old ones (a fifth of a 1%-edited push of 100,000
-        files, on each side)."""
-        try:
-            items = list_dir(fd)
-        except OSError as exc:
-            self.errors.append((rel_dir, exc.strerror or str(exc)))
-            return None
-        subdirs: list[tuple[str, bytes, Entry]] = []
+        files, on each side). Without excludes or ``kept``, the regular files and
+        directories are made natively (`_native.list_entries`: half of a cold walk was this
+        loop), and the loop below sees only the rest (links, errors, temporaries...)."""
         self.listed = listed = []
         exclude, skip = self.exclude, self.skip
         children = node.children
         prefix = rel_dir + "/" if rel_dir else ""
+        try:
+            if _native.list_entries is not None and kept is None and exclude is None:
+                subdirs, items = _native.list_entries(
+                    fd, prefix, children, self.files, listed, Entry, Seen, NO_CHILDREN,
+                    prefix.count("/") >= MAX_DEPTH, self._skip_raw, _TEMP_RAW)
+            else:
+                subdirs, items = [], list_dir(fd)
+        except OSError as exc:
+            self.errors.append((rel_dir, exc.strerror or str(exc)))
+            return None
         for name, mode, size, mtime, ino in items:
             rel = prefix + name
             if name.startswith(TEMP_PREFIX) and is_temporary(name):
