@@ -265,7 +265,7 @@ def test_native_walk_listing_makes_what_the_python_loop_makes(
     finally:
         os.close(fd)
     assert native == python
-    children, files, listed, subdirs, errors, temporaries = native
+    _, files, listed, subdirs, _, _ = native
     assert sorted(os.fsencode(name) for name, *_ in subdirs) == sorted(
         raw for raw, (kind, *_) in entries.items() if kind == "dir" and depth < MAX_DEPTH
         and not raw.startswith(b".rdc-tmp-") and not (marker and raw == b".rdc-folder"))

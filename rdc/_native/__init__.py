@@ -94,6 +94,7 @@ __all__ = [
     "hash_chunks",
     "install_new",
     "list_dir",
+    "list_entries",
     "make_dirs",
     "make_temps",
     "next_level_payloads",
