@@ -134,6 +134,10 @@ typedef struct {
 
 typedef struct {
     kernel_choice kernel;
+    /* For a last run of jobs that leaves most of the kernel's lanes empty: the narrowest of
+     * the narrower kernels at or below the path that holds them (a small file's lone
+     * BLAKE3 chunk ran 16 steps of the 16-lane kernel with one lane busy). */
+    kernel_choice narrow[2];
     const uint32_t *key; /* the starting chaining value of every job */
     uint32_t mode;       /* flags on every compression: 0, or a derive-key flag */
     b3_job *jobs, *sorted;
@@ -155,8 +159,13 @@ static int workspace_init(workspace *ws, size_t nodes) {
 
 static void run_jobs(const workspace *ws, const b3_job *jobs, size_t n) {
     size_t lanes = ws->kernel.lanes;
-    for (size_t i = 0; i < n; i += lanes)
-        ws->kernel.run(jobs + i, n - i < lanes ? n - i : lanes, ws->key);
+    for (size_t i = 0; i < n; i += lanes) {
+        size_t count = n - i < lanes ? n - i : lanes;
+        b3_kernel run = ws->kernel.run;
+        for (int k = 1; k >= 0; k--)
+            if (ws->narrow[k].run && count <= ws->narrow[k].lanes) run = ws->narrow[k].run;
+        run(jobs + i, count, ws->key);
+    }
 }
 
 /* The BLAKE3-chunk jobs of chunk [s, e) of data; returns their number. */
@@ -247,6 +256,7 @@ int rdc_b3_derive_context_key(const uint8_t *context, size_t len, uint32_t key[8
 int rdc_b3_hash_chunks_keyed(const uint8_t *data, const uint64_t *ends, size_t n,
                              uint64_t start, uint8_t *out, int path, const uint32_t key[8],
                              uint32_t mode) {
+    int chosen = path < 0; /* (a path asked for by name runs its own kernel alone) */
     if (path < 0) path = rdc_b3_best_path();
     if (!rdc_b3_path_available(path)) return RDC_B3_EPATH;
     uint64_t s = start;
@@ -263,6 +273,11 @@ int rdc_b3_hash_chunks_keyed(const uint8_t *data, const uint64_t *ends, size_t n
     if (workspace_init(&ws, total < BATCH_NODES ? total : BATCH_NODES) != RDC_B3_OK)
         return RDC_B3_ENOMEM;
     ws.kernel = kernel_of(path);
+    ws.narrow[0] = ws.narrow[1] = (kernel_choice){NULL, 0};
+#ifdef RDC_B3_X86
+    if (chosen && path == RDC_B3_AVX512) ws.narrow[1] = kernel_of(RDC_B3_AVX2);
+    if (chosen && path >= RDC_B3_AVX2) ws.narrow[0] = kernel_of(RDC_B3_SSE41);
+#endif
     ws.key = key;
     ws.mode = mode;
     size_t njobs = 0, nmembers = 0;
