@@ -52,20 +52,21 @@ static void release(struct signed_buffer *s) {
 }
 
 /* Cut data[0..len) with the given winnowing parameters; *ends is malloc'ed (at least one
- * slot). Returns an RDC_ code. */
+ * slot). ``*kept``: the chunker of an earlier cut with these parameters, reset and used
+ * again (NULL: one is made and left there; the caller frees it). Returns an RDC_ code. */
 static int cut(const uint8_t *data, size_t len, const uint32_t p[3], uint64_t **ends,
-               size_t *n) {
-    rdc_chunker *c;
-    int rc = rdc_chunker_new(&c, p[0], p[1], p[2], 1);
-    if (rc != RDC_OK) return rc;
+               size_t *n, rdc_chunker **kept) {
+    if (*kept) {
+        rdc_chunker_reset(*kept);
+    } else {
+        int rc = rdc_chunker_new(kept, p[0], p[1], p[2], 1);
+        if (rc != RDC_OK) return rc;
+    }
+    rdc_chunker *c = *kept;
     size_t cap = rdc_chunker_max_cuts(c, len);
     *ends = malloc((cap ? cap : 1) * sizeof(uint64_t));
-    if (!*ends) {
-        rdc_chunker_free(c);
-        return RDC_ENOMEM;
-    }
-    rc = rdc_chunker_scan(c, data, len, 0, 1, *ends, n);
-    rdc_chunker_free(c);
+    if (!*ends) return RDC_ENOMEM;
+    int rc = rdc_chunker_scan(c, data, len, 0, 1, *ends, n);
     if (rc != RDC_OK) {
         free(*ends);
         *ends = NULL;
@@ -139,13 +140,23 @@ struct request {
     size_t sketch_min_leaves, content_limit;
     int want_sketch;
     uint32_t key[8];
+    /* The chunkers of the chunks and of the sub-chunks, made at the first file and reset
+     * for each next one (`request_done` frees them). */
+    rdc_chunker *cutters[2];
 };
 
+static void request_done(struct request *r) {
+    for (int i = 0; i < 2; i++) {
+        rdc_chunker_free(r->cutters[i]);
+        r->cutters[i] = NULL;
+    }
+}
+
 /* Everything, without the GIL. 0, or -1 for no memory, -2 for bad parameters. */
-static int sign(const struct request *r, struct signed_buffer *s) {
+static int sign(struct request *r, struct signed_buffer *s) {
     uint64_t *ends = NULL;
     size_t n = 0;
-    int rc = cut(r->data, r->len, r->chunks, &ends, &n);
+    int rc = cut(r->data, r->len, r->chunks, &ends, &n, &r->cutters[0]);
     if (rc != RDC_OK) return rc == RDC_ENOMEM ? -1 : -2;
     struct level *leaves = &s->levels[0];
     rc = hash_pieces(r->data, ends, n, &leaves->hashes, &leaves->lengths);
@@ -180,7 +191,7 @@ static int sign(const struct request *r, struct signed_buffer *s) {
         uint64_t *sub_ends = NULL;
         size_t nsub = 0;
         uint8_t *sub_hashes = NULL;
-        rc = cut(r->data, r->len, r->subs, &sub_ends, &nsub);
+        rc = cut(r->data, r->len, r->subs, &sub_ends, &nsub, &r->cutters[1]);
         if (rc != RDC_OK) return rc == RDC_ENOMEM ? -1 : -2;
         rc = hash_pieces(r->data, sub_ends, nsub, &sub_hashes, NULL);
         free(sub_ends);
@@ -286,7 +297,7 @@ static PyObject *py_sign(PyObject *module, PyObject *args, PyObject *kwds) {
     (void)module;
     static char *kwlist[] = {"data", "chunks", "subs", "groups", "sketch_min_leaves",
                              "context", "sketch", NULL};
-    struct request r;
+    struct request r = {0};
     Py_buffer view;
     const char *context;
     Py_ssize_t context_len;
@@ -317,6 +328,7 @@ static PyObject *py_sign(PyObject *module, PyObject *args, PyObject *kwds) {
     result = signed_result(&s);
 done:
     release(&s);
+    request_done(&r);
     PyBuffer_Release(&view);
     return result;
 }
@@ -401,7 +413,7 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
                                      &sub[2], &g[0], &g[1], &min_leaves, &context,
                                      &context_len, &want_sketch, &keep, &racy_from))
         return NULL;
-    struct request r;
+    struct request r = {0};
     if (limit < 0) {
         PyErr_SetString(PyExc_ValueError, "bad limit");
         PyBuffer_Release(&head);
@@ -484,6 +496,7 @@ done:
     }
     free(jobs);
     free(buf);
+    request_done(&r);
     Py_DECREF(seq);
     PyBuffer_Release(&head);
     return result;

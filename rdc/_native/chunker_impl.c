@@ -244,6 +244,19 @@ int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size, uint3
     return RDC_OK;
 }
 
+void rdc_chunker_reset(rdc_chunker *c) {
+    c->finished = c->scanned = 0;
+    c->last_cut = c->rolled = c->h = c->f = 0;
+    c->nblocks = 0;
+    c->prev_lo = c->prev_hi = 0;
+    c->prev_min = 0;
+    c->rec_first = c->rec_end = 0;
+    c->penalty = c->backoff = c->streak = 0;
+    set_sparse(c, c->sparse_lead);
+    if (c->filter) memset(c->ext_cache, 0xff, sizeof c->ext_cache);
+    memset(&c->stats, 0, sizeof c->stats);
+}
+
 int rdc_chunker_configure(rdc_chunker *c, int path, int sparse_lead) {
     if (c->scanned) return RDC_ESTATE;
     if (!(sparse_lead == RDC_SPARSE_AUTO || (sparse_lead >= RDC_SPARSE_OFF && sparse_lead <= 255)))

@@ -76,6 +76,10 @@ typedef struct rdc_chunker rdc_chunker;
 int rdc_chunker_new(rdc_chunker **out, uint32_t window, uint32_t min_size,
                     uint32_t max_size, int filter);
 void rdc_chunker_free(rdc_chunker *c);
+/* The chunker as rdc_chunker_new left it, ready for another stream, its settings kept
+ * (rdc_chunker_configure's too): a new chunker per small file (its tables and buffers)
+ * was a sixth of signing a 3 KB file. */
+void rdc_chunker_reset(rdc_chunker *c);
 
 /* Sparse rolling (filter only): while the windows' minimal lead is at most `sparse_lead`,
  * the roll keeps only the positions whose lead is that small, and compares against a
