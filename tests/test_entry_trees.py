@@ -119,3 +119,40 @@ def test_what_is_not_a_tree_of_entries_is_refused() -> None:
     huge_mode = Entry("d", 0, 0, children={"x": Entry("f", 1 << 16, 0, root=bytes(32))})
     with pytest.raises(OverflowError):
         _native.seal_entries(huge_mode, snapshot._CONTEXTS, snapshot._hash_big)
+
+
+def _paths(directory: Entry, prefix: str = "") -> list[str]:
+    out = []
+    for name, entry in directory.children.items():
+        out.append(prefix + name)
+        if entry.kind == "d":
+            out += _paths(entry, f"{prefix}{name}/")
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=trees(), data=st.data())
+def test_roots_set_in_runs_by_directory_land_where_a_lookup_per_path_puts_them(
+        tree: Entry, data: st.DataObject) -> None:
+    """`set_roots` looks a directory up once per run of its paths: whatever the order
+    (by directory, shuffled) and whatever the paths name (files, links, directories, a
+    path below a file, one not there), each file named gets its root and nothing else
+    changes, as with `lookup` per path."""
+    known = _paths(tree)
+    extra = ["", "nowhere/x", *(f"{path}/below" for path in known)]
+    paths = data.draw(st.lists(st.sampled_from(known + extra), max_size=30)) if known else extra
+    if data.draw(st.booleans()):
+        paths.sort(key=lambda path: path.rpartition("/")[0])
+    rows = [(path, bytes([k % 256]) * 32) for k, path in enumerate(paths)]
+    expected = copy.deepcopy(tree)
+    for path, root in rows:
+        entry = snapshot.lookup(expected, path)
+        if entry is not None and entry.kind == "f":
+            entry.root = root
+    snapshot.set_roots(tree, rows)
+    assert _roots(tree) == _roots(expected)
+
+
+def _roots(directory: Entry) -> list:
+    return [(path, entry.kind, entry.root) for path in _paths(directory)
+            for entry in [snapshot.lookup(directory, path)]]

@@ -502,9 +502,17 @@ def fill_roots(tree: Entry, roots: dict[str, bytes]) -> list[str]:
 def set_roots(tree: Entry, roots: Iterable[tuple[str, bytes]]) -> None:
     """Put the root of each (path, root) that names a file of ``tree`` in place, in any
     order; other paths are ignored. (A scan streams them from its index: a dict of them
-    was 16 MB of a 100,000-file scan's peak.)"""
+    was 16 MB of a 100,000-file scan's peak.) Paths that come by directory (the index's
+    rows in the order they were written: a walk's) look their directory up once per run
+    of its files, not once per file."""
+    folder: str | None = None
+    node: Entry | None = None
     for path, root in roots:
-        entry = lookup(tree, path)
+        parent_path, _, name = path.rpartition("/")
+        if parent_path != folder:
+            folder, node = parent_path, lookup(tree, parent_path)
+        # (a file's or link's children are the empty NO_CHILDREN)
+        entry = node.children.get(name) if node is not None else None
         if entry is not None and entry.kind == "f":
             entry.root = root
 
