@@ -51,6 +51,7 @@ setup(
                 "rdc/_native/signature_impl.c",
             ],
             depends=[
+                "rdc/_native/beneath.h",
                 "rdc/_native/blake3_impl.h",
                 "rdc/_native/chunker_impl.h",
                 "rdc/_native/chunker_scan.h",

@@ -317,13 +317,16 @@ def _rows(db: IndexDatabase) -> dict[str, tuple]:
             for f in db.files()}
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("workers", "openat2"), [(1, True), (2, True), (2, False)])
 def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monkeypatch,
-                                                                 workers: int) -> None:
-    """With a directory opener (and native code), small files are read and signed many at
-    a time off this thread; the rows are those of reading them one by one. What the bulk
-    read leaves goes the one-file way and fails as it would there: a file that became a
-    symlink after the walk, and the files of a directory that does not open."""
+                                                                 workers: int,
+                                                                 openat2: bool) -> None:
+    """With the root's descriptor (and native code), small files are read and signed many
+    at a time off this thread, their directories opened natively below it (with openat2,
+    or one component at a time); the rows are those of reading them one by one. What the
+    bulk read leaves goes the one-file way and fails as it would there: a file that became
+    a symlink after the walk, and the files of a directory that became a symlink to a
+    directory (not followed)."""
     import rdc.local.index.update as module
     from rdc import _native
 
@@ -338,11 +341,8 @@ def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monke
     os.unlink(root / "d0/file3.bin")
     os.symlink("file0.bin", root / "d0/file3.bin")
     refused_dir = "d2"
-
-    def open_dir(rel: str) -> int:
-        if rel == refused_dir:
-            raise PermissionError(13, "Permission denied", rel)
-        return os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY)
+    os.rename(root / refused_dir, root / "elsewhere")
+    os.symlink("elsewhere", root / refused_dir)
 
     def opener(rel: str):
         if rel.startswith(refused_dir + "/"):
@@ -354,14 +354,21 @@ def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monke
     bulk_calls: list[int] = []
     many = module.index_rows_of_files
     monkeypatch.setattr(module, "index_rows_of_files",
-                        lambda files, *a: bulk_calls.append(len(files)) or many(files, *a))
+                        lambda files, *a, **k: bulk_calls.append(len(files)) or many(files, *a,
+                                                                                        **k))
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    _sign.use_openat2(openat2)
     results = []
-    for directories in (open_dir, None):
-        db = IndexDatabase(tmp_path / f"index-{directories is None}.sqlite3")
-        stats = refresh(db, str(root), files=walked, opener=opener, open_dir=directories,
-                        workers=workers)
-        results.append((sorted(stats.errors), stats.signed, _rows(db)))
-        db.close()
+    try:
+        for beneath in (top, None):
+            db = IndexDatabase(tmp_path / f"index-{beneath is None}.sqlite3")
+            stats = refresh(db, str(root), files=walked, opener=opener, beneath=beneath,
+                            workers=workers)
+            results.append((sorted(stats.errors), stats.signed, _rows(db)))
+            db.close()
+    finally:
+        _sign.use_openat2(True)
+        os.close(top)
     (bulk_errors, bulk_signed, bulk_rows), (one_errors, one_signed, one_rows) = results
     assert bulk_calls and max(bulk_calls) == 7
     assert bulk_errors == one_errors and {path for path, _ in one_errors} == (
@@ -385,20 +392,20 @@ def test_a_small_file_whose_stamp_moved_during_its_bulk_read_is_racy(tmp_path,
     make_tree(root, count=6, size=3000)
     many = module.index_rows_of_files
 
-    def moved_under_the_read(files, *args):
-        out = many(files, *args)
+    def moved_under_the_read(files, *args, **kwargs):
+        out = many(files, *args, **kwargs)
         return [(*out[0][:-1], 1), *out[1:]]
 
     monkeypatch.setattr(module, "index_rows_of_files", moved_under_the_read)
     db = IndexDatabase(tmp_path / "index.sqlite3")
-
-    def open_dir(rel: str) -> int:
-        return os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY)
-
-    refresh(db, str(root), open_dir=open_dir)
-    assert sum(f.racy for f in db.files()) == 1
-    monkeypatch.setattr(module, "index_rows_of_files", many)
-    assert refresh(db, str(root), open_dir=open_dir).signed == 1  # that one, read again
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        refresh(db, str(root), beneath=top)
+        assert sum(f.racy for f in db.files()) == 1
+        monkeypatch.setattr(module, "index_rows_of_files", many)
+        assert refresh(db, str(root), beneath=top).signed == 1  # that one, read again
+    finally:
+        os.close(top)
     assert not any(f.racy for f in db.files()) and contents(db) == expected(root)
     db.close()
 

@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "beneath.h"
 #include "blake3_impl.h"
 #include "chunker_impl.h"
 #include "seen.h"
@@ -402,19 +403,19 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
     (void)module;
     static char *kwlist[] = {"files", "limit", "head", "chunks", "subs", "groups",
                              "sketch_min_leaves", "context", "sketch", "keep", "racy_from",
-                             NULL};
+                             "beneath", NULL};
     PyObject *files;
     Py_ssize_t limit, min_leaves;
     const char *context;
     Py_ssize_t context_len;
     unsigned int c[3], sub[3], g[2];
-    int want_sketch = 1, keep = 0;
+    int want_sketch = 1, keep = 0, beneath = 0;
     long long racy_from = LLONG_MAX;
     Py_buffer head;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|ppL", kwlist, &files,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ony*(III)(III)(II)ns#|ppLp", kwlist, &files,
                                      &limit, &head, &c[0], &c[1], &c[2], &sub[0], &sub[1],
                                      &sub[2], &g[0], &g[1], &min_leaves, &context,
-                                     &context_len, &want_sketch, &keep, &racy_from))
+                                     &context_len, &want_sketch, &keep, &racy_from, &beneath))
         return NULL;
     struct request r = {0};
     if (limit < 0) {
@@ -460,8 +461,28 @@ static PyObject *py_sign_files(PyObject *module, PyObject *args, PyObject *kwds)
     }
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && rc == 0; i++)
+    /* With `beneath`, each file's directory is opened here, below the descriptor given
+     * (once per run of files in it), and a file whose directory cannot be reached so is
+     * left to the caller. */
+    int held = -1;
+    const char *held_dir = NULL;
+    size_t held_len = 0;
+    for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
+        if (beneath && jobs[i].leaf != PyBytes_AS_STRING(jobs[i].path)) {
+            const char *path = PyBytes_AS_STRING(jobs[i].path);
+            size_t len = (size_t)(jobs[i].leaf - path) - 1; /* (without its last '/') */
+            if (!(held_dir && held_len == len && memcmp(held_dir, path, len) == 0)) {
+                if (held >= 0) close(held);
+                held = rdc_open_dir_beneath(jobs[i].dfd, path, len);
+                held_dir = path;
+                held_len = len;
+            }
+            if (held < 0) continue; /* (ok stays 0) */
+            jobs[i].dfd = held;
+        }
         rc = sign_one(&jobs[i], buf, (size_t)limit, &r, keep);
+    }
+    if (held >= 0) close(held);
     Py_END_ALLOW_THREADS
     if (rc == -1) {
         PyErr_NoMemory();
@@ -505,7 +526,18 @@ done:
     return result;
 }
 
+static PyObject *py_use_openat2(PyObject *module, PyObject *arg) {
+    (void)module;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    rdc_openat2_usable = on;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"use_openat2", py_use_openat2, METH_O,
+     "use_openat2(on): whether sign_files(beneath=True) may try openat2 (tests turn it off "
+     "to check the walk one component at a time)."},
     {"sign", (PyCFunction)(void (*)(void))py_sign, METH_VARARGS | METH_KEYWORDS,
      "sign(data, chunks, subs, groups, sketch_min_leaves, context, sketch=True) -> "
      "(levels, sketch): each level (hashes, lengths), the leaves first, the root last."},
@@ -515,7 +547,9 @@ static PyMethodDef module_methods[] = {
      "each (dir_fd, name) of `files` read and signed, its tree packed after `head`; before "
      "and after are (mode, size, mtime_ns, inode); None where the file is not a regular "
      "file of at most `limit` bytes read cleanly. With keep: [(before, (levels, sketch), "
-     "after, data) or None], the levels as sign gives them and the bytes read."},
+     "after, data) or None], the levels as sign gives them and the bytes read. With "
+     "beneath: each (root_fd, path), its directory opened below root_fd here (no link "
+     "followed), None for a file whose directory cannot be."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -111,10 +111,12 @@ IndexRow = tuple[bytes, int, int, int, int, bytes, Sketch | None, bytes, int]
 
 def index_rows_of_files(
     files: Sequence[tuple[int, bytes]], limit: int, racy_from: int,
-    params: SignatureParams = DEFAULT_SIGNATURE,
+    params: SignatureParams = DEFAULT_SIGNATURE, beneath: bool = False,
 ) -> list[IndexRow | None] | None:
     """Each (directory descriptor, path) of ``files`` (its path from the index's root, the
-    last component its name in that directory) opened (no link followed), read whole and
+    last component its name in that directory; with ``beneath``, the descriptor is the
+    root's and the path's directory is opened below it natively, no link followed, once
+    per run of files in one) opened (no link followed), read whole and
     signed in one native call without the GIL, as the row the index stores of it: racy if
     its mtime is ``racy_from`` or later or its stat moved while it was read. None for a
     file that is not a regular file of at most ``limit`` bytes read cleanly (the caller's
@@ -126,7 +128,7 @@ def index_rows_of_files(
         return None
     assert limit <= SEGMENT_SIZE  # (one segment: the tree of `signature_of_bytes`)
     return _native.sign_files(files, limit, PACKED_HEAD, *_native_params(params),
-                              racy_from=racy_from)
+                              racy_from=racy_from, beneath=beneath)
 
 
 def signatures_and_contents_of_files(

@@ -289,7 +289,7 @@ class Replica:
                     self.stats = refresh(self.db, self.root, exclude=excludes,
                                          progress=progress, files=walked.files,
                                          opener=self.fs.open_read, checksum=checksum,
-                                         reader=reader, open_dir=self.fs.open_dir)
+                                         reader=reader, beneath=self.fs.fileno())
                 set_roots(tree, self.db.iter_roots())
         reasons = dict(self.stats.errors)
         for path in drop_rootless(tree):
@@ -388,7 +388,7 @@ class Replica:
         with self.lock, self._reader() as reader:
             refreshed = refresh_some(self.db, found.files, found.entries, found.gone,
                                      self.fs.open_read, moves=moves, reader=reader,
-                                     open_dir=self.fs.open_dir)
+                                     beneath=self.fs.fileno())
             rooted = self._rooted([item for item in found.entries if not item[1].root])
         if refreshed.errors or not rooted:
             return None

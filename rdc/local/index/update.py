@@ -30,9 +30,8 @@ from rdc.content.signature import (
     signature_of_file,
 )
 from rdc.local.filestat import FileStat, mtime_ns, stamp
-from rdc.local.fs import close_all
 from rdc.local.index.db import IndexDatabase, Row, Stamped, row_of, unusable
-from rdc.local.paths import PathError, is_temporary, parent
+from rdc.local.paths import PathError, is_temporary
 from rdc.records import record
 
 RACY_NS = 2_000_000_000
@@ -106,9 +105,6 @@ Opener = Callable[[str], BinaryIO]
 # it has more than ``limit`` bytes (`rdc.local.fs.SafeRoot.read_whole`).
 Reader = Callable[[str, int], tuple[os.stat_result, bytes, os.stat_result] | None]
 Signed = tuple[os.stat_result, FileSignature, os.stat_result]
-# A directory (relative path, "" the root) opened for reading the files in it by name: a
-# new descriptor, the caller's to close (`rdc.local.fs.SafeRoot.open_dir`).
-DirOpener = Callable[[str], int]
 
 
 class Rooted(Protocol):
@@ -150,31 +146,31 @@ def refresh(
     opener: Opener | None = None,
     checksum: bool = False,
     reader: Reader | None = None,
-    open_dir: DirOpener | None = None,
+    beneath: int | None = None,
 ) -> RefreshStats:
     """Update ``db`` to describe the regular files under ``root``. ``files``: their lstat
     by relative path, if the caller walked the tree already; ``opener``: how to open one
     (default: by its full path), ``reader``: how to read a small one whole (default:
-    opened), and ``open_dir``: how to open a directory, to read many small files of it
-    natively (default: one file at a time); ``checksum``: read every file again, also
-    those whose stamp matches its row."""
+    opened), and ``beneath``: the root's descriptor, to read many small files natively,
+    their directories opened below it (default: one file at a time); ``checksum``: read
+    every file again, also those whose stamp matches its row."""
     def by_path(rel: str) -> BinaryIO:
         return open(os.path.join(root, rel), "rb")
 
     opener = opener or by_path
     try:
         return _refresh(db, root, workers, exclude, progress, files, opener, checksum, reader,
-                        open_dir)
+                        beneath)
     except sqlite3.DatabaseError as exc:
         if not unusable(exc):
             raise
         db.rebuild()
         return _refresh(db, root, workers, exclude, progress, files, opener, checksum, reader,
-                        open_dir)
+                        beneath)
 
 
 def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False, reader=None,
-             open_dir=None) -> RefreshStats:
+             beneath=None) -> RefreshStats:
     stats = RefreshStats()
     racy_from = time.time_ns() - RACY_NS  # a file modified since is racy
     # The index inside the tree (with its -wal and -shm files) is not indexed.
@@ -225,7 +221,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
             stats.deleted += 1
     old_roots = db.roots() if checksum else {}
     _sign_all(db, opener, reader, still_changed, on_disk, workers, racy_from, stats, progress,
-              open_dir)
+              beneath)
     if checksum:
         for rel in still_changed:
             old, new = rows.get(rel), db.get(rel)
@@ -237,7 +233,7 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
 def refresh_some(
     db: IndexDatabase, files: Mapping[str, FileStat], entries: Sequence[tuple[str, Rooted]],
     gone: list[str], opener: Opener, moves: bool = False, reader: Reader | None = None,
-    open_dir: DirOpener | None = None,
+    beneath: int | None = None,
 ) -> RefreshStats:
     """Bring the rows of some paths up to date, for a caller that knows what else did not
     change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
@@ -258,7 +254,7 @@ def refresh_some(
                                                             racy_from, stats)]
         for path in gone:
             db.delete_tree(path)
-    _sign_all(db, opener, reader, changed, files, 1, racy_from, stats, None, open_dir)
+    _sign_all(db, opener, reader, changed, files, 1, racy_from, stats, None, beneath)
     return stats
 
 
@@ -305,7 +301,7 @@ def _changed(db: IndexDatabase, files: Mapping[str, FileStat],
 
 
 def _sign_all(db, opener, reader, paths, on_disk, workers, racy_from, stats, progress,
-              open_dir=None) -> None:
+              beneath=None) -> None:
     """Sign ``paths`` and store their rows (racy: written at ``racy_from`` or later, or
     changed while read)."""
     total_bytes = sum(on_disk[p].st_size for p in paths)
@@ -314,11 +310,11 @@ def _sign_all(db, opener, reader, paths, on_disk, workers, racy_from, stats, pro
     # Small files are signed on this thread: their cost is mostly Python, and two threads
     # contending for the GIL cost more than they save (docs/formats.md section 7). Larger
     # ones go to the pool, where the chunker and BLAKE3 run without the GIL. With
-    # ``open_dir`` and native code, small files go to the pool too, BULK_FILES in one call
+    # ``beneath`` and native code, small files go to the pool too, BULK_FILES in one call
     # that reads and signs them all without the GIL (`_Bulk`).
     small = [p for p in reversed(paths) if on_disk[p].st_size < INLINE_BYTES]
     large = [p for p in reversed(paths) if on_disk[p].st_size >= INLINE_BYTES]
-    bulk = _Bulk(small, open_dir) if open_dir is not None and _native.sign_files else None
+    bulk = _Bulk(small, beneath) if beneath is not None and _native.sign_files else None
     batch: list[Row] = []
     last_commit = time.monotonic()
     writer = _Writer(db)
@@ -422,17 +418,18 @@ class _Writer:
 
 class _Bulk:
     """Small files read and signed BULK_FILES at a time on a worker thread
-    (`index_rows_of_files`), while this thread opens the directories of the next group
-    and records the last one: a cold scan of a source tree spent two thirds of its time in
-    Python around each file's read and signature. Each group's directories are opened
-    once (``open_dir``, beneath the root) and closed when its results are taken. A file
-    the native call leaves (not a regular file of under INLINE_BYTES read cleanly, a
+    (`index_rows_of_files`), while this thread records the last group: a cold scan of a
+    source tree spent two thirds of its time in Python around each file's read and
+    signature. The native call opens each group's directories itself, below the root's
+    descriptor (``beneath``), once per run of files in one: opened from Python, with the
+    GIL given up and taken back around each, they were a fifth of this thread's time. A
+    file the native call leaves (not a regular file of under INLINE_BYTES read cleanly, a
     directory that did not open) is read again the one-file way, which says why."""
 
-    def __init__(self, small: list[str], open_dir: Callable[[str], int]) -> None:
+    def __init__(self, small: list[str], beneath: int) -> None:
         self._small = small  # (popped from the end)
-        self._open_dir = open_dir
-        self._groups: deque[tuple[Future, list[str], list[int]]] = deque()
+        self._beneath = beneath
+        self._groups: deque[tuple[Future, list[str]]] = deque()
 
     @property
     def busy(self) -> bool:
@@ -443,18 +440,10 @@ class _Bulk:
         their rows are racy from ``racy_from`` (`index_rows_of_files`)."""
         while self._small and len(self._groups) < 2:
             group = [self._small.pop() for _ in range(min(BULK_FILES, len(self._small)))]
-            fds: dict[str, int] = {}
-            files = []
-            for rel in group:
-                where = parent(rel)
-                if where not in fds:
-                    try:
-                        fds[where] = self._open_dir(where)
-                    except (OSError, PathError):
-                        fds[where] = -1  # (its files fail natively, then one by one)
-                files.append((fds[where], os.fsencode(rel)))
-            future = pool.submit(index_rows_of_files, files, INLINE_BYTES, racy_from)
-            self._groups.append((future, group, [fd for fd in fds.values() if fd >= 0]))
+            files = [(self._beneath, os.fsencode(rel)) for rel in group]
+            future = pool.submit(index_rows_of_files, files, INLINE_BYTES, racy_from,
+                                 beneath=True)
+            self._groups.append((future, group))
 
     def oldest(self) -> list[Future]:
         """The future of the group to be recorded next, if any (groups are taken in order)."""
@@ -464,11 +453,8 @@ class _Bulk:
              ) -> None:
         """Record the rows of the groups done, oldest first."""
         while self._groups and self._groups[0][0].done():
-            future, group, fds = self._groups.popleft()
-            try:
-                rows = future.result()
-            finally:
-                close_all(fds)
+            future, group = self._groups.popleft()
+            rows = future.result()
             for rel, row in zip(group, rows, strict=True):
                 if row is None:
                     one_by_one(rel)
@@ -476,9 +462,8 @@ class _Bulk:
                     recorded(rel, row)
 
     def close(self) -> None:
-        """Wait for the groups in flight and close their directories (on an error)."""
+        """Wait for the groups in flight (on an error: they use the root's descriptor)."""
         while self._groups:
-            future, _, fds = self._groups.popleft()
+            future, _ = self._groups.popleft()
             wait([future])
-            close_all(fds)
 
