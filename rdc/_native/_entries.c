@@ -1,5 +1,5 @@
-/* Trees of Entry objects (rdc/local/snapshot.py) in C: a packed tree unpacked, directories
-sealed and stamped.
+/* Trees of Entry objects (rdc/local/snapshot.py) in C: a walk's directory listed into
+entries (see "list" below), a packed tree unpacked, directories sealed and stamped.
 
 A process that starts from the tree kept in its index (every push and pull of a large
 tree, on both sides, and every session a daemon opens) unpacked it in Python: for 100,000
@@ -239,8 +239,8 @@ rather than in a Python loop over `list_dir`'s tuples (three objects and a dozen
 entry: half of a cold walk's time, and a cold walk is on the path to the first comparison
 of every sync without an index). What needs Python's judgement is handed back as
 `list_dir`'s tuples: an entry that could not be read, a link (its target is read there),
-any other kind, a name that may be an rdc temporary, and, below the depth limit, a
-directory. The specification is `rdc.local.snapshot.Scan.list`. */
+any other kind, a name that may be an rdc temporary, and a directory at the depth limit.
+The specification is `rdc.local.snapshot.Scan.list`. */
 
 /* ``exact`` (the time as the file system holds it) and ``clamped`` (within 64 bits, as an
  * entry keeps it: rdc.local.filestat.clamp_ns), new references; -1 with an exception. */
@@ -285,28 +285,10 @@ static PyObject *listed_entry(unpacker_t *u, PyTypeObject *seen, const item_t *i
     PyObject *mode = PyLong_FromUnsignedLong((unsigned long)(it->mode & 07777));
     PyObject *size = dir ? new_ref(u->zero) : PyLong_FromLongLong((long long)it->size);
     PyObject *ino = PyLong_FromUnsignedLongLong((unsigned long long)it->ino);
-    if (!children || !mode || !size || !ino) {
-        Py_XDECREF(children);
-        Py_XDECREF(mode);
-        Py_XDECREF(size);
-        Py_XDECREF(ino);
-        Py_DECREF(exact);
-        Py_DECREF(clamped);
-        return NULL;
-    }
-    if (!dir) {
-        *seen_out = seen_of(seen, PyLong_FromUnsignedLong((unsigned long)it->mode),
-                            new_ref(size), new_ref(exact), new_ref(ino));
-        if (!*seen_out) {
-            Py_DECREF(children);
-            Py_DECREF(mode);
-            Py_DECREF(size);
-            Py_DECREF(ino);
-            Py_DECREF(exact);
-            Py_DECREF(clamped);
-            return NULL;
-        }
-    }
+    if (!children || !mode || !size || !ino) goto fail;
+    if (!dir && !(*seen_out = seen_of(seen, PyLong_FromUnsignedLong((unsigned long)it->mode),
+                                      new_ref(size), new_ref(exact), new_ref(ino))))
+        goto fail;
     Py_DECREF(exact);
     PyObject *v[FIELDS] = {
         new_ref(kind), mode, clamped, size, new_ref(u->empty_bytes), new_ref(u->empty_str),
@@ -316,6 +298,14 @@ static PyObject *listed_entry(unpacker_t *u, PyTypeObject *seen, const item_t *i
     PyObject *e = make_entry(u, v);
     if (!e && !dir) Py_CLEAR(*seen_out);
     return e;
+fail:
+    Py_XDECREF(children);
+    Py_XDECREF(mode);
+    Py_XDECREF(size);
+    Py_XDECREF(ino);
+    Py_DECREF(exact);
+    Py_DECREF(clamped);
+    return NULL;
 }
 
 /* Whether the ``n`` bytes at ``p`` start with ``prefix`` / are ``whole``. */
@@ -894,8 +884,9 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_entries", "Trees of entries: listed, unpacked, sealed, stamped.", -1,
-    methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_entries",
+    "Trees of entries: a directory listed, a tree unpacked, sealed, stamped.", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__entries(void) { return PyModule_Create(&module_def); }

@@ -114,16 +114,16 @@ def index_rows_of_files(
     params: SignatureParams = DEFAULT_SIGNATURE, beneath: bool = False,
 ) -> list[IndexRow | None] | None:
     """Each (directory descriptor, path) of ``files`` (its path from the index's root, the
-    last component its name in that directory; with ``beneath``, the descriptor is the
-    root's and the path's directory is opened below it natively, no link followed, once
-    per run of files in one) opened (no link followed), read whole and
+    last component its name in that directory) opened (no link followed), read whole and
     signed in one native call without the GIL, as the row the index stores of it: racy if
     its mtime is ``racy_from`` or later or its stat moved while it was read. None for a
     file that is not a regular file of at most ``limit`` bytes read cleanly (the caller's
     one-file path reads it and reports why). None in all if there is no native code (read
     them one at a time). The tree is packed (`rdc.content.tree.pack_tree`) with no object
     made for its levels, and the row with none made for its stat (a cold scan spent a fifth
-    of its Python time making the levels, and then a third of what was left making rows)."""
+    of its Python time making the levels, and then a third of what was left making rows).
+    With ``beneath``, each descriptor is the root's instead, and the call opens the path's
+    directory below it (no link followed), once per run of files in one."""
     if _native.sign_files is None:
         return None
     assert limit <= SEGMENT_SIZE  # (one segment: the tree of `signature_of_bytes`)
