@@ -359,13 +359,19 @@ def test_small_files_read_in_bulk_are_indexed_as_read_one_by_one(tmp_path, monke
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     _sign.use_openat2(openat2)
     results = []
+    events: list = []
     try:
         for beneath in (top, None):
             db = IndexDatabase(tmp_path / f"index-{beneath is None}.sqlite3")
+            events.clear()
             stats = refresh(db, str(root), files=walked, opener=opener, beneath=beneath,
-                            workers=workers)
+                            workers=workers, progress=events.append)
             results.append((sorted(stats.errors), stats.signed, _rows(db)))
             db.close()
+            # An event a group or a file, counting up to every file signed.
+            done = [event.files_done for event in events]
+            assert done == sorted(set(done)) and done[-1] == stats.signed
+            assert events[-1].bytes_done == sum(size for size, *_ in results[-1][2].values())
     finally:
         _sign.use_openat2(True)
         os.close(top)
