@@ -351,7 +351,8 @@ def test_small_files_read_many_at_once_are_what_reading_each_alone_gives(
     `sign_small` gives for each file, and records the same rows: a file without a row, one
     its row describes, one its row describes but whose bytes are not the row's (suspect:
     bit rot), one rewritten since its row. What it cannot read in bulk (a symlink, a file
-    over the limit, a path below a file) is None, left to `sign_small`."""
+    over the limit, a path below a file, one through a symlinked directory) is None, left
+    to `sign_small`."""
     from rdc import _native
     from rdc.local.fs import HeldDirs
 
@@ -378,15 +379,16 @@ def test_small_files_read_many_at_once_are_what_reading_each_alone_gives(
         for name in ("d2/f0", "d0/new", "d0/big"):
             os.utime(root / name, ns=(OLD + 7, OLD + 7))
         paths = sorted(f"d{d}/{p.name}" for d in range(3) for p in (root / f"d{d}").iterdir())
-        paths.append("d0/f0/below")
+        (root / "via").symlink_to("d1")  # (a directory reached through a link: not read)
+        paths += ["d0/f0/below", "via/f0"]
         indexed = replica.indexed(paths)
+        bulk_leaves = ("d0/big", "d0/link", "d0/f0/below", "via/f0")
         with replica.recording_together(), HeldDirs(replica.fs) as held:
             if many:
-                got = replica.sign_small_many(paths, indexed, 4096, held)
-                assert [one is None for one in got] == [
-                    p in ("d0/big", "d0/link", "d0/f0/below") for p in paths]
+                got = replica.sign_small_many(paths, indexed, 4096)
+                assert [one is None for one in got] == [p in bulk_leaves for p in paths]
             else:
-                got = [None if p in ("d0/big", "d0/link", "d0/f0/below")
+                got = [None if p in bulk_leaves
                        else replica.sign_small(p, indexed.get(p), 4096, held) for p in paths]
         results.append([None if one is None else
                         (one[0], (one[1].st_mode, one[1].st_size, one[1].st_mtime_ns,

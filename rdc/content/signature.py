@@ -133,18 +133,20 @@ def index_rows_of_files(
 
 def signatures_and_contents_of_files(
     files: Sequence[tuple[int, bytes]], limit: int, params: SignatureParams = DEFAULT_SIGNATURE,
+    beneath: bool = False,
 ) -> list[tuple[StatFields, FileSignature, StatFields, bytes] | None] | None:
     """`index_rows_of_files` for a source that sends what it reads (each a name in its
-    directory): each file's stat fields before and after the read and its signature as
-    `signature_of_bytes` makes it, with the bytes read, in one native call
-    without the GIL (a first copy's client spent a sixth of its Python time reading and
-    signing its small files one call at a time). None in all if there is no native code."""
+    directory, or with ``beneath`` a path below the root's descriptor): each file's stat
+    fields before and after the read and its signature as `signature_of_bytes` makes it,
+    with the bytes read, in one native call without the GIL (a first copy's client spent
+    a sixth of its Python time reading and signing its small files one call at a time).
+    None in all if there is no native code."""
     if _native.sign_files is None:
         return None
     assert limit <= SEGMENT_SIZE
     out: list[tuple[StatFields, FileSignature, StatFields, bytes] | None] = []
     for one in _native.sign_files(files, limit, PACKED_HEAD, *_native_params(params),
-                                  keep=True):
+                                  keep=True, beneath=beneath):
         if one is None:
             out.append(None)
             continue

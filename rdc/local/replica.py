@@ -518,25 +518,20 @@ class Replica:
             self._signed(path, st, signature, os.fstat(f.fileno()))
             return signature, st, data, False
 
-    def sign_small_many(self, paths: Sequence[str], rows: dict[str, IndexedFile], limit: int,
-                        held: HeldDirs) -> list[Signed | None]:
+    def sign_small_many(self, paths: Sequence[str], rows: dict[str, IndexedFile], limit: int
+                        ) -> list[Signed | None]:
         """`sign_small` of each of ``paths`` (``rows``: their index rows) that is a regular
-        file of at most ``limit`` bytes read cleanly, the reads and signatures of a run of
-        them in one native call without the GIL; None in the place of any other (and of
-        all without native code): `sign_small` then reads it alone, and says why."""
-        out: list[Signed | None] = []
-        while len(out) < len(paths):
-            rels, items = held.run(paths[len(out):])
-            if not items:  # (a path the run cannot give: that one alone)
-                out.append(None)
-                continue
-            done = signatures_and_contents_of_files(items, limit)
-            if done is None:  # no native code
-                return out + [None] * (len(paths) - len(out))
-            for path, one in zip(rels, done, strict=True):
-                out.append(one if one is None else self._signed_read(path, rows.get(path),
-                                                                      *one))
-        return out
+        file of at most ``limit`` bytes read cleanly, their reads and signatures in one
+        native call without the GIL, which opens their directories below the root itself;
+        None in the place of any other (and of all without native code): `sign_small` then
+        reads it alone, and says why."""
+        root = self.fs.fileno()
+        done = signatures_and_contents_of_files(
+            [(root, os.fsencode(path)) for path in paths], limit, beneath=True)
+        if done is None:  # no native code
+            return [None] * len(paths)
+        return [one if one is None else self._signed_read(path, rows.get(path), *one)
+                for path, one in zip(paths, done, strict=True)]
 
     def _signed_read(self, path: str, row: IndexedFile | None, before: tuple,
                      signature: FileSignature, after: tuple, data: bytes) -> Signed:

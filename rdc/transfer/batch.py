@@ -244,7 +244,7 @@ def _offer_each(
     for k, (path, expect) in enumerate(files):
         if k == len(read):
             read += _read_many(replica, [p for p, _ in files[k : k + step]],
-                               limits[k : k + step], rows, dirs)
+                               limits[k : k + step], rows)
         signed, read[k], limit = read[k], None, limits[k]
         try:
             signature, st, data, suspect = signed if signed is not None else (
@@ -278,14 +278,14 @@ def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool)
 
 
 def _read_many(replica: Replica, paths: list[str], limits: list[int],
-               rows: dict[str, IndexedFile], dirs: HeldDirs) -> list[Signed | None]:
+               rows: dict[str, IndexedFile]) -> list[Signed | None]:
     """`Replica.sign_small_many` of ``paths``, each up to its limit (`_read_limit`), in
     order: one native call per distinct limit."""
     out: list[Signed | None] = [None] * len(paths)
     for limit in sorted(set(limits)):
         at = [k for k, one in enumerate(limits) if one == limit]
         for k, signed in zip(at, replica.sign_small_many([paths[k] for k in at], rows,
-                                                         limit, dirs), strict=True):
+                                                         limit), strict=True):
             out[k] = signed
     return out
 
