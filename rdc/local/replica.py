@@ -54,7 +54,7 @@ from rdc.local.index import (
     row_of,
 )
 from rdc.local.marker import MARKER
-from rdc.local.paths import TEMP_PREFIX, PathError, parent
+from rdc.local.paths import TEMP_PREFIX, PathError, check_relpath, parent
 from rdc.local.rescan import Made, Patch, Unsure, patch
 from rdc.local.snapshot import (
     MAX_DEPTH,
@@ -525,13 +525,22 @@ class Replica:
         native call without the GIL, which opens their directories below the root itself;
         None in the place of any other (and of all without native code): `sign_small` then
         reads it alone, and says why."""
+        out: list[Signed | None] = [None] * len(paths)
         root = self.fs.fileno()
-        done = signatures_and_contents_of_files(
-            [(root, os.fsencode(path)) for path in paths], limit, beneath=True)
+        at, items = [], []
+        for k, path in enumerate(paths):
+            try:  # (a peer's path: one refused goes alone, and `sign_small` says why)
+                items.append((root, os.fsencode(check_relpath(path))))
+            except PathError:
+                continue
+            at.append(k)
+        done = signatures_and_contents_of_files(items, limit, beneath=True)
         if done is None:  # no native code
-            return [None] * len(paths)
-        return [one if one is None else self._signed_read(path, rows.get(path), *one)
-                for path, one in zip(paths, done, strict=True)]
+            return out
+        for k, one in zip(at, done, strict=True):
+            if one is not None:
+                out[k] = self._signed_read(paths[k], rows.get(paths[k]), *one)
+        return out
 
     def _signed_read(self, path: str, row: IndexedFile | None, before: tuple,
                      signature: FileSignature, after: tuple, data: bytes) -> Signed:
