@@ -264,7 +264,8 @@ Exclude = Callable[[str, bool], bool]
 # make a tree 2,048 levels deep within the path limit, and seal, stamp, rescans and the
 # passes over a tree recurse once or twice per level, within Python's limit of 1,000.
 MAX_DEPTH = 256
-_TEMP_RAW = TEMP_PREFIX.encode()  # (what `Scan.list` hands the native listing)
+# (what `Scan.list` hands the native listing)
+_TEMP_RAW, _MARKER_RAW = TEMP_PREFIX.encode(), os.fsencode(MARKER)
 
 
 class Walk:
@@ -403,7 +404,6 @@ class Scan:
         trivial = getattr(exclude, "patterns", None) == []
         self.exclude = None if trivial else exclude
         self.skip = MARKER if trivial else None
-        self._skip_raw = os.fsencode(MARKER) if trivial else None
         self.files: dict[str, Seen] = {}
         # (name, path, entry) of the regular files of the directory listed last: a rescan
         # goes on with the same path strings (a second copy was 10 MB of a server's peak
@@ -439,7 +439,8 @@ class Scan:
             if _native.list_entries is not None and kept is None and exclude is None:
                 subdirs, items = _native.list_entries(
                     fd, prefix, children, self.files, listed, Entry, Seen, NO_CHILDREN,
-                    prefix.count("/") >= MAX_DEPTH, self._skip_raw, _TEMP_RAW)
+                    prefix.count("/") >= MAX_DEPTH, _MARKER_RAW if skip else None,
+                    _TEMP_RAW)
             else:
                 subdirs, items = [], list_dir(fd)
         except OSError as exc:

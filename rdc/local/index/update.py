@@ -462,15 +462,19 @@ class _Bulk:
         while self._groups and self._groups[0][0].done():
             future, group = self._groups.popleft()
             rows = future.result()
-            if None in rows:
-                left = [rel for rel, row in zip(group, rows, strict=True) if row is None]
-                pairs = [(rel, row) for rel, row in zip(group, rows, strict=True)
-                         if row is not None]
-                recorded([rel for rel, _ in pairs], [row for _, row in pairs])
-                for rel in left:
-                    one_by_one(rel)
-            else:
+            if None not in rows:
                 recorded(group, rows)
+                continue
+            rels, kept, left = [], [], []
+            for rel, row in zip(group, rows, strict=True):
+                if row is None:
+                    left.append(rel)
+                else:
+                    rels.append(rel)
+                    kept.append(row)
+            recorded(rels, kept)
+            for rel in left:
+                one_by_one(rel)
 
     def close(self) -> None:
         """Wait for the groups in flight (on an error: they use the root's descriptor)."""
