@@ -329,3 +329,80 @@ def test_the_compiled_unpacking_makes_what_the_python_one_makes(
         except sealed.Damaged:
             outcomes.append(None)
     assert outcomes[0] == outcomes[1]
+
+
+def _vouched(records: list[tuple]) -> bytes:
+    """A body of the given directory records, its hash right: as if rdc had packed it."""
+    import marshal
+
+    body = b"".join(len(r).to_bytes(4, "little") + r
+                    for r in (marshal.dumps(rec, 4) for rec in records))
+    return sealed.VERSION + blake3.blake3(body).digest() + body
+
+
+def _directory(names: tuple = (), items: tuple = ()) -> tuple:
+    return (0o755, 1, 2, b"C" * 32, b"M", b"S", 0, b"seen", names, items)
+
+
+@pytest.mark.parametrize("record", [
+    _directory(("a",), ("r\0\0",)),  # an item that is a string of three characters
+    _directory(("a",), ((0, 0, 0, b"R" * 32, "0"),)),  # a file's ino that is not an int
+    _directory(("a",), ((0.5, "t", 0),)),  # a link's time that is not an int
+    _directory("a", ((0, "t", 0),)),  # names a string, not a tuple
+    _directory((b"a",), ((0, "t", 0),)),  # a name that is not a string
+    (0o755, "1", 2, b"C" * 32, b"M", b"S", 0, b"seen", (), ()),  # a directory's time a str
+    (0o755, 1, 2, b"C" * 32, b"M", b"S", 0, b"", (), ()),  # no stamp
+], ids=["item-str", "file-ino", "link-time", "names-str", "name-bytes", "dir-time", "seen"])
+def test_records_of_the_wrong_types_are_refused_by_both_unpackings(record: tuple) -> None:
+    data = _vouched([record])
+    for unpack in (sealed.unpack, _reference):
+        with pytest.raises(sealed.Damaged):
+            unpack(data)
+
+
+def test_a_field_that_holds_itself_is_refused_by_both_unpackings() -> None:
+    """marshal's back-references can make a tuple that holds itself (a changed byte did, in
+    CI); an entry of such a value compared with anything recursed without end. Here every
+    back-reference of a record is pointed at every object marshal numbered, the tuples
+    that hold it among them."""
+    import marshal
+
+    root = b"R" * 32
+    first, second = (0, 0, 0, root, 0), (0, 0, 0, root, 0)  # (held: marshal numbers them)
+    body = _vouched([_directory(("a", "b"), (first, second))])[33:]
+    refs = [at for at in range(4, len(body) - 4) if body[at] == ord("r")]
+    cycles = 0
+    for at in refs:
+        for index in range(16):
+            mutated = bytearray(body)
+            mutated[at + 1 : at + 5] = index.to_bytes(4, "little")
+            try:
+                items = marshal.loads(bytes(mutated[4:]))[9]
+                cycles += any(field is item for item in items for field in item)
+            except (ValueError, IndexError, TypeError, EOFError):
+                pass
+            data = sealed.VERSION + blake3.blake3(bytes(mutated)).digest() + bytes(mutated)
+            outcomes = []
+            for unpack in (sealed.unpack, _reference):
+                try:
+                    outcomes.append(unpack(data))
+                except sealed.Damaged:
+                    outcomes.append(None)
+            assert outcomes[0] == outcomes[1], (at, index)
+    assert cycles  # the case of CI's was among them
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_tree_deeper_than_the_limit_is_refused_by_both_unpackings(extra: int) -> None:
+    depth = sealed.DEPTH_LIMIT + extra
+    records = [_directory(("d",), (None,)) for _ in range(depth - 1)] + [_directory()]
+    data = _vouched(records)
+    for unpack in (sealed.unpack, _reference):
+        if extra:
+            with pytest.raises(sealed.Damaged):
+                unpack(data)
+        else:
+            tree = unpack(data)
+            for _ in range(depth - 1):
+                tree = tree.children["d"]
+            assert tree.children == {}

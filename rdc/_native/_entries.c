@@ -30,6 +30,9 @@ static const char *const field_names[FIELDS] = {
     "smeta", "count", "ino", "seen",
 };
 
+/* Directories deeper than this are refused: rdc.local.sealed.DEPTH_LIMIT, the same. */
+#define DEPTH_LIMIT 512
+
 typedef struct {
     PyTypeObject *type;
     Py_ssize_t offset[FIELDS];
@@ -95,6 +98,23 @@ static PyObject *next_record(unpacker_t *u) {
     return record;
 }
 
+/* Whether ``values`` is a tuple of exactly the types ``spec`` names, one letter each: i
+   int, b bytes, s str, t tuple (as rdc.local.sealed._typed: exact types, not subclasses,
+   so that a body its hash vouches for but no packer made is refused the same way). */
+static int typed(PyObject *values, const char *spec) {
+    Py_ssize_t n = (Py_ssize_t)strlen(spec);
+    if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i);
+        int ok = spec[i] == 'i'   ? PyLong_CheckExact(v)
+                 : spec[i] == 'b' ? PyBytes_CheckExact(v)
+                 : spec[i] == 's' ? PyUnicode_CheckExact(v)
+                                  : PyTuple_CheckExact(v);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
 static PyObject *file_entry(unpacker_t *u, PyObject *item) {
     /* (mode, mtime_ns, size, root, ino) */
     PyObject *v[FIELDS] = {
@@ -127,11 +147,15 @@ static int fill_children(unpacker_t *u, PyObject *children, PyObject *names, PyO
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *name = PyTuple_GET_ITEM(names, i), *item = PyTuple_GET_ITEM(items, i);
         PyObject *child;
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_ValueError, "a name that is not a string");
+            return -1;
+        }
         if (item == Py_None) {
             child = dir_entry(u);
-        } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 5) {
+        } else if (typed(item, "iiibi")) {
             child = file_entry(u, item);
-        } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 3) {
+        } else if (typed(item, "isi")) {
             child = link_entry(u, item);
         } else {
             PyErr_SetString(PyExc_ValueError, "an entry of an unknown form");
@@ -146,28 +170,26 @@ static int fill_children(unpacker_t *u, PyObject *children, PyObject *names, PyO
 }
 
 static PyObject *dir_entry(unpacker_t *u) {
-    if (++u->depth > 1000) {  /* the packer's trees are at most MAX_DEPTH deep */
+    if (++u->depth > DEPTH_LIMIT) {
         PyErr_SetString(PyExc_ValueError, "a tree deeper than any walk makes");
         return NULL;
     }
     PyObject *record = next_record(u), *children = NULL, *result = NULL;
     if (!record) goto done;
-    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 10) {
+    /* (mode, mtime_ns, ino, content, meta, smeta, count, seen, names, items) */
+    if (!typed(record, "iiibbbibtt")) {
         PyErr_SetString(PyExc_ValueError, "a directory record of the wrong form");
         goto done;
     }
     PyObject *names = PyTuple_GET_ITEM(record, 8), *items = PyTuple_GET_ITEM(record, 9);
-    if (!PyTuple_Check(names) || !PyTuple_Check(items)
-        || PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(items)) {
+    if (PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(items)) {
         PyErr_SetString(PyExc_ValueError, "names and items of different lengths");
         goto done;
     }
     PyObject *seen = PyTuple_GET_ITEM(record, 7), *content = PyTuple_GET_ITEM(record, 3);
     children = PyDict_New();
     if (!children || fill_children(u, children, names, items) < 0) goto done;
-    int truth_seen = PyObject_IsTrue(seen), truth_content = PyObject_IsTrue(content);
-    if (truth_seen < 0 || truth_content < 0) goto done;
-    if (!truth_seen || !truth_content) {
+    if (PyBytes_GET_SIZE(seen) == 0 || PyBytes_GET_SIZE(content) == 0) {
         PyErr_SetString(PyExc_ValueError, "a directory without its hashes or stamp");
         goto done;
     }

@@ -108,20 +108,47 @@ class _Records:
         return record
 
 
-def _entry(records: _Records) -> Entry:
-    mode, mtime, ino, content, meta, smeta, count, seen, names, items = records.next()
+# The types of a directory record's fields, and of a file's and a link's item: a body its
+# hash vouches for but no packer made (a bug of rdc's, or marshal's back-references
+# making a field a tuple that holds itself) is refused, not made an entry of odd values.
+_DIRECTORY = (int, int, int, bytes, bytes, bytes, int, bytes, tuple, tuple)
+_FILE = (int, int, int, bytes, int)
+_LINK = (int, str, int)
+# Directories deeper than this are refused (the walk makes at most MAX_DEPTH levels; Python
+# recursion stays well within its limit). The C unpacking has the same bound.
+DEPTH_LIMIT = 512
+
+
+def _typed(values: object, types: tuple[type, ...]) -> bool:
+    return (type(values) is tuple and len(values) == len(types)
+            and all(type(v) is t for v, t in zip(values, types, strict=True)))
+
+
+def _entry(records: _Records, depth: int = 1) -> Entry:
+    if depth > DEPTH_LIMIT:
+        raise ValueError("a tree deeper than any walk makes")
+    record = records.next()
+    if not _typed(record, _DIRECTORY):
+        raise ValueError("a directory record of the wrong form")
+    mode, mtime, ino, content, meta, smeta, count, seen, names, items = record
+    if len(names) != len(items):
+        raise ValueError("names and items of different lengths")
     children: dict[str, Entry] = {}
     for name, item in zip(names, items, strict=True):  # (positional: a third quicker)
+        if type(name) is not str:
+            raise ValueError("a name that is not a string")
         if item is None:
-            children[name] = _entry(records)
-        elif len(item) == 5:
+            children[name] = _entry(records, depth + 1)
+        elif _typed(item, _FILE):
             mode_, mtime_, size, root, ino_ = item
             children[name] = Entry("f", mode_, mtime_, size, root, "", NO_CHILDREN, b"", b"",
                                    b"", 0, ino_)
-        else:
+        elif _typed(item, _LINK):
             mtime_, target, ino_ = item
             children[name] = Entry("l", 0, mtime_, 0, b"", target, NO_CHILDREN, b"", b"",
                                    b"", 0, ino_)
+        else:
+            raise ValueError("an entry of an unknown form")
     if not seen or not content:
         raise ValueError("a directory without its hashes or stamp")
     return Entry("d", mode, mtime, children=children, content=content, meta=meta,
