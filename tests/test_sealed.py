@@ -130,6 +130,32 @@ def test_a_new_process_lists_again_only_the_directories_that_changed(
     assert same(tree, full_scan(root, tmp_path / "ref" / "index.sqlite3"))
 
 
+@pytest.mark.parametrize("changed", ["one directory", "most directories"])
+def test_the_tree_sealed_last_is_kept_as_the_base_of_the_next_scan(
+    tmp_path, changed: str
+) -> None:
+    """The next push compares against what it left the target holding (the tree sealed
+    last), whether this scan patched a few directories into it or, much having changed,
+    scanned in full: a renamed tree's push asked the server again for the listings of
+    every directory it had touched."""
+    root, index = tmp_path / "root", tmp_path / "state" / "index.sqlite3"
+    grow(root)
+    first = Replica(str(root), index)
+    before = first.scan()
+    first.close()
+    where = [root / "d1" / "e5"] if changed == "one directory" else sorted(
+        path for path in root.glob("d*/e*"))
+    for directory in where:
+        (directory / "f0.txt").rename(directory / "renamed.txt")
+    tree, again = kept_scan(root, index)
+    try:
+        assert again.base is not None and same(again.base, before)
+        assert not same(tree, before)
+        assert same(tree, full_scan(root, tmp_path / "ref" / "index.sqlite3"))
+    finally:
+        again.close()
+
+
 def test_a_cold_index_walks_the_tree_once_and_a_sealed_one_stamps_it_first(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
