@@ -22,6 +22,7 @@ from rdc.local.snapshot import lookup, meta_of
 from rdc.transfer.ops import apply_ops, mlisting
 from rdc.wire import messages as m
 from tests.protocol_support import tree_state
+from tests.test_entry_trees import trees
 
 
 @pytest.fixture
@@ -260,3 +261,38 @@ def test_the_first_bad_vector_in_order_is_the_error_raised(tmp_path) -> None:
         ops.apply_metas(target, target.scan(), items)
     source.close()
     target.close()
+
+
+def _directories(tree, path: str = ""):
+    yield path, tree
+    for name, entry in tree.sorted_children():
+        if entry.kind == "d":
+            yield from _directories(entry, join(path, name))
+
+
+@settings(max_examples=200, deadline=None)
+@given(trees(), st.integers(0, 2**62), st.sampled_from([5, 8, m.HASH_BYTES]))
+def test_a_split_item_joined_with_this_sides_entries_is_the_whole_one(
+        tree, shift: int, hb: int) -> None:
+    """`mlist` ``split``: the server's vectors of a directory's subdirectories and a hash of
+    its other entries' times and modes, joined with this side's own entries where that hash
+    is this side's, make exactly the one-level item the server sends without ``split``;
+    where one of those entries' time differs here, the hash does not match and the
+    directory is asked for again whole (None)."""
+    import copy
+
+    from rdc.transfer.metadata import _joined
+
+    for path, directory in _directories(tree):
+        split = mlisting(tree, path, hb, levels=True, split=True)
+        whole = mlisting(tree, path, hb, levels=True)
+        assert split is not None and whole is not None and split.files
+        assert len(split.times.decode()) == sum(e.kind == "d" for e in directory.children.values())
+        assert _joined(split, directory) == whole
+        others = [name for name, entry in directory.sorted_children() if entry.kind != "d"]
+        if others and shift:
+            mine = copy.deepcopy(directory)
+            entry = mine.children[others[shift % len(others)]]
+            entry.mtime_ns = (entry.mtime_ns + shift) % 2**63
+            if hb == m.HASH_BYTES:  # (shorter prefixes: 2^-40 a chance to pass all the same)
+                assert _joined(split, mine) is None

@@ -201,14 +201,15 @@ async def test_a_rewritten_file_and_old_phrases_in_new_surroundings(
     pair.close()
 
 
-@pytest.mark.parametrize("server", ["levels", "whole", "old"])
+@pytest.mark.parametrize("server", ["levels", "unsplit", "whole", "old"])
 async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
         tmp_path, monkeypatch, server) -> None:
     """After a pull that wrote in one directory of 30, whose time moved at the source too
     (an editor that saves by rename), the metadata walk asks for no whole subtree (`mlist`
-    `levels`): the vectors of the top and of that directory, not of the whole tree. Forced
-    to take whole vectors, or from a server that ignores `levels`, the pull ends the
-    same."""
+    `levels`): the vectors of the top and of that directory, not of the whole tree, and
+    (`split`) of their subdirectories alone, their files' times (which the content phase
+    set) by one hash each. From a server that ignores `split`, forced to take whole
+    vectors, or from a server that ignores `levels` too, the pull ends the same."""
     rng = random.Random(8)
     src = tmp_path / "src"
     for d in range(30):
@@ -224,21 +225,62 @@ async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
     if server == "whole":
         monkeypatch.setattr(metadata, "TOUCHED_SHARE", 10**9)
     asked: list[bool] = []
+    answered: list[m.MetaDir] = []
     real = serving.mlisting
 
-    def mlisting(tree, path, hb, vectors, levels):
+    def mlisting(tree, path, hb, vectors, levels, split=False):
         asked.append(levels)
-        return real(tree, path, hb, vectors, levels and server != "old")
+        answered.append(real(tree, path, hb, vectors, levels and server != "old",
+                             split and server == "levels"))
+        return answered[-1]
 
     monkeypatch.setattr(serving, "mlisting", mlisting)
     stats = await pair.run("pull", dst)
     assert stats.in_step and stats.files_transferred == 1
     assert tree_state(dst) == tree_state(pair.share)
     assert asked and all(asked) == (server != "whole")
-    if server == "levels":
+    assert all(bool(item.files) for item in answered) == (server == "levels")
+    if server == "levels":  # the top's 30 subdirectories' times, not one file's
+        assert [len(item.times.decode()) for item in answered] == [30]
+        assert stats.bytes_received < 2000, stats.bytes_received
+    elif server == "unsplit":
         assert stats.bytes_received < 3000, stats.bytes_received
     else:  # the vectors of 1,230 entries, most of their random times
         assert stats.bytes_received > 6000, stats.bytes_received
+    pair.close()
+
+
+async def test_a_split_item_whose_files_differ_is_asked_for_again_whole(
+        tmp_path, monkeypatch) -> None:
+    """`mlist` ``split``: where a file's mode and time changed at the source without its
+    content (the content phase did not write it), the directory's hash of its files'
+    metadata differs, and it is asked for again with its files' vectors (``split``
+    false): the pull ends in step, that file's mode and time as the source's."""
+    rng = random.Random(3)
+    src = tmp_path / "src"
+    for d in range(4):
+        for f in range(10):
+            write(src / f"d{d}" / f"f{f}.txt", b"%d %d\n" % (d, f), OLD + rng.randrange(10**15))
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    dst = tmp_path / "dst"
+    await pair.run("pull", dst)
+    write(pair.share / "d2" / "f3.txt", b"edited\n", OLD + 5)
+    os.chmod(pair.share / "d2" / "f7.txt", 0o600)
+    os.utime(pair.share / "d2" / "f7.txt", ns=(OLD + 7, OLD + 7))
+    asked: list[tuple[str, bool]] = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, hb, vectors, levels, split=False):
+        asked.append((path, split))
+        return real(tree, path, hb, vectors, levels, split)
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and stats.files_transferred == 1
+    assert tree_state(dst) == tree_state(pair.share)
+    assert (dst / "d2" / "f7.txt").stat().st_mode & 0o7777 == 0o600
+    assert asked == [("", True), ("d2", True), ("d2", False)]
     pair.close()
 
 
@@ -267,9 +309,9 @@ async def test_a_pull_where_every_time_changed_asks_below_the_top_for_whole_subt
     asked: list[tuple[str, bool]] = []
     real = serving.mlisting
 
-    def mlisting(tree, path, hb, vectors, levels):
+    def mlisting(tree, path, hb, vectors, levels, split=False):
         asked.append((path, levels))
-        return real(tree, path, hb, vectors, levels)
+        return real(tree, path, hb, vectors, levels, split)
 
     monkeypatch.setattr(serving, "mlisting", mlisting)
     stats = await pair.run("pull", dst)
@@ -572,8 +614,8 @@ async def test_a_push_sends_its_times_for_changed_subtrees_without_the_servers(
     listed: list[m.MetaDir] = []
     real = ops.mlisting
 
-    def spying(tree, path, hb, vectors=True, levels=False):
-        item = real(tree, path, hb, True if old_server else vectors, levels)
+    def spying(tree, path, hb, vectors=True, levels=False, split=False):
+        item = real(tree, path, hb, True if old_server else vectors, levels, split)
         listed.append(item)
         return item
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from rdc.local.paths import join, parent
 from rdc.local.replica import Replica
-from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
+from rdc.local.snapshot import Entry, entries_below, files_meta, lookup, meta_of
 from rdc.records import record
 from rdc.transfer.compare import Changes
 from rdc.transfer.sides import Local, Remote
@@ -138,18 +138,26 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: i
     vectors: list[tuple[m.MetaDir, Entry]] = []
     singles: list[Single] = []
     frontier, deep = [""], []  # asked level by level (with ``levels``), and whole
-    while frontier or deep:
+    unsplit: list[str] = []  # asked level by level, their files' vectors too
+    while frontier or deep or unsplit:
         next_frontier: list[str] = []
         next_deep: list[str] = []
+        next_unsplit: list[str] = []
         mismatched: list[str] = []
         for item in await remote.metadata(frontier, hb, vectors=their_vectors,
-                                          levels=levels, deep=deep):
+                                          levels=levels, deep=deep, unsplit=unsplit):
             local = lookup(tree, item.path)
             if local is None or local.kind != "d":
                 continue
             if local.content[: len(item.content)] != item.content:
                 mismatched.append(item.path)
                 continue
+            if item.files:
+                joined = _joined(item, local)
+                if joined is None:  # its other entries differ too: ask for them
+                    next_unsplit.append(item.path)
+                    continue
+                item = joined
             if item.whole and _hash_only(item, hb) and item.metas == local.meta[:hb]:
                 continue  # the same subtree metadata: nothing to send
             vectors.append((item, local))
@@ -177,8 +185,32 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: i
                         singles.append(Single(join(path, name), entry, theirs))
                     if entry.kind == "d" and theirs.meta != entry.meta[:hb]:
                         next_frontier.append(join(path, name))
-        frontier, deep = next_frontier, next_deep
+        frontier, deep, unsplit = next_frontier, next_deep, next_unsplit
     return vectors, singles
+
+
+def _joined(item: m.MetaDir, local: Entry) -> m.MetaDir | None:
+    """A ``split`` item made whole: its subdirectories' vectors, with this side's own times
+    and modes for the other entries, where the hash of those (`files_meta`) is the
+    server's; None where it is not (or the item does not fit the directory)."""
+    if files_meta(local)[: len(item.files)] != item.files:
+        return None
+    try:
+        times, modes = iter(item.times.decode()), iter(item.modes.decode())
+        whole_times, whole_modes = [], []
+        for _, entry in local.sorted_children():
+            if entry.kind == "d":
+                whole_times.append(next(times))
+                whole_modes.append(next(modes))
+            else:
+                whole_times.append(entry.mtime_ns)
+                whole_modes.append(entry.mode)
+    except (ValueError, StopIteration):
+        return None
+    if next(times, None) is not None or next(modes, None) is not None:
+        return None
+    return m.MetaDir(item.path, item.content, False, m.Vector.encode(whole_times),
+                     m.Vector.encode(whole_modes), item.metas)
 
 
 def _widespread(item: m.MetaDir, local: Entry) -> bool:

@@ -16,7 +16,7 @@ from rdc.local.ignore import Excludes
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError, join
 from rdc.local.replica import Replica, Retimed
-from rdc.local.snapshot import Entry, entries_below, lookup, meta_of
+from rdc.local.snapshot import Entry, entries_below, files_meta, lookup, meta_of
 from rdc.wire import messages as m
 
 # A subtree with at most this many entries travels as one metadata vector.
@@ -291,14 +291,19 @@ def listing(tree: Entry, path: str, hb: int, meta: bool = False,
             for name, entry in directory.sorted_children()]
 
 
-def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool = False
-             ) -> m.MetaDir | None:
+# The handshake feature of ``mlist`` ``split`` (docs/protocol.md "Metadata").
+SPLIT_META = "split-meta"
+
+
+def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool = False,
+             split: bool = False) -> m.MetaDir | None:
     """The metadata of the directory at ``path``: its content hash prefix, whether the
     vectors cover the whole subtree, the times and modes vectors, and the meta hashes of
     its subdirectories (when they do not). Without ``vectors``, a whole subtree is
     described by its own meta hash alone: a pushing client needs no more to tell whether
     to send its own vectors, and the server's would cross the wire for nothing. With
-    ``levels``, never the whole subtree."""
+    ``levels``, never the whole subtree; with ``split`` too, the vectors are of the
+    subdirectories alone and one hash prefix stands for the other entries' (`files_meta`)."""
     directory = lookup(tree, path)
     if directory is None or directory.kind != "d":
         return None
@@ -306,10 +311,16 @@ def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool
     if whole and not vectors:
         empty = m.Vector([], b"")
         return m.MetaDir(path, directory.content[:hb], True, empty, empty, directory.meta[:hb])
-    times, modes = meta_of(directory, whole)
     metas = b"" if whole else b"".join(
         entry.meta[:hb] for _, entry in directory.sorted_children() if entry.kind == "d"
     )
+    if levels and split:
+        subdirs = [entry for _, entry in directory.sorted_children() if entry.kind == "d"]
+        return m.MetaDir(path, directory.content[:hb], False,
+                         m.Vector.encode([entry.mtime_ns for entry in subdirs]),
+                         m.Vector.encode([entry.mode for entry in subdirs]), metas,
+                         files_meta(directory)[:hb])
+    times, modes = meta_of(directory, whole)
     return m.MetaDir(path, directory.content[:hb], whole, m.Vector.encode(times),
                      m.Vector.encode(modes), metas)
 

@@ -28,7 +28,7 @@ from rdc.local.snapshot import Entry, Walk
 from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
-from rdc.transfer.ops import apply_metas, apply_ops, listing, mlisting
+from rdc.transfer.ops import SPLIT_META, apply_metas, apply_ops, listing, mlisting
 from rdc.transfer.reconcile import ASKED_LISTINGS, SHORT, answer, fingerprint_size
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
@@ -326,7 +326,8 @@ class ServerSession:
 
     async def _mlist(self, conversation: Conversation, message: m.MetaList) -> None:
         tree = await self._fresh_tree()
-        items = [mlisting(tree, path, message.hb, message.vectors, message.levels)
+        split = message.split and SPLIT_META in conversation.connection.frames.features
+        items = [mlisting(tree, path, message.hb, message.vectors, message.levels, split)
                  for path in message.paths]
         _send_split(conversation, m.MetaListing, [item for item in items if item is not None])
 

@@ -16,7 +16,7 @@ from rdc.errors import ProtocolError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
 from rdc.records import record
-from rdc.transfer.ops import apply_metas, apply_ops, listing
+from rdc.transfer.ops import SPLIT_META, apply_metas, apply_ops, listing
 from rdc.transfer.reconcile import (
     HAVE_BUDGET,
     HAVE_ENTRIES,
@@ -229,19 +229,27 @@ class Remote:
         return result
 
     async def metadata(self, paths: list[str], hb: int, vectors: bool = True,
-                       levels: bool = False, deep: Sequence[str] = ()) -> list[m.MetaDir]:
+                       levels: bool = False, deep: Sequence[str] = (),
+                       unsplit: Sequence[str] = ()) -> list[m.MetaDir]:
         """Batched like `listings` (an ``mlist`` names at most MAX_ITEMS directories);
-        ``deep``: more paths asked at the same time without ``levels``."""
+        ``deep``: more paths asked at the same time without ``levels``. With ``levels``,
+        ``paths`` are asked with ``split`` where the server has the feature, and
+        ``unsplit`` (each path's one-level vectors whole) without."""
         early = self._early
-        if early is not None and early[0] == (paths, hb, vectors, levels) and not deep:
+        if (early is not None and early[0] == (paths, hb, vectors, levels) and not deep
+                and not unsplit):
             self._early = None
             conversations = [early[1]]  # (asked by `ask_metadata_early`)
         else:
             self.drop_early()
+            split = levels and SPLIT_META in self.connection.frames.features
             conversations = [
                 self.connection.start(m.MetaList(paths=asked[i : i + LIST_BATCH], hb=hb,
-                                                 vectors=vectors, levels=by_levels))
-                for asked, by_levels in ((paths, levels), (list(deep), False))
+                                                 vectors=vectors, levels=by_levels,
+                                                 split=by_split))
+                for asked, by_levels, by_split in ((paths, levels, split),
+                                                   (list(deep), False, False),
+                                                   (list(unsplit), True, False))
                 for i in range(0, len(asked), LIST_BATCH)
             ]
         items: list[m.MetaDir] = []

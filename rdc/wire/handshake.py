@@ -25,10 +25,11 @@ PROTOCOL_MAX = 2
 # asked-paths: the offers answering a gets name no path; kept-dir-times: a pushed batch
 # leaves the times of the directories it wrote in as they were (both rdc.transfer.batch);
 # asked-listings: a listing names no path where it is the directory asked for in its place
-# (rdc.transfer.serving).
+# (rdc.transfer.serving); split-meta: an mlist's vectors of subdirectories alone, the
+# other entries by one hash (rdc.transfer.ops.mlisting).
 FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
             "short-fingerprints", "short-digests", "asked-paths", "kept-dir-times",
-            "asked-listings", "large-deltas")
+            "asked-listings", "large-deltas", "split-meta")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")

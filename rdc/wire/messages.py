@@ -370,22 +370,29 @@ class MetaDir:
     times: Vector
     modes: Vector
     metas: bytes = b""  # meta hash prefixes of the subdirectories (not whole)
+    # An ``mlist`` with ``split``: the vectors are of the subdirectories alone, and this is
+    # the hash prefix of the other entries' (`rdc.local.snapshot.files_meta`); empty else.
+    files: bytes = b""
 
     @classmethod
     def from_wire(cls, v: Any, where: str) -> MetaDir:
-        v = items(v, where, (5, 6))
+        v = items(v, where, (5, 6, 7))
         out = cls(path(v[0], f"{where}[0]"), binary(HASH_BYTES)(v[1], f"{where}[1]"),
                   boolean(v[2], f"{where}[2]"), Vector.from_wire(v[3], f"{where}[3]"),
                   Vector.from_wire(v[4], f"{where}[4]"))
-        if len(v) == 6:
+        if len(v) >= 6:
             out = dataclasses.replace(
                 out, metas=binary(HASH_BYTES * MAX_ENTRIES)(v[5], f"{where}[5]"))
+        if len(v) == 7:
+            out = dataclasses.replace(out, files=binary(HASH_BYTES)(v[6], f"{where}[6]"))
         return out
 
     def to_wire(self, with_metas: bool = True) -> list:
         item = [to_wire(self.path), self.content, self.whole, self.times.to_wire(),
                 self.modes.to_wire()]
-        return [*item, self.metas] if with_metas else item
+        if not with_metas:
+            return item
+        return [*item, self.metas, self.files] if self.files else [*item, self.metas]
 
 
 @records.record
@@ -727,6 +734,11 @@ class MetaList(Message):
     # to them rather than take whole subtrees' vectors; a server that ignores it sends
     # whole items, which the client takes as before).
     levels: bool = wire(boolean, False, omit=False)
+    # True (with ``levels``, between peers with ``split-meta``): each item's vectors are of
+    # its subdirectories alone, the other entries described by one hash (``files``); a
+    # pull's content phase set its files' times already, and their vectors were most of
+    # its metadata bytes. A server that ignores it sends whole vectors.
+    split: bool = wire(boolean, False, omit=False)
 
 
 @message("mlisting")
