@@ -250,6 +250,20 @@ async def test_a_pull_that_wrote_in_few_directories_walks_down_to_them(
     pair.close()
 
 
+def _spy_mlisting(monkeypatch, what) -> list:
+    """The server's ``mlisting`` as it is, ``what(path, levels, split)`` of each call
+    recorded in the list returned."""
+    asked = []
+    real = serving.mlisting
+
+    def mlisting(tree, path, hb, vectors, levels, split=False):
+        asked.append(what(path, levels, split))
+        return real(tree, path, hb, vectors, levels, split)
+
+    monkeypatch.setattr(serving, "mlisting", mlisting)
+    return asked
+
+
 async def test_a_split_item_whose_files_differ_is_asked_for_again_whole(
         tmp_path, monkeypatch) -> None:
     """`mlist` ``split``: where a file's mode and time changed at the source without its
@@ -268,14 +282,7 @@ async def test_a_split_item_whose_files_differ_is_asked_for_again_whole(
     write(pair.share / "d2" / "f3.txt", b"edited\n", OLD + 5)
     os.chmod(pair.share / "d2" / "f7.txt", 0o600)
     os.utime(pair.share / "d2" / "f7.txt", ns=(OLD + 7, OLD + 7))
-    asked: list[tuple[str, bool]] = []
-    real = serving.mlisting
-
-    def mlisting(tree, path, hb, vectors, levels, split=False):
-        asked.append((path, split))
-        return real(tree, path, hb, vectors, levels, split)
-
-    monkeypatch.setattr(serving, "mlisting", mlisting)
+    asked = _spy_mlisting(monkeypatch, lambda path, levels, split: (path, split))
     stats = await pair.run("pull", dst)
     assert stats.in_step and stats.files_transferred == 1
     assert tree_state(dst) == tree_state(pair.share)
@@ -306,14 +313,7 @@ async def test_a_pull_where_every_time_changed_asks_below_the_top_for_whole_subt
         for name in [*files, *dirs]:
             stamp = OLD + rng.randrange(10**15)
             os.utime(os.path.join(where, name), ns=(stamp, stamp))
-    asked: list[tuple[str, bool]] = []
-    real = serving.mlisting
-
-    def mlisting(tree, path, hb, vectors, levels, split=False):
-        asked.append((path, levels))
-        return real(tree, path, hb, vectors, levels, split)
-
-    monkeypatch.setattr(serving, "mlisting", mlisting)
+    asked = _spy_mlisting(monkeypatch, lambda path, levels, split: (path, levels))
     stats = await pair.run("pull", dst)
     assert stats.in_step and stats.files_transferred == 1
     assert tree_state(dst) == tree_state(pair.share)

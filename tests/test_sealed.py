@@ -64,6 +64,23 @@ def same(a: snapshot.Entry, b: snapshot.Entry) -> bool:
     return (a.content, a.meta, a.smeta, a.count) == (b.content, b.meta, b.smeta, b.count)
 
 
+def _vouched_body(body: bytes) -> bytes:
+    """``body`` behind its own hash: what the hash cannot catch, rdc's own mistakes."""
+    return sealed.VERSION + blake3.blake3(body).digest() + body
+
+
+def _both_unpackings(data: bytes) -> list:
+    """What `sealed.unpack` and its Python specification make of ``data`` (None where one
+    refuses it)."""
+    outcomes = []
+    for unpack in (sealed.unpack, _reference):
+        try:
+            outcomes.append(unpack(data))
+        except sealed.Damaged:
+            outcomes.append(None)
+    return outcomes
+
+
 def test_a_packed_tree_unpacks_to_itself_and_damage_is_refused(tmp_path) -> None:
     grow(tmp_path / "root")
     tree = full_scan(tmp_path / "root", tmp_path / "x" / "index.sqlite3")
@@ -83,10 +100,7 @@ def test_a_packed_tree_unpacks_to_itself_and_damage_is_refused(tmp_path) -> None
             sealed.unpack(damaged)
     import marshal
 
-    import blake3
-
-    def vouched(body: bytes) -> bytes:  # what a hash cannot catch: rdc's own mistakes
-        return sealed.VERSION + blake3.blake3(body).digest() + body
+    vouched = _vouched_body
 
     def record(value: object, short: int = 0) -> bytes:  # a length, then the marshal bytes
         raw = marshal.dumps(value)
@@ -347,13 +361,7 @@ def test_the_compiled_unpacking_makes_what_the_python_one_makes(
         body[at] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(body)))
     body = body[:cut] if data.draw(st.booleans()) else body
-    vouched = sealed.VERSION + blake3.blake3(bytes(body)).digest() + bytes(body)
-    outcomes = []
-    for unpack in (sealed.unpack, _reference):
-        try:
-            outcomes.append(unpack(vouched))
-        except sealed.Damaged:
-            outcomes.append(None)
+    outcomes = _both_unpackings(_vouched_body(bytes(body)))
     assert outcomes[0] == outcomes[1]
 
 
@@ -361,9 +369,8 @@ def _vouched(records: list[tuple]) -> bytes:
     """A body of the given directory records, its hash right: as if rdc had packed it."""
     import marshal
 
-    body = b"".join(len(r).to_bytes(4, "little") + r
-                    for r in (marshal.dumps(rec, 4) for rec in records))
-    return sealed.VERSION + blake3.blake3(body).digest() + body
+    return _vouched_body(b"".join(len(r).to_bytes(4, "little") + r
+                                  for r in (marshal.dumps(rec, 4) for rec in records)))
 
 
 def _directory(names: tuple = (), items: tuple = ()) -> tuple:
@@ -407,13 +414,7 @@ def test_a_field_that_holds_itself_is_refused_by_both_unpackings() -> None:
                 cycles += any(field is item for item in items for field in item)
             except (ValueError, IndexError, TypeError, EOFError):
                 pass
-            data = sealed.VERSION + blake3.blake3(bytes(mutated)).digest() + bytes(mutated)
-            outcomes = []
-            for unpack in (sealed.unpack, _reference):
-                try:
-                    outcomes.append(unpack(data))
-                except sealed.Damaged:
-                    outcomes.append(None)
+            outcomes = _both_unpackings(_vouched_body(bytes(mutated)))
             assert outcomes[0] == outcomes[1], (at, index)
     assert cycles  # the case of CI's was among them
 

@@ -339,7 +339,7 @@ class Replica:
                 # target held after the last push is still ``old``. (The bench's renamed
                 # tree, 1,352 of Django's files renamed or moved, changed more than half
                 # of its 3,222 directories' stamps; asking the server for their listings
-                # was 72 of the push's 176 KB.)
+                # was 71 of the push's 176 KB.)
                 self.base = old
                 return None
             tree = patched
