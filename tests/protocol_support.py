@@ -66,6 +66,12 @@ class Pair:
     def close(self) -> None:
         self.registry.close()
 
+    def forget_client(self, local: Path) -> None:
+        """Drop the client's index of ``local``: its next sync is a client's new to the
+        server (no tree it sealed after syncing, so no listing it knows the server holds)."""
+        for suffix in ("", "-wal", "-shm"):
+            (self.tmp / f"client-{local.name}.sqlite3{suffix}").unlink(missing_ok=True)
+
     async def run(
         self,
         direction: str,

@@ -106,6 +106,8 @@ async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, short
     await pair.run("push", src)
     if verb == "pull":
         await pair.run("pull", src)  # (the client's index)
+    if verb == "push":
+        pair.forget_client(src)  # (else it knows the server's listing: no list at all)
     source = src if verb == "push" else pair.share
     write(source / "many" / "file-123.txt", b"edited\n", OLD)
     write(source / "many" / "new.txt", b"new\n", OLD)
@@ -173,6 +175,31 @@ async def test_one_changed_file_is_sent_whatever_the_fingerprints_say(
     pair.close()
 
 
+async def test_a_client_that_pushed_the_tree_asks_for_no_listing_the_server_kept(
+        tmp_path, monkeypatch) -> None:
+    """After its own push, a client knows the server's listings where the server's hashes
+    are still those it left: a push that changed half the directories (its scan goes in
+    full, not patched) asks for none, and ends in step; forgotten, it asks again."""
+    src, pair = await pushed(tmp_path, 20)
+    asked: list[list[str]] = []
+    real = serving.ServerSession._list
+
+    async def spying(self, conversation, message):
+        asked.append(message.paths)
+        await real(self, conversation, message)
+
+    monkeypatch.setattr(serving.ServerSession, "_list", spying)
+    for forgotten in (False, True):
+        write(src / "d" / "f3", b"changed %d" % forgotten, OLD)
+        if forgotten:
+            pair.forget_client(src)
+        stats = await pair.run("push", src)
+        assert stats.in_step and not stats.failed and stats.files_transferred == 1
+        assert tree_state(pair.share) == tree_state(src)
+        assert bool(asked) == forgotten, asked
+    pair.close()
+
+
 @pytest.mark.parametrize("short", [True, False])
 async def test_listings_and_metadata_hashes_go_in_short_prefixes_between_peers_that_can(
         tmp_path, monkeypatch, short) -> None:
@@ -183,6 +210,7 @@ async def test_listings_and_metadata_hashes_go_in_short_prefixes_between_peers_t
         monkeypatch.setattr(handshake, "FEATURES", tuple(
             f for f in handshake.FEATURES if f != compare.SHORT_DIGESTS))
     src, pair = await pushed(tmp_path, 20)
+    pair.forget_client(src)  # (a client new to the server: it asks for the listings)
     write(src / "d" / "f3", b"changed", OLD)
     os.utime(src / "d" / "f4", ns=(OLD + 9, OLD + 9))
     asked: list[tuple[str, int]] = []
@@ -252,6 +280,7 @@ async def test_listings_name_no_path_where_they_answer_the_one_asked(
             write(src / f"d{d}" / f"sub{i % 2}" / f"f{i}.txt", b"content %d %d\n" % (d, i), OLD)
     pair = Pair(tmp_path)
     await pair.run("push", src)
+    pair.forget_client(src)  # (a client new to the server: it asks for every listing)
     for d in range(3):
         write(src / f"d{d}" / "sub1" / "f1.txt", b"edited\n", OLD)  # (every level differs)
     for i in range(6):  # more than an item of 4 holds: d0/sub1's listing is split
