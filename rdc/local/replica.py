@@ -373,12 +373,12 @@ class Replica:
             found = patch(self.fs, old, touched, excludes, reuse=True)
         except (Unsure, OSError, PathError):
             return None
-        refreshed = self._filled(found, moves=True)
+        refreshed = self._filled(found)
         if refreshed is None:
             return None
         self.stats = RefreshStats(
             files=file_count, signed=refreshed.signed, signed_bytes=refreshed.signed_bytes,
-            renamed=refreshed.renamed, unchanged=file_count - refreshed.signed)
+            unchanged=file_count - refreshed.signed)
         return found.tree
 
     @contextlib.contextmanager
@@ -388,13 +388,13 @@ class Replica:
         with HeldDirs(self.fs) as held:
             yield functools.partial(self.fs.read_whole, held=held)
 
-    def _filled(self, found: Patch, moves: bool = False) -> RefreshStats | None:
-        """A patched tree's listed files brought up to date in the index (``moves``: as
-        `refresh_some`), their roots put in place and the tree sealed; None if a file could
-        not be read or has no row after (the caller scans in full)."""
+    def _filled(self, found: Patch) -> RefreshStats | None:
+        """A patched tree's listed files brought up to date in the index (`refresh_some`),
+        their roots put in place and the tree sealed; None if a file could not be read or
+        has no row after (the caller scans in full)."""
         with self.lock, self._reader() as reader:
             refreshed = refresh_some(self.db, found.files, found.entries, found.gone,
-                                     self.fs.open_read, moves=moves, reader=reader,
+                                     self.fs.open_read, reader=reader,
                                      beneath=self.fs.fileno())
             rooted = self._rooted([item for item in found.entries if not item[1].root])
         if refreshed.errors or not rooted:

@@ -337,17 +337,6 @@ class IndexDatabase:
         return {_fsdecode(row[0]): (make(row[1:-1]), row[-1])
                 for row in self._by_paths(_STAMPED + ", root", paths)}
 
-    def stamps_under(self, paths: list[str]) -> list[Stamped]:
-        """The `Stamped` columns of the rows at or below each of ``paths``."""
-        make = Stamped._make
-        out = []
-        for path in paths:
-            encoded = os.fsencode(path)
-            out += [make(row[1:]) for row in self.conn.execute(
-                f"SELECT {_STAMPED} FROM file WHERE path = ? OR (path >= ? AND path < ?)",
-                (encoded, encoded + b"/", encoded + b"0"))]
-        return out
-
     def roots_of(self, paths: list[str]) -> dict[str, bytes]:
         """The roots of those of ``paths`` that have a row."""
         return {_fsdecode(path): root for path, root in self._by_paths("path, root", paths)}
@@ -580,7 +569,9 @@ class IndexDatabase:
                               [sketch for _, sketch in sketched])
 
     def move(self, file_id: int, path: str, st: FileStat, racy: bool) -> None:
-        """A file renamed without a content change keeps its signature."""
+        """A file rdc renamed itself (a move op) keeps its signature: it knows the content
+        did not change, where a scan cannot tell a rename from a new file on a reused inode
+        (`rdc.local.index.update`)."""
         self._forget_traits(list(self.conn.execute(
             "SELECT id, sketch FROM file WHERE path = ? AND id != ?", (os.fsencode(path), file_id)
         )))

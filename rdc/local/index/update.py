@@ -2,10 +2,15 @@
 
 A file whose size, mtime and inode match its row is not read again, unless it was modified
 so close to its last refresh that a later write could have kept all three ("racy", as in
-git). A new path whose inode, size and mtime belong to a vanished path is a rename and keeps
-its signature. Signatures are computed on worker threads (the chunker and BLAKE3 release
-the GIL) and written in batches, each its own transaction: a refresh killed midway leaves a
-consistent index that the next refresh completes.
+git). A new path is always read, even where its inode, size and mtime are those of a path
+that vanished: that is a rename, or another file on the inode the vanished one freed (ext4
+hands a freed inode to the next file made in its directory), and a copy that keeps times
+(`cp -a`, `rsync -a`, an unpacked archive) gives two files of one size the same mtime. Taken
+for a rename, such a file kept the other's signature and was sent to a peer as that
+content (a synced renamed tree, the bench: one file in 6,759). Signatures are computed on
+worker threads (the chunker and BLAKE3 release the GIL) and written in batches, each its
+own transaction: a refresh killed midway leaves a consistent index that the next refresh
+completes.
 """
 
 from __future__ import annotations
@@ -53,7 +58,6 @@ class RefreshStats:
     files: int = 0
     signed: int = 0
     signed_bytes: int = 0
-    renamed: int = 0
     deleted: int = 0
     unchanged: int = 0
     errors: list[tuple[str, str]] = field(default_factory=list)
@@ -205,25 +209,14 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
         changed = [rel for rel, same in described.items() if not same]
         stats.unchanged = len(on_disk) - len(changed)
         del described
-        by_inode = {row.inode: row for row in vanished.values() if not row.racy}
-        still_changed = []
-        for rel in changed:
-            st = on_disk[rel]
-            old = by_inode.pop(st.st_ino, None)
-            if old and (old.size, old.mtime_ns) == stamp(st)[:2]:
-                db.move(old.id, rel, st, _racy(st, racy_from))
-                del vanished[old.id]
-                stats.renamed += 1
-            else:
-                still_changed.append(rel)
         for row in vanished.values():
             db.delete(row.id)
             stats.deleted += 1
     old_roots = db.roots() if checksum else {}
-    _sign_all(db, opener, reader, still_changed, on_disk, workers, racy_from, stats, progress,
+    _sign_all(db, opener, reader, changed, on_disk, workers, racy_from, stats, progress,
               beneath)
     if checksum:
-        for rel in still_changed:
+        for rel in changed:
             old, new = rows.get(rel), db.get(rel)
             if old and new and old.describes(on_disk[rel]) and old_roots.get(rel) != new.root:
                 stats.mismatched.append(rel)
@@ -232,26 +225,20 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
 
 def refresh_some(
     db: IndexDatabase, files: Mapping[str, FileStat], entries: Sequence[tuple[str, Rooted]],
-    gone: list[str], opener: Opener, moves: bool = False, reader: Reader | None = None,
+    gone: list[str], opener: Opener, reader: Reader | None = None,
     beneath: int | None = None,
 ) -> RefreshStats:
     """Bring the rows of some paths up to date, for a caller that knows what else did not
     change (a rescan): ``files`` are on disk with these lstats, ``gone`` paths (and what
-    was below them) are not. With ``moves``, a file new at its path whose inode, size and
-    time are those of a row that left (under ``gone``) keeps that row, as a full refresh
-    does (renamed, not read again); else a new path is read. ``entries``: the paths of
+    was below them) are not; a new path is read (as in `refresh`). ``entries``: the paths of
     ``files`` with their tree entries, into which the root of each file found unchanged is
     put, read with its row (the caller then looks up only the roots of those read again:
     reading each row twice was a third of a rescan's index work)."""
     stats = RefreshStats(files=len(files))
     racy_from = time.time_ns() - RACY_NS
 
-    left = {row.inode: row for row in db.stamps_under(gone) if not row.racy} if moves else {}
     with db.transaction():
         changed = _changed(db, files, entries, stats)
-        if left:
-            changed = [rel for rel in changed if not _moved(db, rel, files[rel], left,
-                                                            racy_from, stats)]
         for path in gone:
             db.delete_tree(path)
     _sign_all(db, opener, reader, changed, files, 1, racy_from, stats, None, beneath)
@@ -263,19 +250,6 @@ def _racy(st: FileStat, racy_from: int) -> bool:
     next time: at ``racy_from`` (RACY_NS before the refresh started) or later. (The C of
     `index_rows_of_files` has the same rule.)"""
     return mtime_ns(st) >= racy_from
-
-
-def _moved(db: IndexDatabase, rel: str, st: FileStat, left: dict[int, Stamped],
-           racy_from: int, stats: RefreshStats) -> bool:
-    """Whether the file at ``rel`` is a row that ``left`` its path, renamed (moved here)."""
-    old = left.get(st.st_ino)
-    if old is None or (old.size, old.mtime_ns) != stamp(st)[:2]:
-        return False
-    del left[st.st_ino]
-    db.move(old.id, rel, st, _racy(st, racy_from))
-    stats.renamed += 1
-    stats.unchanged += 1
-    return True
 
 
 def _changed(db: IndexDatabase, files: Mapping[str, FileStat],
