@@ -30,6 +30,10 @@ sending one); rsync keeps none. Times are given per index state:
   warm       both indexes built before timing (a repeated sync between the same trees;
              many files: as the step before left them)
   re-run     (no change) the second of two identical pushes, indexes as the first left them
+  synced     (renamed, scattered) a working copy this client pushed OLD from, then made
+             NEW in place: its index knows what the server holds (a user renaming or
+             editing within a tree they sync), where the other states' client never
+             pushed OLD
 Time ratios are rdc / rsync's fastest variant, byte ratios rdc / rsync's best: below 1 rdc
 wins. Absolute times on a shared 2-core machine swing by 30%; ratios within one run do
 not. CPU is user + system seconds: the rdc client's from wait4, the server's from
@@ -78,6 +82,8 @@ from syncbench.trees import (
 GROUPS = ("firstcopy", "django", "pull", "bigbin", "renamed", "scattered", "nochange", "many",
           "idle")
 QUICK_GROUPS = ("firstcopy", "django", "nochange", "many", "idle")
+# Cases also pushed from a working copy this client synced OLD from (state "synced").
+SYNCED_GROUPS = ("renamed", "scattered")
 BYTE_TARGETS = {"django": 0.5, "pull": 0.5, "bigbin": 0.5, "renamed": 0.5, "scattered": 1.0}
 # Issue 12: time ratios rdc / rsync's fastest, per case (many files: per step).
 TIME_TARGETS = {"firstcopy": 1.5, "django": 1.5, "pull": 1.5, "renamed": 2.0,
@@ -225,7 +231,8 @@ def summarize(runs: list[Run], main: Run, plain: Run | None, bound: dict[str, in
     rsync_runs = [r for r in runs if r.tool == "rsync"]
     best = min(rsync_runs, key=lambda r: (r.total, r.seconds))
     fast = min(rsync_runs, key=lambda r: r.seconds)
-    rdc_bytes = [r.total for r in runs if r.tool == "rdc" and r.variant == "zstd"]
+    rdc_bytes = [r.total for r in runs
+                 if r.tool == "rdc" and r.variant == "zstd" and r.state != "synced"]
     result = {
         "rsync_best": best.variant,
         "rsync_fastest": fast.variant,
@@ -277,6 +284,8 @@ def run_case(case: Case, rdc: Rdc, localsh: str, work: Path, breakdown: bool, re
     else:
         plan = [("cold", True)] + ([] if quick else [("srv-warm", True), ("warm", True),
                                                      ("cold", False)])
+        if case.group in SYNCED_GROUPS and not quick:
+            plan.append(("synced", True))
     warm_cache = rdc.fresh("warmcache")
     sync = rdc.pull if case.pull else rdc.push
     for state, compress in plan:
@@ -303,10 +312,14 @@ def run_case(case: Case, rdc: Rdc, localsh: str, work: Path, breakdown: bool, re
     result = summarize(runs, main, rdc_runs.get(("--no-compress", headline)), sizes,
                        TIME_TARGETS[case.group])
     result["group"] = case.group
-    for state in ("srv-warm", "warm"):
+    for state in ("srv-warm", "warm", "synced"):
         if ("zstd", state) in rdc_runs:
             result[f"time_ratio_{state.replace('-', '_')}"] = ratio(
                 rdc_runs[("zstd", state)].seconds, result["rsync_fastest_run"]["seconds"])
+    if ("zstd", "synced") in rdc_runs:
+        synced = rdc_runs[("zstd", "synced")].total
+        result["synced_bytes"] = synced
+        result["synced_over_xdelta3"] = ratio(synced, sizes.get("xdelta3"))
     if case.group == "nochange":
         add_target(result, "rdc bytes / 10,000", main.total / NOCHANGE_MAX_BYTES, 1.0)
     else:
@@ -324,6 +337,8 @@ def run_case(case: Case, rdc: Rdc, localsh: str, work: Path, breakdown: bool, re
             if fuzzy:
                 add_target(result, "rdc / rsync -az --fuzzy",
                            ratio(main.total, fuzzy[0].total), 0.1)
+        if result.get("synced_over_xdelta3") is not None:
+            add_target(result, "synced rdc/xdelta3", result["synced_over_xdelta3"], 2.0)
     if tally is not None:
         result["rdc_wire_by_role"] = {k: round(v) for k, v in
                                       sorted(tally.groups().items(), key=lambda kv: -kv[1])}

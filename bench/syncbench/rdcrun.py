@@ -157,14 +157,31 @@ class Rdc:
         reset(case.old, dst)
         url = self.server.url(name)
         flags = ["--delete"] + ([] if compress else ["--no-compress"])
-        cache = self._cache(state, url, warm_cache, ["push", "-n", *flags, str(case.new), url])
+        source, local = case.new, None
+        if state == "synced":
+            # A working copy this client pushed OLD from, then made NEW in place (rsync
+            # into it) and pushes again: a user who renamed or edited within a tree they
+            # sync, whose index knows what the server holds.
+            local = self.fresh("local")
+            reset(case.old, local)
+            cache = self.fresh("cache")
+            self.command("push", [*flags, str(local), url], cache)
+            subprocess.run(["rsync", "-a", "--delete", f"{case.new}/", f"{local}/"],
+                           check=True)
+            os.sync()
+            source = local
+        else:
+            cache = self._cache(state, url, warm_cache,
+                                ["push", "-n", *flags, str(case.new), url])
         runs = 2 if case.group == "nochange" else 1
         for i in range(runs):  # no change: the second push over the result of the first
             if port is not None and i == runs - 1:
                 url = self.server.url(name, port)
-            usage, stats = self.command("push", [*flags, str(case.new), url], cache)
+            usage, stats = self.command("push", [*flags, str(source), url], cache)
         verify = tree_diff(case.new, dst)
         discard(dst)
+        if local is not None:
+            discard(local)
         return self.run_of(case.name, state, "zstd" if compress else "--no-compress", usage,
                            stats, verify)
 
