@@ -311,11 +311,10 @@ def mlisting(tree: Entry, path: str, hb: int, vectors: bool = True, levels: bool
     if whole and not vectors:
         empty = m.Vector([], b"")
         return m.MetaDir(path, directory.content[:hb], True, empty, empty, directory.meta[:hb])
-    metas = b"" if whole else b"".join(
-        entry.meta[:hb] for _, entry in directory.sorted_children() if entry.kind == "d"
-    )
+    subdirs = [] if whole else [
+        entry for _, entry in directory.sorted_children() if entry.kind == "d"]
+    metas = b"".join(entry.meta[:hb] for entry in subdirs)
     if levels and split:
-        subdirs = [entry for _, entry in directory.sorted_children() if entry.kind == "d"]
         return m.MetaDir(path, directory.content[:hb], False,
                          m.Vector.encode([entry.mtime_ns for entry in subdirs]),
                          m.Vector.encode([entry.mode for entry in subdirs]), metas,

@@ -189,13 +189,13 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
     # The rows stream past and only what differs is kept: a dict of every row was the
     # largest thing a scan of a large tree held (25 MB for 100,000 files).
     described = dict.fromkeys(on_disk, False)
-    vanished: dict[int, Stamped] = {}
+    vanished: list[int] = []  # the ids of rows whose paths are gone
     rows: dict[str, Stamped] = {}  # with ``checksum``: every row, to compare roots after
     touched: list[tuple[int, FileStat]] = []
     for path, row in db.iter_stamps():
         st = on_disk.get(path)
         if st is None:
-            vanished[row.id] = row
+            vanished.append(row.id)
         elif checksum:
             rows[path] = row
         elif row.describes(st):
@@ -209,8 +209,8 @@ def _refresh(db, root, workers, exclude, progress, files, opener, checksum=False
         changed = [rel for rel, same in described.items() if not same]
         stats.unchanged = len(on_disk) - len(changed)
         del described
-        for row in vanished.values():
-            db.delete(row.id)
+        for file_id in vanished:
+            db.delete(file_id)
             stats.deleted += 1
     old_roots = db.roots() if checksum else {}
     _sign_all(db, opener, reader, changed, on_disk, workers, racy_from, stats, progress,
