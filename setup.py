@@ -67,6 +67,11 @@ setup(
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(
+            "rdc._native._setsketch",
+            sources=["rdc/_native/_setsketch.c"],
+            extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
+        ),
+        Extension(
             "rdc._native._listing",
             sources=[
                 "rdc/_native/_listing.c",

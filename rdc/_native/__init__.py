@@ -1,8 +1,9 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
 sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
 call (and many small files' in another), the refinement encoder, the directory listing of
-walks, a metadata vector's modes and times, a batch's temporary files, and trees of entries
-(a walk's entries made, a kept tree unpacked, directories sealed and stamped).
+walks, a metadata vector's modes and times, a batch's temporary files, trees of entries
+(a walk's entries made, a kept tree unpacked, directories sealed and stamped), and the set
+sketch that reconciles two sets of fingerprints (sums, locator, roots).
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -18,7 +19,7 @@ from rdc._native import signature_ref
 PURE_PYTHON = os.environ.get("RDC_PUREPYTHON", "") not in ("", "0")
 
 if PURE_PYTHON:
-    from rdc._native import blake3_ref, listing_ref, refine_ref
+    from rdc._native import blake3_ref, listing_ref, refine_ref, setsketch_ref
     from rdc._native.chunker_ref import ReferenceScanner
 
     Scanner = ReferenceScanner
@@ -31,6 +32,9 @@ if PURE_PYTHON:
     list_dir = listing_ref.list_dir
     stamp_tree = listing_ref.stamp_tree
     refine_encode = refine_ref.encode
+    set_sketch = setsketch_ref.set_sketch
+    set_locator = setsketch_ref.set_locator
+    set_roots = setsketch_ref.set_roots
     sign_buffer = None  # (the step-by-step path of rdc.content.signature is the reference)
     sign_files = None  # (files are then read and signed one at a time)
     set_meta = None  # (entries are then set one at a time)
@@ -55,6 +59,7 @@ else:
         from rdc._native._listing import list_dir, stamp_tree
         from rdc._native._meta import set_meta
         from rdc._native._refine import encode as refine_encode
+        from rdc._native._setsketch import set_locator, set_roots, set_sketch
         from rdc._native._sign import sign as sign_buffer
         from rdc._native._sign import sign_files
         from rdc._native._signature import (
@@ -101,7 +106,10 @@ __all__ = [
     "pack_tree",
     "refine_encode",
     "seal_entries",
+    "set_locator",
     "set_meta",
+    "set_roots",
+    "set_sketch",
     "sign_buffer",
     "sign_files",
     "sketch",
