@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rdc import _native
 from rdc.params import SHORT_WIRE_PREFIX, WIRE_PREFIX
 from rdc.transfer import compare, metadata, oneway, ops, reconcile, serving
 from rdc.transfer.reconcile import answer, fingerprints, merge
@@ -88,17 +89,23 @@ def test_a_fingerprint_length_is_found_again_from_the_bytes_alone() -> None:
         assert reconcile.fingerprint_size(bytes(bad)) is None
 
 
-@pytest.mark.parametrize(("verb", "short"), [("push", True), ("push", False), ("pull", True),
-                                             ("pull", False)])
-async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, short) -> None:
+def _without(monkeypatch, *features: str) -> None:
+    monkeypatch.setattr(handshake, "FEATURES", tuple(
+        f for f in handshake.FEATURES if f not in features))
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+@pytest.mark.parametrize("names", ["sketch", "short", "long"])
+async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, names) -> None:
     """One file edited, one added and one removed in a directory of 300: the server's
     listing of that directory carries the two entries the client does not hold as the
-    server does and a bitmap, not 300 entries (the client's entries go along: the source's
-    in a push, the target's in a pull), and the sync ends in step; the fingerprints are 4
-    bytes each, or 6 where a side lacks ``short-fingerprints``."""
-    if not short:
-        monkeypatch.setattr(handshake, "FEATURES", tuple(
-            f for f in handshake.FEATURES if f != reconcile.SHORT))
+    server does, not 300 entries (the client's entries go along: the source's in a push,
+    the target's in a pull), and the sync ends in step. Between peers with
+    ``listing-sketch`` the client names its entries by a sketch of 16 bytes, and the
+    server's answer carries its own sums; without it, by fingerprints of 4 bytes each
+    and a bitmap comes back, or of 6 bytes where a side lacks ``short-fingerprints``."""
+    if names != "sketch":
+        _without(monkeypatch, reconcile.SKETCH, *([reconcile.SHORT] if names == "long" else []))
     src = tmp_path / "src"
     for i in range(300):
         write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
@@ -115,6 +122,7 @@ async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, short
     sent: list[m.Listing] = []
     real, real_answer = serving._split_large, serving.answer
     sizes: list[int] = []
+    asked: list[m.List] = []
 
     def spying(dirs, *args):
         sent.extend(dirs)
@@ -124,17 +132,149 @@ async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, short
         sizes.append(size)
         return real_answer(entries, have, size)
 
+    async def between(connection) -> None:
+        real_start = connection.start
+
+        def start(message):
+            if isinstance(message, m.List):
+                asked.append(message)
+            return real_start(message)
+
+        connection.start = start
+
     monkeypatch.setattr(serving, "_split_large", spying)
     monkeypatch.setattr(serving, "answer", answering)
-    stats = await pair.run(verb, src, options=Options(delete=True))
+    stats = await pair.run(verb, src, options=Options(delete=True), between=between)
     assert stats.in_step and not stats.failed
     assert tree_state(pair.share) == tree_state(src)
     many = [item for item in sent if item.path == "many"]
-    assert len(many) == 1 and many[0].matched is not None
+    assert len(many) == 1
     assert sorted(e.name for e in many[0].entries) == (
         ["file-123.txt", "file-200.txt"] if verb == "push" else ["file-123.txt", "new.txt"])
-    assert 4 in sizes if short else set(sizes) == {reconcile.FINGERPRINT}
+    sketches = [s for message in asked for s in message.sketch or () if s is not None]
+    if names == "sketch":
+        assert many[0].sums is not None and many[0].matched is None
+        assert [len(s) for s in sketches] == [4 * reconcile.SKETCH_CAPACITY] and not sizes
+    else:
+        assert many[0].matched is not None and many[0].sums is None and not sketches
+        assert 4 in sizes if names == "short" else set(sizes) == {reconcile.FINGERPRINT}
     pair.close()
+
+
+@given(entries, entries, st.data())
+def test_a_sketch_gives_the_servers_listing_or_nothing(client, server, data) -> None:
+    """Whatever the two sides hold, the client rebuilds exactly the server's (name, kind,
+    hash) entries from its sketch where they differ in at most SKETCH_CAPACITY entries;
+    where more differ it gets nothing (and asks again with fingerprints), never a wrong
+    listing; the server sends only the entries that differ."""
+    shared = data.draw(st.sets(st.sampled_from(sorted(client)) if client else st.nothing()))
+    for name in shared:
+        server[name] = client[name]
+    if data.draw(st.booleans()):  # (mostly the same: the case a sketch is for)
+        server = {**client, **dict(list(server.items())[:2])}
+    mine, theirs = listed(client), listed(server)
+    items = reconcile.elements(mine)
+    sums = _native.set_sketch(items, reconcile.SKETCH_CAPACITY)
+    answered = reconcile.answer_sketch(theirs, sums)
+    assert answered is not None  # (distinct names: 32-bit fingerprints that differ)
+    unmatched, own = answered
+    rebuilt = reconcile.merge_sketch(mine, items, sums, own, unmatched)
+    differ = set(client.items()) ^ set(server.items())
+    expected = {e.name: (e.kind, e.digest) for e in theirs}
+    if len(differ) <= reconcile.SKETCH_CAPACITY:
+        assert rebuilt is not None
+        assert sorted(e.name for e in unmatched) == sorted(
+            n for n, v in server.items() if client.get(n) != v)
+    if rebuilt is not None:
+        assert {n: (e.kind, e.digest) for n, e in rebuilt.items()} == expected
+
+
+def test_a_sketch_of_entries_that_share_a_fingerprint_is_not_made(monkeypatch) -> None:
+    """Two entries of one side with the same 32-bit fingerprint would cancel in a sketch:
+    the server answers such a directory whole, and the client sends fingerprints."""
+    entries = listed({"a": ("f", b"1"), "b": ("f", b"2"), "c": ("f", b"3")})
+    monkeypatch.setattr(reconcile, "fingerprint_list",
+                        lambda entries, size=6: [b"\0\0\0\7"[-size:] for _ in entries])
+    assert not reconcile.distinct(reconcile.elements(entries))
+    assert reconcile.answer_sketch(entries, bytes(16)) is None
+    from rdc.transfer.sides import _list_requests
+
+    requests = _list_requests(["d"], {"d": {e.name: e for e in entries * 10}}, True, True)
+    assert not requests.sketched and requests.batches[0][1][0] is not None
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_directory_that_differs_in_more_than_a_sketch_holds_is_asked_again(
+        tmp_path, monkeypatch, verb) -> None:
+    """Six files edited in a directory of 300 (twelve entries differ, capacity four): the
+    sketch does not decode, the client asks for that directory again with fingerprints,
+    and the sync ends in step."""
+    src = tmp_path / "src"
+    for i in range(300):
+        write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    if verb == "pull":
+        await pair.run("pull", src)
+    else:
+        pair.forget_client(src)
+    for i in range(6):
+        write((src if verb == "push" else pair.share) / "many" / f"file-{i * 40:03}.txt",
+              b"edited %d\n" % i, OLD)
+    answers: list[str] = []
+    real_sketch, real_answer = serving.answer_sketch, serving.answer
+    monkeypatch.setattr(serving, "answer_sketch", lambda entries, sums: (
+        answers.append("sketch"), real_sketch(entries, sums))[1])
+    monkeypatch.setattr(serving, "answer", lambda entries, have, size: (
+        answers.append("have"), real_answer(entries, have, size))[1])
+    stats = await pair.run(verb, src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 6
+    assert tree_state(pair.share) == tree_state(src)
+    assert answers == ["sketch", "have"]
+    pair.close()
+
+
+@pytest.mark.parametrize("bad", ["not whole sums", "with fingerprints", "too few"])
+async def test_a_sketch_that_does_not_fit_its_paths_is_a_protocol_error(tmp_path, bad) -> None:
+    """The server refuses a ``list`` whose sketches are not whole 4-byte sums, name a
+    path that has fingerprints too, or are fewer than its paths."""
+    from rdc.errors import RemoteError
+
+    src, pair = await pushed(tmp_path, 3)
+    sketch, have = {"not whole sums": ([b"12345"], None),
+                    "with fingerprints": ([b"1234"], [b"abcdef"]),
+                    "too few": ([], None)}[bad]
+
+    async def between(connection) -> None:
+        conversation = connection.start(m.List(paths=["d"], hb=8, have=have, sketch=sketch))
+        await conversation.receive(m.Listings)
+
+    with pytest.raises(RemoteError, match="sketch does not fit"):
+        await pair.run("push", src, between=between)
+    pair.close()
+
+
+async def test_sums_for_a_directory_not_sketched_are_a_protocol_error() -> None:
+    """A listing that carries sums where the client sent no sketch ends the request as a
+    protocol error."""
+    from types import SimpleNamespace
+
+    from rdc.errors import ProtocolError
+    from rdc.transfer.sides import Remote
+
+    class Conversation:
+        async def receive(self, kind):
+            return m.Listings(dirs=[m.Listing("d", [], sums=bytes(16))])
+
+        def close(self) -> None:
+            pass
+
+    connection = SimpleNamespace(frames=SimpleNamespace(features={reconcile.SKETCH}),
+                                 start=lambda message: Conversation())
+    remote = Remote.__new__(Remote)
+    remote.connection = connection
+    with pytest.raises(ProtocolError, match="not sketched"):
+        await remote.listings(["d"], 8)
 
 
 async def pushed(tmp_path, files: int) -> tuple[Path, Pair]:

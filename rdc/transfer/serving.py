@@ -29,7 +29,13 @@ from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
 from rdc.transfer.ops import SPLIT_META, apply_metas, apply_ops, listing, mlisting
-from rdc.transfer.reconcile import ASKED_LISTINGS, SHORT, answer, fingerprint_size
+from rdc.transfer.reconcile import (
+    ASKED_LISTINGS,
+    SHORT,
+    answer,
+    answer_sketch,
+    fingerprint_size,
+)
 from rdc.transfer.source import make_offer, serve_wants
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
@@ -302,13 +308,25 @@ class ServerSession:
                 h is not None and size is None for h, size in zip(have, sizes, strict=True))):
             raise ProtocolError(message="list: have does not fit its paths (one item of "
                                 "fingerprints per path, of a length its count calls for)")
+        sketch = message.sketch
+        if sketch is not None and (len(sketch) != len(message.paths) or any(
+                s is not None and (len(s) % 4 or (have is not None and have[i] is not None))
+                for i, s in enumerate(sketch))):
+            raise ProtocolError(message="list: sketch does not fit its paths (one item per "
+                                "path, 4 bytes a sum, none where fingerprints go)")
         tree = await self._fresh_tree()
 
         def listings() -> list[m.Listing]:
             dirs = []
             for i, path in enumerate(message.paths):
                 entries = listing(tree, path, message.hb, message.meta, message.sizes)
-                if entries is not None and have is not None and have[i] is not None:
+                sums = None if sketch is None else sketch[i]
+                answered = None
+                if entries is not None and sums is not None:
+                    answered = answer_sketch(entries, sums)
+                if answered is not None:
+                    dirs.append(m.Listing(path, answered[0], sums=answered[1]))
+                elif entries is not None and have is not None and have[i] is not None:
                     size = sizes[i]
                     assert size is not None  # (checked above)
                     unmatched, bitmap = answer(entries, have[i], size)
@@ -542,10 +560,11 @@ def _split_large(dirs: list[m.Listing], asked: bool = False) -> list[m.Listing]:
         entries = item.entries
         first = None if asked else item.path
         if entries is None or len(entries) <= LISTING_SPLIT:
-            out.append(m.Listing(first, entries, item.matched))
+            out.append(m.Listing(first, entries, item.matched, item.sums))
             continue
-        for start in range(0, len(entries), LISTING_SPLIT):  # the bitmap with the first
+        for start in range(0, len(entries), LISTING_SPLIT):  # bitmap and sums with the first
             out.append(m.Listing(first if start == 0 else item.path,
                                  entries[start : start + LISTING_SPLIT],
-                                 item.matched if start == 0 else None))
+                                 item.matched if start == 0 else None,
+                                 item.sums if start == 0 else None))
     return out

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import trio
 
+from rdc import _native
 from rdc.errors import ProtocolError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry
@@ -22,8 +23,15 @@ from rdc.transfer.reconcile import (
     HAVE_ENTRIES,
     HAVE_FROM,
     SHORT,
+    SKETCH,
+    SKETCH_CAPACITY,
+    SKETCH_FROM_BYTES,
+    distinct,
+    elements,
     fingerprints,
     merge,
+    merge_sketch,
+    sketch_bytes,
 )
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS
@@ -139,31 +147,45 @@ def _listings(tree: Entry, paths: list[str], hb: int, meta: bool, sizes: bool) -
     return out
 
 
-Requests = list[tuple[list[str], list[bytes | None]]]  # (paths, fingerprints) of each
+@record
+class Requests:
+    """The ``list`` requests for some paths, and what this side named in them."""
+
+    batches: list[tuple[list[str], list[bytes | None], list[bytes | None]]]  # (paths,
+    # fingerprints, sketches) of each request
+    named: dict[str, list[m.Listed]]  # the entries fingerprinted or sketched, in order
+    sketched: dict[str, tuple[bytes, bytes]]  # (elements, sums) of each path sketched
 
 
-def _list_requests(paths: list[str], have: Listings | None, short: bool
-                   ) -> tuple[Requests, dict[str, list[m.Listed]]]:
-    """The ``list`` requests for ``paths`` (paths and fingerprints of what this side has
-    there, LIST_BATCH directories and HAVE_BUDGET bytes a request), and the entries whose
-    fingerprints go."""
-    named: dict[str, list[m.Listed]] = {}
-    requests: Requests = []
+def _list_requests(paths: list[str], have: Listings | None, short: bool, sketch: bool
+                   ) -> Requests:
+    """The ``list`` requests for ``paths``: each names what this side has there, by a set
+    sketch (``sketch``: the peer has the feature; where fingerprints would cost more than
+    SKETCH_FROM_BYTES) or by fingerprints (HAVE_FROM to HAVE_ENTRIES entries); LIST_BATCH
+    directories and HAVE_BUDGET bytes of fingerprints a request."""
+    out = Requests([], {}, {})
     budget = 0
     for path in paths:
         mine = (have or {}).get(path)
-        prints = None
+        prints = sums = None
         if mine is not None and HAVE_FROM <= len(mine) <= HAVE_ENTRIES:
-            named[path] = list(mine.values())
-            prints = fingerprints(named[path], short)
-        if not requests or len(requests[-1][0]) == LIST_BATCH or (
+            named = out.named[path] = list(mine.values())
+            items = elements(named) if (
+                sketch and sketch_bytes(len(named), short) > SKETCH_FROM_BYTES) else b""
+            if items and distinct(items):
+                sums = _native.set_sketch(items, SKETCH_CAPACITY)
+                out.sketched[path] = (items, sums)
+            else:
+                prints = fingerprints(named, short)
+        if not out.batches or len(out.batches[-1][0]) == LIST_BATCH or (
                 prints and budget + len(prints) > HAVE_BUDGET):
-            requests.append(([], []))
+            out.batches.append(([], [], []))
             budget = 0
-        requests[-1][0].append(path)
-        requests[-1][1].append(prints)
+        out.batches[-1][0].append(path)
+        out.batches[-1][1].append(prints)
+        out.batches[-1][2].append(sums)
         budget += len(prints or b"")
-    return requests, named
+    return out
 
 
 class Remote:
@@ -193,20 +215,34 @@ class Remote:
     async def listings(self, paths: list[str], hb: int, meta: bool = False,
                        sizes: bool = False, have: Listings | None = None) -> Listings:
         """Batched (LIST_BATCH directories, HAVE_BUDGET bytes of fingerprints a request),
-        the requests overlapping."""
+        the requests overlapping. A directory whose sketch did not decode (more entries
+        differ than it holds) is asked for again with fingerprints."""
+        sketch = SKETCH in self.connection.frames.features
+        result, again = await self._listings(paths, hb, meta, sizes, have, sketch)
+        if again:
+            result.update((await self._listings(again, hb, meta, sizes, have, False))[0])
+        return result
+
+    async def _listings(self, paths: list[str], hb: int, meta: bool, sizes: bool,
+                        have: Listings | None, sketch: bool) -> tuple[Listings, list[str]]:
+        """`listings` asked once: what came, and the paths to ask for again."""
         result: Listings = {}
+        again: list[str] = []
         short = SHORT in self.connection.frames.features
         if have is None or len(paths) < THREAD_FROM:
-            requests, named = _list_requests(paths, have, short)
+            requests = _list_requests(paths, have, short, sketch)
         else:
-            requests, named = await trio.to_thread.run_sync(_list_requests, paths, have, short)
+            requests = await trio.to_thread.run_sync(_list_requests, paths, have, short,
+                                                     sketch)
         conversations = [
-            self.connection.start(m.List(paths=batch, hb=hb, meta=meta, sizes=sizes,
-                                         have=prints if any(p is not None for p in prints)
-                                         else None))
-            for batch, prints in requests
+            self.connection.start(m.List(
+                paths=batch, hb=hb, meta=meta, sizes=sizes,
+                have=prints if any(p is not None for p in prints) else None,
+                sketch=sums if any(s is not None for s in sums) else None))
+            for batch, prints, sums in requests.batches
         ]
-        for (asked, _), conversation in zip(requests, conversations, strict=True):
+        named, sketched = requests.named, requests.sketched
+        for (asked, _, _), conversation in zip(requests.batches, conversations, strict=True):
             places = iter(asked)  # (an item that names no path: the next asked for)
             while True:
                 message = await conversation.receive(m.Listings)
@@ -218,6 +254,17 @@ class Remote:
                     if item.entries is None:
                         result[path] = None
                         continue
+                    if item.sums is not None:
+                        if path not in sketched or path in result:
+                            raise ProtocolError(message=f"listing: sums for {path!r}, "
+                                                "which was not sketched")
+                        merged = merge_sketch(named[path], *sketched[path], item.sums,
+                                              item.entries)
+                        if merged is None:
+                            again.append(path)
+                        else:
+                            result[path] = merged
+                        continue
                     found = result.get(path) or {}
                     result[path] = found
                     if item.matched is not None and path in named:
@@ -226,7 +273,7 @@ class Remote:
                 if not message.more:
                     break
             conversation.close()
-        return result
+        return result, again
 
     async def metadata(self, paths: list[str], hb: int, vectors: bool = True,
                        levels: bool = False, deep: Sequence[str] = (),

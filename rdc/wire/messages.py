@@ -31,6 +31,7 @@ from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 Check = Callable[[Any, str], Any]
 MAX_ENTRIES = 16384  # directory entries in one listing item
 HAVE_BYTES = 6 * 8192  # fingerprints of one directory in a list's ``have``
+SKETCH_BYTES = 4 * 64  # a set sketch of one directory in a list's ``sketch`` (capacity 64)
 MAX_TIMES = 1 << 16  # entries in one metadata vector
 HASH_BYTES = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -302,20 +303,28 @@ class Listing:
     # Answering ``have``: one bit per fingerprint the client sent, set where this side has
     # that entry; ``entries`` are then only those the client did not name.
     matched: bytes | None = None
+    # Answering ``sketch``: this side's sums of the same capacity; ``entries`` are then
+    # those of its entries that differ from the client's (rdc.transfer.reconcile).
+    sums: bytes | None = None
 
     @classmethod
     def from_wire(cls, v: Any, where: str) -> Listing:
-        v = items(v, where, (2, 3))
+        v = items(v, where, (2, 3, 4))
         out = cls(optional(path)(v[0], f"{where}[0]"),
                   optional(array(record(Listed), MAX_ENTRIES))(v[1], f"{where}[1]"))
-        if len(v) == 3:
+        if len(v) >= 3:
             out = dataclasses.replace(
                 out, matched=optional(binary(HAVE_BYTES // 48 + 1))(v[2], f"{where}[2]"))
+        if len(v) == 4:
+            out = dataclasses.replace(
+                out, sums=optional(binary(SKETCH_BYTES, low=4))(v[3], f"{where}[3]"))
         return out
 
     def to_wire(self) -> list:
         entries = None if self.entries is None else [e.to_wire() for e in self.entries]
         item = [None if self.path is None else to_wire(self.path), entries]
+        if self.sums is not None:
+            return [*item, self.matched, self.sums]
         return item if self.matched is None else [*item, self.matched]
 
 
@@ -714,6 +723,11 @@ class List(Message):
     # nil: the server answers with a bitmap and the entries it has that were not named.
     have: list[bytes | None] | None = wire(optional(array(optional(binary(HAVE_BYTES)))),
                                            None, omit=None)
+    # Per path (between peers with ``listing-sketch``), in place of ``have``: the set
+    # sketch of those fingerprints (4 bytes a sum); the server answers with its own sums
+    # and the entries it has that differ.
+    sketch: list[bytes | None] | None = wire(
+        optional(array(optional(binary(SKETCH_BYTES, low=4)))), None, omit=None)
 
 
 @message("listing")
