@@ -264,6 +264,77 @@ def _spy_mlisting(monkeypatch, what) -> list:
     return asked
 
 
+@pytest.mark.parametrize("asked", [True, False])
+async def test_metadata_items_name_no_path_where_they_answer_the_one_asked(
+        tmp_path, monkeypatch, asked) -> None:
+    """Between peers with ``asked-meta`` an ``mlisting`` has one item per path asked for,
+    in order: the path left out, nil where the path is not a directory. The client puts
+    each in its place; without the feature the items name their paths and a path that is
+    not a directory has none. Either way the client gets the same items."""
+    from rdc.transfer.ops import ASKED_META
+    from rdc.transfer.sides import Remote
+    from rdc.wire import handshake
+
+    if not asked:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != ASKED_META))
+    src = tmp_path / "src"
+    for d in range(3):
+        write(src / f"d{d}" / "f.txt", b"%d" % d, OLD)
+    write(src / "file", b"not a directory", OLD)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    sent: list = []
+    real = serving._send_split
+
+    def spying(conversation, kind, dirs):
+        if kind is m.MetaListing:
+            sent.extend(dirs)
+        return real(conversation, kind, dirs)
+
+    monkeypatch.setattr(serving, "_send_split", spying)
+    got: list[m.MetaDir] = []
+
+    async def between(connection) -> None:
+        remote = Remote.__new__(Remote)
+        remote.connection, remote._early = connection, None
+        got.extend(await remote.metadata(["d0", "file", "d2", "gone"], 8, levels=True))
+
+    await pair.run("push", src, between=between)
+    assert [item.path for item in got] == ["d0", "d2"]
+    assert all(item.files and not item.times.decode() for item in got)  # (``split``)
+    if asked:
+        assert [None if item is None else item.path for item in sent] == [
+            None, None, None, None]
+        assert [item is None for item in sent] == [False, True, False, True]
+    else:
+        assert [item.path for item in sent] == ["d0", "d2"]
+    pair.close()
+
+
+async def test_more_unnamed_metadata_items_than_paths_asked_is_a_protocol_error() -> None:
+    """An ``mlisting`` with more items that name no path than paths were asked for ends
+    the request as a protocol error."""
+    from types import SimpleNamespace
+
+    from rdc.errors import ProtocolError
+    from rdc.transfer.sides import Remote
+
+    class Conversation:
+        async def receive(self, kind):
+            return m.MetaListing(dirs=[None, None])
+
+        def close(self) -> None:
+            pass
+
+    remote = Remote.__new__(Remote)
+    remote.connection = SimpleNamespace(frames=SimpleNamespace(features=set()),
+                                        start=lambda message: Conversation())
+    remote._early = None
+    with pytest.raises(ProtocolError, match="more unnamed"):
+        await remote.metadata(["d"], 8)
+
+
 async def test_a_split_item_whose_files_differ_is_asked_for_again_whole(
         tmp_path, monkeypatch) -> None:
     """`mlist` ``split``: where a file's mode and time changed at the source without its

@@ -236,6 +236,8 @@ EXAMPLES: list[m.Message] = [
     m.Fetches(files=[m.FileFetch(1, [(0, 0, 100), (2, 10, 50, b"abcd", 60)])]),
     m.Results(results=[None, m.Failure("verify", "root")]),
     m.List(paths=[""], hb=8, sizes=True),
+    m.MetaListing(dirs=[m.MetaDir(None, b"c" * 5, False, m.Vector.encode([5]),
+                                  m.Vector.encode([0o755]), b"m" * 5, b"f" * 5), None]),
     m.List(paths=["a", "b", "c"], hb=5, sizes=True, have=[None, b"abcdef", None],
            sketch=[b"\1\2\3\4" * 4, None, None]),
     m.Listings(dirs=[m.Listing(None, [m.Listed("f", "f", 0o644, b"12345")], sums=b"s" * 16),

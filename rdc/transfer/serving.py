@@ -14,7 +14,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import trio
@@ -28,7 +28,14 @@ from rdc.local.snapshot import Entry, Walk
 from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
-from rdc.transfer.ops import SPLIT_META, apply_metas, apply_ops, listing, mlisting
+from rdc.transfer.ops import (
+    ASKED_META,
+    SPLIT_META,
+    apply_metas,
+    apply_ops,
+    listing,
+    mlisting,
+)
 from rdc.transfer.reconcile import (
     ASKED_LISTINGS,
     SHORT,
@@ -347,7 +354,13 @@ class ServerSession:
         split = message.split and SPLIT_META in conversation.connection.frames.features
         items = [mlisting(tree, path, message.hb, message.vectors, message.levels, split)
                  for path in message.paths]
-        _send_split(conversation, m.MetaListing, [item for item in items if item is not None])
+        if ASKED_META in conversation.connection.frames.features:
+            _send_split(conversation, m.MetaListing, [
+                None if item is None else replace(item, path=None)
+                for item in items])
+        else:
+            _send_split(conversation, m.MetaListing,
+                        [item for item in items if item is not None])
 
     async def _get(self, conversation: Conversation, message: m.Get) -> None:
         async with self._files:
@@ -541,7 +554,7 @@ def _send_split(conversation: Conversation, kind: type[m.Listings] | type[m.Meta
     batch: list = []
     weight = 0
     for item in dirs:
-        size = len(pack(item.to_wire()))
+        size = len(pack(None if item is None else item.to_wire()))
         if batch and weight + size > 1 << 20:
             conversation.send(kind(dirs=batch, more=True))
             batch, weight = [], 0

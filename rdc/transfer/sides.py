@@ -8,6 +8,7 @@ differs. Sending and receiving files is not a side's: it needs both (`rdc.transf
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import trio
@@ -286,24 +287,34 @@ class Remote:
         if (early is not None and early[0] == (paths, hb, vectors, levels) and not deep
                 and not unsplit):
             self._early = None
-            conversations = [early[1]]  # (asked by `ask_metadata_early`)
+            asked = [(paths, early[1])]  # (asked by `ask_metadata_early`)
         else:
             self.drop_early()
             split = levels and SPLIT_META in self.connection.frames.features
-            conversations = [
-                self.connection.start(m.MetaList(paths=asked[i : i + LIST_BATCH], hb=hb,
-                                                 vectors=vectors, levels=by_levels,
-                                                 split=by_split))
-                for asked, by_levels, by_split in ((paths, levels, split),
-                                                   (list(deep), False, False),
-                                                   (list(unsplit), True, False))
-                for i in range(0, len(asked), LIST_BATCH)
+            asked = [
+                (chunk, self.connection.start(m.MetaList(
+                    paths=chunk, hb=hb, vectors=vectors, levels=by_levels, split=by_split)))
+                for questions, by_levels, by_split in ((paths, levels, split),
+                                                       (list(deep), False, False),
+                                                       (list(unsplit), True, False))
+                for chunk in (questions[i : i + LIST_BATCH]
+                              for i in range(0, len(questions), LIST_BATCH))
             ]
         items: list[m.MetaDir] = []
-        for conversation in conversations:
+        for chunk, conversation in asked:
+            places = iter(chunk)  # (an item that names no path: the next asked for)
             while True:
                 message = await conversation.receive(m.MetaListing)
-                items.extend(message.dirs)
+                for item in message.dirs:
+                    if item is not None and item.path is not None:
+                        items.append(item)
+                        continue
+                    place = next(places, None)
+                    if place is None:
+                        raise ProtocolError(message="mlisting: more unnamed items than "
+                                            "directories were asked for")
+                    if item is not None:
+                        items.append(replace(item, path=place))
                 if not message.more:
                     break
             conversation.close()

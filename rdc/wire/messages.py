@@ -373,7 +373,7 @@ class Vector:
 class MetaDir:
     """One directory of an ``mlisting`` (``metas`` set) or an ``mset`` (empty)."""
 
-    path: str
+    path: str | None  # None (``asked-meta``): the directory asked for in this item's place
     content: bytes  # content hash prefix: the vectors apply only where it matches
     whole: bool  # the vectors cover the whole subtree, depth-first
     times: Vector
@@ -386,7 +386,7 @@ class MetaDir:
     @classmethod
     def from_wire(cls, v: Any, where: str) -> MetaDir:
         v = items(v, where, (5, 6, 7))
-        out = cls(path(v[0], f"{where}[0]"), binary(HASH_BYTES)(v[1], f"{where}[1]"),
+        out = cls(optional(path)(v[0], f"{where}[0]"), binary(HASH_BYTES)(v[1], f"{where}[1]"),
                   boolean(v[2], f"{where}[2]"), Vector.from_wire(v[3], f"{where}[3]"),
                   Vector.from_wire(v[4], f"{where}[4]"))
         if len(v) >= 6:
@@ -397,7 +397,8 @@ class MetaDir:
         return out
 
     def to_wire(self, with_metas: bool = True) -> list:
-        item = [to_wire(self.path), self.content, self.whole, self.times.to_wire(),
+        item = [None if self.path is None else to_wire(self.path), self.content, self.whole,
+                self.times.to_wire(),
                 self.modes.to_wire()]
         if not with_metas:
             return item
@@ -757,14 +758,23 @@ class MetaList(Message):
 
 @message("mlisting")
 class MetaListing(Message):
-    dirs: list[MetaDir] = wire(array(record(MetaDir)))
+    # Between peers with ``asked-meta``: one item per path asked for, in order, nil where
+    # that path is not a directory, the item's path nil (the one asked for in its place).
+    dirs: list[MetaDir | None] = wire(array(optional(record(MetaDir))))
     more: bool = wire(boolean, False)
+
+
+def _named(v: Any, where: str) -> MetaDir:
+    item = MetaDir.from_wire(v, where)
+    if item.path is None:
+        raise _fail(where, "expected the path of the directory")
+    return item
 
 
 @message("mset")
 class MetaSet(Message):
     REQUEST = True
-    dirs: list[MetaDir] = wire(array(record(MetaDir)),
+    dirs: list[MetaDir] = wire(array(_named),
                                out=lambda ds: [d.to_wire(with_metas=False) for d in ds])
 
 
