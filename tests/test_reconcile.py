@@ -234,22 +234,23 @@ async def test_a_directory_that_differs_in_more_than_a_sketch_holds_is_asked_aga
     pair.close()
 
 
-@pytest.mark.parametrize("bad", ["not whole sums", "with fingerprints", "too few"])
+@pytest.mark.parametrize("bad", ["not whole sums", "with fingerprints", "too few", "too large"])
 async def test_a_sketch_that_does_not_fit_its_paths_is_a_protocol_error(tmp_path, bad) -> None:
     """The server refuses a ``list`` whose sketches are not whole 4-byte sums, name a
-    path that has fingerprints too, or are fewer than its paths."""
+    path that has fingerprints too, are fewer than its paths, or hold more than 16 sums
+    (a decoding costs the server the square of that)."""
     from rdc.errors import RemoteError
 
     src, pair = await pushed(tmp_path, 3)
     sketch, have = {"not whole sums": ([b"12345"], None),
                     "with fingerprints": ([b"1234"], [b"abcdef"]),
-                    "too few": ([], None)}[bad]
+                    "too few": ([], None), "too large": ([bytes(range(68))], None)}[bad]
 
     async def between(connection) -> None:
         conversation = connection.start(m.List(paths=["d"], hb=8, have=have, sketch=sketch))
         await conversation.receive(m.Listings)
 
-    with pytest.raises(RemoteError, match="sketch does not fit"):
+    with pytest.raises(RemoteError, match=r"sketch does not fit|binary of 4 to 64 bytes"):
         await pair.run("push", src, between=between)
     pair.close()
 

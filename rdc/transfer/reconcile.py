@@ -66,7 +66,6 @@ SKETCH = "listing-sketch"
 # the 100,000-file win: there the directories near the top, listed first, differ in many
 # entries and those below in two.)
 SKETCH_CAPACITY = 4
-SKETCH_MAX = 64  # the largest capacity a server decodes (its cost grows as its square)
 # ... sent only for a directory whose fingerprints would take more than this many bytes:
 # below it a sketch that fails (and the fingerprints sent after it) costs more than it
 # saves (Django's pairs: 17 entries and up).

@@ -31,7 +31,9 @@ from rdc.wire.codec import MAX_ITEMS, MAX_PIECE
 Check = Callable[[Any, str], Any]
 MAX_ENTRIES = 16384  # directory entries in one listing item
 HAVE_BYTES = 6 * 8192  # fingerprints of one directory in a list's ``have``
-SKETCH_BYTES = 4 * 64  # a set sketch of one directory in a list's ``sketch`` (capacity 64)
+# A set sketch of one directory in a list's ``sketch``: capacity 16 at most, as decoding
+# costs the server the square of it (a peer may name one directory many times).
+SKETCH_BYTES = 4 * 16
 MAX_TIMES = 1 << 16  # entries in one metadata vector
 HASH_BYTES = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
