@@ -69,6 +69,7 @@ setup(
         Extension(
             "rdc._native._setsketch",
             sources=["rdc/_native/_setsketch.c"],
+            depends=["rdc/_native/le_bytes.h"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra"],
         ),
         Extension(

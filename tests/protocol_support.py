@@ -18,6 +18,7 @@ from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
 from rdc.transfer import oneway, twoway
 from rdc.transfer.serving import ServerSession
+from rdc.transfer.sides import Remote
 from rdc.transfer.stats import Options, Stats
 from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
@@ -153,3 +154,23 @@ def write(path: Path, data: bytes, mtime_ns: int | None = None) -> None:
     path.write_bytes(data)
     if mtime_ns is not None:
         os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def remote_answering(answer: object, features: set[str]) -> Remote:
+    """A `Remote` whose every request gets ``answer`` (a peer's message, however wrong),
+    between peers with ``features``: for what a client does with a bad answer."""
+    from types import SimpleNamespace
+
+    class Conversation:
+        async def receive(self, kind: type) -> object:
+            return answer
+
+        def close(self) -> None:
+            pass
+
+    remote = Remote.__new__(Remote)
+    remote.connection = SimpleNamespace(frames=SimpleNamespace(features=features),
+                                        start=lambda message: Conversation())
+    remote._early = None
+    return remote
+

@@ -15,7 +15,7 @@ from rdc.transfer.stats import Options
 from rdc.wire import messages as m
 
 from .conftest import scaled
-from .protocol_support import Pair, tree_state, write
+from .protocol_support import Pair, remote_answering, tree_state, write
 
 OLD = 1_600_000_000_123_456_789
 
@@ -315,22 +315,9 @@ async def test_metadata_items_name_no_path_where_they_answer_the_one_asked(
 async def test_more_unnamed_metadata_items_than_paths_asked_is_a_protocol_error() -> None:
     """An ``mlisting`` with more items that name no path than paths were asked for ends
     the request as a protocol error."""
-    from types import SimpleNamespace
-
     from rdc.errors import ProtocolError
-    from rdc.transfer.sides import Remote
 
-    class Conversation:
-        async def receive(self, kind):
-            return m.MetaListing(dirs=[None, None])
-
-        def close(self) -> None:
-            pass
-
-    remote = Remote.__new__(Remote)
-    remote.connection = SimpleNamespace(frames=SimpleNamespace(features=set()),
-                                        start=lambda message: Conversation())
-    remote._early = None
+    remote = remote_answering(m.MetaListing(dirs=[None, None]), set())
     with pytest.raises(ProtocolError, match="more unnamed"):
         await remote.metadata(["d"], 8)
 

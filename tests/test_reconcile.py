@@ -20,7 +20,7 @@ from rdc.transfer.stats import Options
 from rdc.wire import handshake
 from rdc.wire import messages as m
 
-from .protocol_support import Pair, tree_state, write
+from .protocol_support import Pair, remote_answering, tree_state, write
 
 OLD = 1_600_000_000_123_456_789
 
@@ -258,22 +258,10 @@ async def test_a_sketch_that_does_not_fit_its_paths_is_a_protocol_error(tmp_path
 async def test_sums_for_a_directory_not_sketched_are_a_protocol_error() -> None:
     """A listing that carries sums where the client sent no sketch ends the request as a
     protocol error."""
-    from types import SimpleNamespace
-
     from rdc.errors import ProtocolError
-    from rdc.transfer.sides import Remote
 
-    class Conversation:
-        async def receive(self, kind):
-            return m.Listings(dirs=[m.Listing("d", [], sums=bytes(16))])
-
-        def close(self) -> None:
-            pass
-
-    connection = SimpleNamespace(frames=SimpleNamespace(features={reconcile.SKETCH}),
-                                 start=lambda message: Conversation())
-    remote = Remote.__new__(Remote)
-    remote.connection = connection
+    remote = remote_answering(m.Listings(dirs=[m.Listing("d", [], sums=bytes(16))]),
+                              {reconcile.SKETCH})
     with pytest.raises(ProtocolError, match="not sketched"):
         await remote.listings(["d"], 8)
 
@@ -450,22 +438,10 @@ async def test_listings_name_no_path_where_they_answer_the_one_asked(
 async def test_more_unnamed_listings_than_directories_asked_is_a_protocol_error() -> None:
     """A server that answers a ``list`` of one directory with two listings that name no
     path ends the request as a protocol error, not with a listing put anywhere."""
-    from types import SimpleNamespace
-
     from rdc.errors import ProtocolError
-    from rdc.transfer.sides import Remote
 
-    class Conversation:
-        async def receive(self, kind):
-            return m.Listings(dirs=[m.Listing(None, []), m.Listing(None, [])])
-
-        def close(self) -> None:
-            pass
-
-    connection = SimpleNamespace(frames=SimpleNamespace(features={reconcile.ASKED_LISTINGS}),
-                                 start=lambda message: Conversation())
-    remote = Remote.__new__(Remote)
-    remote.connection = connection
+    remote = remote_answering(m.Listings(dirs=[m.Listing(None, []), m.Listing(None, [])]),
+                              {reconcile.ASKED_LISTINGS})
     with pytest.raises(ProtocolError, match="more unnamed"):
         await remote.listings(["d"], 8)
 

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "le_bytes.h"
+
 #define MAX_CAPACITY 64
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -35,22 +37,6 @@
 #endif
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-static inline uint32_t load32le(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
-
-static inline void store32le(uint8_t *p, uint32_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    memcpy(p, &v, 4);
-}
 
 /* ---------------------------------------------------------------- the field */
 

@@ -12,15 +12,16 @@ by how many the directory holds (`fingerprint_bytes`): most directories hold a f
 and a false "same" is caught at ``finish`` anyway, at the cost of comparing again.
 
 Between peers with the feature ``listing-sketch``, a directory of many entries goes as a
-*set sketch* instead (`sketched`): the odd power sums of its entries' 32-bit fingerprints
-in GF(2^32), 4 bytes for each entry the two sides may differ in (SKETCH_CAPACITY), whatever
-the directory holds. A directory listed because one file below it changed differs in two
-entries (that file's or subdirectory's old and new), so on a sparse edit of a large tree
-16 bytes stand for hundreds. The server adds its own sums to them, which gives the sums of
-the entries that differ; where those are at most SKETCH_CAPACITY it finds them among its
-own entries (`answer_sketch`), sends those and its sums, and the client finds its own the
-same way and checks the whole (`merge_sketch`). Where more differ, the client asks for
-that directory again with fingerprints: a round trip more for that directory alone.
+*set sketch* instead (`rdc.transfer.sides`): the odd power sums of its entries' 32-bit
+fingerprints in GF(2^32), 4 bytes for each entry the two sides may differ in
+(SKETCH_CAPACITY), whatever the directory holds. A directory listed because one file below
+it changed differs in two entries (that file's or subdirectory's old and new), so on a
+sparse edit of a large tree 16 bytes stand for hundreds. The server adds its own sums to
+them, which gives the sums of the entries that differ; where those are at most
+SKETCH_CAPACITY it finds them among its own entries (`answer_sketch`), sends those and its
+sums, and the client finds its own the same way and checks the whole (`merge_sketch`).
+Where more differ, the client asks for that directory again with fingerprints: a round
+trip more for that directory alone.
 """
 
 from __future__ import annotations
