@@ -94,6 +94,22 @@ def _without(monkeypatch, *features: str) -> None:
         f for f in handshake.FEATURES if f not in features))
 
 
+async def _three_hundred(tmp_path, verb: str) -> tuple[Path, Pair]:
+    """A directory ``many`` of 300 files, pushed; the client's index made for ``verb``:
+    a pull's knows its own tree, a push's forgets what it pushed (else it knows the
+    server's listing and asks for none)."""
+    src = tmp_path / "src"
+    for i in range(300):
+        write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
+    pair = Pair(tmp_path)
+    await pair.run("push", src)
+    if verb == "pull":
+        await pair.run("pull", src)
+    else:
+        pair.forget_client(src)
+    return src, pair
+
+
 @pytest.mark.parametrize("verb", ["push", "pull"])
 @pytest.mark.parametrize("names", ["sketch", "short", "long"])
 async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, names) -> None:
@@ -106,15 +122,7 @@ async def test_a_sync_lists_only_what_differs(tmp_path, monkeypatch, verb, names
     and a bitmap comes back, or of 6 bytes where a side lacks ``short-fingerprints``."""
     if names != "sketch":
         _without(monkeypatch, reconcile.SKETCH, *([reconcile.SHORT] if names == "long" else []))
-    src = tmp_path / "src"
-    for i in range(300):
-        write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
-    pair = Pair(tmp_path)
-    await pair.run("push", src)
-    if verb == "pull":
-        await pair.run("pull", src)  # (the client's index)
-    if verb == "push":
-        pair.forget_client(src)  # (else it knows the server's listing: no list at all)
+    src, pair = await _three_hundred(tmp_path, verb)
     source = src if verb == "push" else pair.share
     write(source / "many" / "file-123.txt", b"edited\n", OLD)
     write(source / "many" / "new.txt", b"new\n", OLD)
@@ -189,6 +197,15 @@ def test_a_sketch_gives_the_servers_listing_or_nothing(client, server, data) -> 
         assert {n: (e.kind, e.digest) for n, e in rebuilt.items()} == expected
 
 
+def test_a_fingerprint_of_zero_is_the_element_one(monkeypatch) -> None:
+    """A sketch cannot hold 0: an entry whose 32-bit fingerprint is 0 stands as 1, the
+    others as they are."""
+    entries = listed({"a": ("f", b"1"), "b": ("f", b"2")})
+    monkeypatch.setattr(reconcile, "fingerprint_list",
+                        lambda entries, size=6: [bytes(4), b"\2\0\0\7"][: len(entries)])
+    assert reconcile.elements(entries) == b"\1\0\0\0\2\0\0\7"
+
+
 def test_a_sketch_of_entries_that_share_a_fingerprint_is_not_made(monkeypatch) -> None:
     """Two entries of one side with the same 32-bit fingerprint would cancel in a sketch:
     the server answers such a directory whole, and the client sends fingerprints."""
@@ -209,15 +226,7 @@ async def test_a_directory_that_differs_in_more_than_a_sketch_holds_is_asked_aga
     """Six files edited in a directory of 300 (twelve entries differ, capacity four): the
     sketch does not decode, the client asks for that directory again with fingerprints,
     and the sync ends in step."""
-    src = tmp_path / "src"
-    for i in range(300):
-        write(src / "many" / f"file-{i:03}.txt", b"content %d\n" % i * 20, OLD + i)
-    pair = Pair(tmp_path)
-    await pair.run("push", src)
-    if verb == "pull":
-        await pair.run("pull", src)
-    else:
-        pair.forget_client(src)
+    src, pair = await _three_hundred(tmp_path, verb)
     for i in range(6):
         write((src if verb == "push" else pair.share) / "many" / f"file-{i * 40:03}.txt",
               b"edited %d\n" % i, OLD)

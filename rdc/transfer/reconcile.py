@@ -152,14 +152,13 @@ def answer(entries: list[m.Listed], have: bytes, size: int = FINGERPRINT
     return unmatched, bytes(bitmap)
 
 
+_ZERO, _ONE = bytes(4), (1).to_bytes(4, "little")
+
+
 def elements(entries: Sequence[m.Listed]) -> bytes:
     """The 32-bit fingerprints of ``entries`` as set elements (little-endian; 0, which no
     sketch can hold, becomes 1: a collision like any other)."""
-    out = bytearray(b"".join(fingerprint_list(entries, 4)))
-    for i in range(0, len(out), 4):
-        if not any(out[i : i + 4]):
-            out[i] = 1
-    return bytes(out)
+    return b"".join(fp if fp != _ZERO else _ONE for fp in fingerprint_list(entries, 4))
 
 
 def distinct(items: bytes) -> bool:
