@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from itertools import accumulate
 
 import pytest
 from hypothesis import example, given
@@ -74,6 +75,33 @@ def test_plan_rebuilds_the_new_file_exactly(size: int, changes, seed: int, short
     assert rebuild(plan, seeds, literal) == new
     assert report.literal_bytes + report.matched_bytes == len(new)
     assert report.literal_bytes <= len(new)
+    if plan.ends is not None:  # the leaf ends the target signs the rebuilt file at
+        assert plan.ends == leaf_ends_of(new)
+
+
+def leaf_ends_of(data: bytes) -> list[int]:
+    return list(accumulate(signature_of_bytes(data).tree.leaves.lengths))
+
+
+def test_an_edited_large_files_plan_knows_where_each_of_its_leaves_ends() -> None:
+    rng = random.Random(5)
+    old = rng.randbytes(600_000)
+    new = old[:100_000] + b"edit" + old[100_010:400_000] + rng.randbytes(3000) + old[400_000:]
+    plan, _, _, _ = transfer(old, new)
+    assert plan.pieces and plan.ends == leaf_ends_of(new)
+
+
+def test_leaf_ends_are_unknown_where_the_pieces_leave_a_gap_or_a_leaf_is_too_long() -> None:
+    old = random.Random(6).randbytes(100_000)
+    seeds = SeedMap([SeedFile(signature_of_bytes(old).tree, reader(old))])
+    first = leaf_ends_of(old)[0]
+    whole = [descent.Piece(0, len(old), 0, 0)]
+    assert descent.leaf_ends(whole, [], seeds, len(old)) == leaf_ends_of(old)
+    assert descent.leaf_ends(whole, [], seeds, len(old) + 1) is None  # short of the size
+    assert descent.leaf_ends([descent.Piece(0, first, 0, 0)], [(1, first + 1, 10, b"")],
+                             seeds, first + 11) is None  # a byte between them
+    assert descent.leaf_ends([descent.Piece(0, 100, 0, 1)], [], seeds, 100) is None  # no leaf
+    assert descent.leaf_ends([], [(0, 0, 20_000, b"")], seeds, 20_000) is None  # too long
 
 
 def transfer_seeded(new: bytes, *olds: bytes):

@@ -185,6 +185,45 @@ def test_stream_signer_hashes_each_piece_as_signature_of_bytes(
     assert signer.finish() == signature_of_bytes(data, params)
 
 
+def fed(signer, data: bytes, pieces: list[int]):
+    at = 0
+    while at < len(data):
+        n = pieces[at % len(pieces)]
+        signer.feed(data[at : at + n])
+        at += n
+    return signer.finish()
+
+
+@given(kinds, st.integers(1, scaled(60_000, 10_000)), st.lists(st.integers(1, 9000), min_size=1),
+       st.integers(0, 2**32))
+def test_a_stream_signed_at_known_leaf_ends_has_its_signature_and_other_ends_another_root(
+    kind: str, size: int, pieces: list[int], seed: int
+) -> None:
+    """Told the leaf ends (a delta's target knows them from the source's tree), the signer
+    hashes there without chunking: the same signature. Told other ends, or fed more or
+    fewer bytes than they cover, it makes another root (a file that is not taken), never
+    an error."""
+    from rdc.content.chunking import boundaries
+    from rdc.content.stream import StreamSigner
+
+    params = SignatureParams(chunks=SMALL)
+    data = data_of(kind, size, random.Random(size))
+    ends = boundaries(data, SMALL)
+    expected = signature_of_bytes(data, params)
+    assert fed(StreamSigner(params, ends=ends), data, pieces) == expected
+    rng = random.Random(seed)
+    moved = list(ends)
+    k = rng.randrange(len(moved))
+    low = moved[k - 1] + 1 if k else 1
+    if moved[k] - 1 >= low:  # an end one byte or more earlier (as long as a leaf is left)
+        moved[k] = rng.randrange(low, moved[k])
+        assert fed(StreamSigner(params, ends=moved), data, pieces).root != expected.root
+    cut = rng.randrange(len(data))
+    assert fed(StreamSigner(params, ends=ends), data[:cut], pieces).root != expected.root
+    longer = data + b"x"
+    assert fed(StreamSigner(params, ends=ends), longer, pieces).root != expected.root
+
+
 @given(kinds, st.integers(0, scaled(60_000, 10_000)), st.lists(st.integers(1, 9000), min_size=1),
        st.sampled_from([bytes, bytearray, memoryview]))
 def test_a_signing_thread_signs_as_the_stream_signer_even_if_the_pieces_change_after(

@@ -407,8 +407,10 @@ def test_a_large_rebuilt_file_signs_on_a_thread_of_its_own_to_the_same_root(
     tmp_path, monkeypatch
 ) -> None:
     """Past SIGN_APART bytes a temporary is signed on a thread beside its writes; the
-    signature is that of the bytes written, and an abandoned one stops its thread."""
+    signature is that of the bytes written, also where the leaf ends were given (a
+    delta's), and an abandoned one stops its thread."""
     import threading
+    from itertools import accumulate
 
     from rdc.content.signature import signature_of_bytes
     from rdc.content.stream import SigningThread
@@ -417,19 +419,26 @@ def test_a_large_rebuilt_file_signs_on_a_thread_of_its_own_to_the_same_root(
     monkeypatch.setattr(target, "SIGN_APART", 50_000)
     replica = make(tmp_path)
     data = random.Random(3).randbytes(300_000)
+    expected = signature_of_bytes(data)
     kept = target._Assembly(replica, "big.bin")
+    known = target._Assembly(replica, "known.bin")
+    known.expect_ends(list(accumulate(expected.tree.leaves.lengths)))
     dropped = target._Assembly(replica, "other.bin")
     try:
         for at in range(0, len(data), 7_000):
             piece = bytearray(data[at : at + 7_000])
             kept.write(piece)
+            known.write(piece)
             dropped.write(memoryview(piece))
+            known.expect_ends([len(data)])  # (too late: ignored once bytes are written)
             piece[:] = bytes(len(piece))
         assert isinstance(kept.signer, SigningThread)
         dropped.abort()
-        assert kept.signer.finish() == signature_of_bytes(data)
+        assert kept.signer.finish() == expected
+        assert known.signer.finish() == expected
     finally:
         kept.abort()
+        known.abort()
         replica.close()
     assert not [t for t in threading.enumerate() if t.name == "rdc-sign"]
 

@@ -6,6 +6,7 @@ The algorithm (sequential winnowing with a lead-byte filter) is specified in
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -25,6 +26,37 @@ class Chunk(NamedTuple):
 def scanner_for(params: ChunkParams, filter: bool = True) -> _native.Scanner:
     """A scanner of one stream, cutting with ``params``."""
     return _native.Scanner(params.window, params.min_size, params.max_size, filter)
+
+
+class KnownCuts:
+    """A scanner (as `scanner_for`'s) that cuts where it is told, not by content: the
+    target of a delta knows the new file's leaf ends from the source's tree, and hashing
+    the leaves it writes there checks the file for half the cost of chunking it again
+    (a 256 MiB file: 0.09 s against 0.18 s). ``ends``: increasing stream offsets. A
+    stream that ends elsewhere gets a cut at its end, and a gap longer than ``max_size``
+    (which a streaming signer relies on never seeing) more cuts, so its root cannot
+    match."""
+
+    def __init__(self, ends: list[int], max_size: int) -> None:
+        at, kept = 0, []
+        for end in ends:
+            kept += range(at + max_size, end, max_size)  # (none unless the gap is too long)
+            kept.append(end)
+            at = end
+        self._ends = kept
+        self._next = 0  # index of the first end not yet given
+        self.last_cut = 0
+
+    def scan(self, data: Buffer, base: int, final: bool) -> list[int]:
+        end = base + len(data)
+        stop = bisect.bisect_right(self._ends, end, self._next)
+        cuts = self._ends[self._next : stop]
+        self._next = stop
+        if final and end > (cuts[-1] if cuts else self.last_cut):
+            cuts.append(end)
+        if cuts:
+            self.last_cut = cuts[-1]
+        return cuts
 
 
 def boundaries(data: Buffer, params: ChunkParams = DEFAULT_CHUNKS) -> list[int]:

@@ -8,7 +8,7 @@ import threading
 from array import array
 
 from rdc import _native
-from rdc.content.chunking import Buffer, scanner_for
+from rdc.content.chunking import Buffer, KnownCuts, scanner_for
 from rdc.content.signature import FileSignature, sketch_for
 from rdc.content.tree import Level, build_tree
 from rdc.params import DEFAULT_SIGNATURE, SKETCH_MIN_LEAVES, SignatureParams
@@ -22,9 +22,13 @@ class StreamSigner:
     40% of its signing time). Holds the first few chunks too, which a small file's sketch
     needs."""
 
-    def __init__(self, params: SignatureParams = DEFAULT_SIGNATURE) -> None:
+    def __init__(self, params: SignatureParams = DEFAULT_SIGNATURE,
+                 ends: list[int] | None = None) -> None:
+        """``ends``: where the leaves end, if known (`KnownCuts`)."""
         self.params = params
-        self._scanner = scanner_for(params.chunks)
+        self._scanner: _native.Scanner | KnownCuts = (
+            scanner_for(params.chunks) if ends is None
+            else KnownCuts(ends, params.chunks.max_size))
         self._max = params.chunks.max_size
         self._tail = bytearray()  # the stream from the last cut on
         self._hashes = bytearray()

@@ -18,12 +18,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
 from rdc.content import refine, subchunks
 from rdc.content.entries import pack_varints, prefixes, unpack_varints
 from rdc.content.signature import chunk_hash, signature_of_bytes
 from rdc.content.tree import HASH_BYTES, Tree
 from rdc.params import (
+    DEFAULT_CHUNKS,
     FINE_PARAMS,
     MAX_CHUNK_LIMIT,
     MID_PARAMS,
@@ -180,6 +182,7 @@ class Plan:
     checks: list[tuple[int, int, int, bytes]] = field(default_factory=list)
     root: bytes = b""  # the offered root, which the rebuilt file must have
     size: int = 0
+    ends: list[int] | None = None  # where the new file's leaves end, if known (`leaf_ends`)
 
     def matched_bytes(self) -> int:
         return sum(p.length for p in self.pieces if p.seed >= 0)
@@ -400,6 +403,7 @@ def target_descent(
         frontier = next_frontier
     known.sort(key=lambda p: p.offset)
     unknown.sort(key=lambda u: u[1])
+    ends = leaf_ends(known, unknown, seeds, offer.size)
     pieces = list(known)
 
     # Unknown leaves: the larger ones are split into mids, looked up in the seed region
@@ -484,7 +488,44 @@ def target_descent(
     for i, item in enumerate(items):
         pieces.append(Piece(leaf_at[item.leaf] + item.start, item.length, item=i))
     pieces.sort(key=lambda p: p.offset)
-    return Plan(pieces=pieces, fetch=items, checks=checks, root=offer.root, size=offer.size)
+    return Plan(pieces=pieces, fetch=items, checks=checks, root=offer.root, size=offer.size,
+                ends=ends)
+
+
+def leaf_ends(known: list[Piece], unknown: list[tuple[int, int, int, bytes]], seeds: SeedMap,
+              size: int) -> list[int] | None:
+    """Where the new file's leaves end, from what the descent found: a node found in a
+    seed holds that seed's leaves (equal hashes, equal children), an unknown leaf is one.
+    ``known`` and ``unknown`` (by offset) tile the file; None where they do not, or a leaf
+    is longer than the chunker makes them (then the file is chunked to be checked)."""
+    ends: list[int] = []
+    seed_ends: dict[int, list[int]] = {}
+    spans = sorted([(p.offset, p.length, p.seed, p.seed_offset) for p in known]
+                   + [(offset, length, -1, 0) for _, offset, length, _ in unknown])
+    at = 0
+    for offset, length, seed, seed_offset in spans:
+        if offset != at or length <= 0:
+            return None
+        if seed < 0:
+            ends.append(offset + length)
+        else:
+            if seed not in seed_ends:
+                seed_ends[seed] = list(accumulate(seeds.seeds[seed].tree.leaves.lengths))
+            inside = seed_ends[seed]
+            first = bisect.bisect_right(inside, seed_offset)
+            last = bisect.bisect_right(inside, seed_offset + length)
+            begins = inside[first - 1] if first else 0
+            if first == last or begins != seed_offset or inside[last - 1] != seed_offset + length:
+                return None
+            shift = offset - seed_offset
+            ends += [end + shift for end in inside[first:last]]
+        at = offset + length
+    if at != size or not ends:
+        return None
+    limit = DEFAULT_CHUNKS.max_size
+    if any(b - a > limit for a, b in zip([0, *ends], ends, strict=False)):
+        return None
+    return ends
 
 
 def _fine_lists(

@@ -76,6 +76,13 @@ class _Assembly:
         self.signer.feed(data)
         self.written += len(data)
 
+    def expect_ends(self, ends: list[int] | None) -> None:
+        """Sign at the leaf ends the descent found (`rdc.content.chunking.KnownCuts`):
+        before anything is written. If they are wrong, so is the root, and the file is
+        not taken."""
+        if ends is not None and self.written == 0:
+            self.signer = StreamSigner(ends=ends)
+
     def copy(self, runs: list[tuple[Callable[[int, int], bytes], int, int]]) -> None:
         for read, offset, length in runs:
             while length:
@@ -185,6 +192,7 @@ async def _rebuild(
         plan = await _descend(conversation, offer, seeds)
         if not plan.whole:
             assembly, first = first, None
+            assembly.expect_ends(plan.ends)
             try:
                 extra, copied = await _assemble(conversation, assembly, plan, seeds)
                 if await _commit(replica, assembly, path, offer, check, final=False,
