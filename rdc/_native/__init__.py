@@ -1,9 +1,9 @@
 """The one place that picks the native implementations: the chunker, the chunk hashes, the
-sketch, tree grouping and packing of signatures, a small buffer's whole signature in one
-call (and many small files' in another), the refinement encoder, the directory listing of
-walks, a metadata vector's modes and times, a batch's temporary files, trees of entries
-(a walk's entries made, a kept tree unpacked, directories sealed and stamped), and the set
-sketch that reconciles two sets of fingerprints (sums, locator, roots).
+sketch, tree grouping and packing (and unpacking) of signatures, a small buffer's whole
+signature in one call (and many small files' in another), the refinement encoder, the
+directory listing of walks, a metadata vector's modes and times, a batch's temporary files,
+trees of entries (a walk's entries made, a kept tree unpacked, directories sealed and
+stamped), and the set sketch that reconciles two sets of fingerprints (sums, locator, roots).
 
 The compiled modules are required unless ``RDC_PUREPYTHON=1`` forces the pure-Python
 references: a broken build must fail loudly, not hide behind a 100x slower fallback.
@@ -39,6 +39,7 @@ if PURE_PYTHON:
     sign_files = None  # (files are then read and signed one at a time)
     set_meta = None  # (entries are then set one at a time)
     pack_tree = None  # (rdc.content.tree packs in Python)
+    unpack_level = None  # (and unpacks in Python)
     make_temps = None  # (temporaries are then made one at a time)
     install_new = None  # (and installed one at a time)
     make_dirs = None  # (directories are then made one at a time)
@@ -69,6 +70,7 @@ else:
             sketch,
             trait_buckets,
             trait_candidates,
+            unpack_level,
         )
         from rdc._native._temps import install_new, make_dirs, make_temps, start_writeback
     except ImportError as exc:  # pragma: no cover - exercised by a broken install
@@ -118,5 +120,6 @@ __all__ = [
     "start_writeback",
     "trait_buckets",
     "trait_candidates",
+    "unpack_level",
     "unpack_sealed",
 ]

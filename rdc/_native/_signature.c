@@ -367,6 +367,81 @@ done:
     return result;
 }
 
+/* A count or position argument as a Py_ssize_t; one past the range clips (and is then
+ * refused by the caller's range check) rather than raising OverflowError. */
+static int ssize_arg(PyObject *obj, Py_ssize_t *out) {
+    *out = PyNumber_AsSsize_t(obj, NULL);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* unpack_level(data, pos, count) -> (hashes, lengths, end): count entries (32-byte hash,
+ * varint length) of a packed tree level from data[pos:], as rdc.content.tree's Python
+ * loop reads them: the varints as read_varint does (at most 10 bytes), a length over 64
+ * bits an OverflowError as array('Q') gives there, anything cut short a ValueError. */
+static PyObject *py_unpack_level(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer data;
+    PyObject *pos_obj, *count_obj;
+    if (!PyArg_ParseTuple(args, "y*OO", &data, &pos_obj, &count_obj)) return NULL;
+    PyObject *hashes = NULL, *lengths = NULL, *result = NULL;
+    uint64_t *values = NULL;
+    Py_ssize_t pos, count;
+    if (ssize_arg(pos_obj, &pos) < 0 || ssize_arg(count_obj, &count) < 0) goto done;
+    if (pos < 0 || pos > data.len || count < 0 ||
+        count > (data.len - pos) / (RDC_HASH_BYTES + 1)) {
+        PyErr_Format(PyExc_ValueError,
+                     "level of %zd entries at %zd does not fit %zd bytes of data", count, pos,
+                     data.len);
+        goto done;
+    }
+    hashes = PyBytes_FromStringAndSize(NULL, count * RDC_HASH_BYTES);
+    values = PyMem_Malloc((count ? (size_t)count : 1) * sizeof *values);
+    if (!hashes || !values) {
+        if (hashes) PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *in = data.buf;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(hashes);
+    size_t at = (size_t)pos, len = (size_t)data.len;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (len - at < RDC_HASH_BYTES) goto cut_short;
+        memcpy(out + (size_t)i * RDC_HASH_BYTES, in + at, RDC_HASH_BYTES);
+        at += RDC_HASH_BYTES;
+        uint64_t value = 0;
+        for (unsigned int shift = 0;; shift += 7) {
+            if (at >= len) goto cut_short;
+            if (shift > 63) {
+                PyErr_Format(PyExc_ValueError, "overlong varint (over 10 bytes) at %zu", at);
+                goto done;
+            }
+            uint8_t byte = in[at++];
+            value |= (uint64_t)(byte & 0x7F) << shift;
+            if (byte < 0x80) {
+                if (shift == 63 && byte > 1) {
+                    PyErr_Format(PyExc_OverflowError, "varint over 64 bits ending at %zu", at);
+                    goto done;
+                }
+                break;
+            }
+        }
+        values[i] = value;
+    }
+    lengths = PyObject_CallFunction(array_type, "sy#", "Q", (const char *)values,
+                                    (Py_ssize_t)((size_t)count * sizeof *values));
+    if (!lengths) goto done;
+    result = Py_BuildValue("(OOn)", hashes, lengths, (Py_ssize_t)at);
+    goto done;
+cut_short:
+    PyErr_Format(PyExc_ValueError, "level of %zd entries at %zd cut short at byte %zu", count,
+                 pos, at);
+done:
+    Py_XDECREF(hashes);
+    Py_XDECREF(lengths);
+    PyMem_Free(values);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"sketch", py_sketch, METH_O, "sketch(hashes) -> 12 trait bytes, or None for no hashes"},
     {"group_cuts", py_group_cuts, METH_VARARGS,
@@ -377,6 +452,9 @@ static PyMethodDef module_methods[] = {
     {"pack_tree", py_pack_tree, METH_VARARGS,
      "pack_tree(head, levels) -> head, then the levels (each with .hashes and .lengths) "
      "packed as docs/formats.md section 2 says"},
+    {"unpack_level", py_unpack_level, METH_VARARGS,
+     "unpack_level(data, pos, count) -> (hashes, array('Q') of lengths, end position): "
+     "count entries (32-byte hash, varint length) of a packed tree level at data[pos:]"},
     {"salts", py_salts, METH_NOARGS, "salts() -> (SALT_H, SALT_G) as compiled in"},
     {"trait_candidates", py_trait_candidates, METH_VARARGS,
      "trait_candidates(lists, max_id, threshold, limit, exclude) -> [(id, count)], best "

@@ -23,3 +23,7 @@ def trait_candidates(
     lists: list[Buffer], max_id: int, threshold: int, limit: int, exclude: int
 ) -> list[tuple[int, int]]:
     """Ids in at least ``threshold`` of the uint32 id lists, best first (count, then id)."""
+
+def unpack_level(data: Buffer, pos: int, count: int) -> tuple[bytes, array, int]:
+    """``count`` entries (32-byte hash, varint length) of a packed tree level at
+    ``data[pos:]``: their hashes, their lengths (array('Q')), the position after them."""
