@@ -488,6 +488,8 @@ def shared_bench() -> Path:
 
 @contextlib.contextmanager
 def workdir(base: str | None, keep: bool) -> Iterator[Path]:
+    if base is not None:
+        Path(base).mkdir(parents=True, exist_ok=True)  # (--work names where to put it)
     path = Path(tempfile.mkdtemp(prefix="rdc-sync-bench-", dir=base))
     try:
         yield path
