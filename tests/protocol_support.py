@@ -18,7 +18,7 @@ from rdc.local.ignore import Excludes
 from rdc.local.replica import Replica
 from rdc.transfer import oneway, twoway
 from rdc.transfer.serving import ServerSession
-from rdc.transfer.sides import Remote
+from rdc.transfer.sides import Changed, Remote
 from rdc.transfer.stats import Options, Stats
 from rdc.wire.connection import Connection, unwrap_group
 from rdc.wire.frames import CountingStream, FrameStream
@@ -172,5 +172,6 @@ def remote_answering(answer: object, features: set[str]) -> Remote:
     remote.connection = SimpleNamespace(frames=SimpleNamespace(features=features),
                                         start=lambda message: Conversation())
     remote._early = None
+    remote._changed = Changed()
     return remote
 

@@ -90,7 +90,7 @@ class Slow(Local):
         self.out = self.most = 0
         self.events: list[tuple[str, str]] = []
 
-    async def listings(self, paths, hb, meta=False, sizes=False, have=None):
+    async def listings(self, paths, hb, meta=False, sizes=False, have=None, later=None):
         self.out += 1
         self.most = max(self.most, self.out)
         self.events += [("asked", path) for path in paths]
@@ -120,10 +120,50 @@ def test_listings_overlap_and_a_subdirectory_is_asked_for_before_its_level_is_do
         ("answered", "d099"))
 
 
+class Deferring(Local):
+    """A target that answers for ``deferred`` only when asked a second time (as a remote
+    side whose sketch of it did not decode), naming it in ``later`` the first time."""
+
+    def __init__(self, tree: Entry, deferred: str) -> None:
+        super().__init__(None, tree)  # type: ignore[arg-type]
+        self.deferred = deferred
+        self.asked: list[str] = []
+
+    async def listings(self, paths, hb, meta=False, sizes=False, have=None, later=None):
+        self.asked += paths
+        got = await super().listings(paths, hb, meta, sizes, have)
+        if self.deferred in paths and self.asked.count(self.deferred) == 1:
+            assert later is not None
+            later.append(self.deferred)
+            del got[self.deferred]
+        elif self.deferred in paths:
+            await trio.sleep(0.3)  # (a slow second answer)
+            self.asked.append("(answered again)")
+        return got
+
+
+def test_a_directory_asked_for_again_holds_up_only_its_own_subdirectories() -> None:
+    """A directory the remote side must be asked for again (its sketch did not decode)
+    is, at once; the others of its batch go on meanwhile, and the changes are those of
+    the whole walk."""
+    shape = {f"d{i:03d}": {"x": {"y": {"f": b"a"}}} for i in range(5)}
+    other = {f"d{i:03d}": {"x": {"y": {"f": b"b"}}} for i in range(5)}
+    source, target = tree_of(shape), Deferring(tree_of(other), "d002")
+
+    async def main() -> compare.Changes:
+        return await compare.compare(Local(None, source), target, HB)  # type: ignore[arg-type]
+
+    got = trio.run(main)
+    assert fields(got) == fields(level_by_level(source, target.tree))
+    assert target.asked.count("d002") == 2
+    assert target.asked.index("d000/x/y") < target.asked.index("(answered again)")
+    assert target.asked.index("(answered again)") < target.asked.index("d002/x")
+
+
 class Failing(Local):
     """A target whose listings of one directory fail as a lost connection would."""
 
-    async def listings(self, paths, hb, meta=False, sizes=False, have=None):
+    async def listings(self, paths, hb, meta=False, sizes=False, have=None, later=None):
         await trio.sleep(0)
         if "d003" in paths:
             raise ProtocolError(message="listing: a broken answer")

@@ -528,3 +528,35 @@ async def test_a_listing_taken_from_the_last_tree_by_a_false_match_is_caught_by_
     assert stats.in_step and not stats.failed and stats.files_transferred == 1
     assert tree_state(pair.share) == tree_state(src)
     pair.close()
+
+
+def test_a_subdirectory_is_sketched_unless_its_parent_or_the_walk_so_far_says_it_differs_much(
+) -> None:
+    """`Changed` guesses from the share of files that differed in the parent (else in
+    every directory so far) whether a sketch of a directory would fail: twice that share
+    of its entries (an edited file is two elements) over the capacity. Large directories
+    are sketched whatever the guess (their fingerprints would cost more where it is
+    wrong); one whose sketch failed already never is."""
+    from rdc.transfer.sides import GUESS_UP_TO, Changed
+
+    def files(n: int, changed: int, salt: bytes = b"") -> tuple[dict, dict]:
+        mine = {e.name: e for e in listed({f"f{i}": ("f", b"old%d" % i + salt)
+                                            for i in range(n)})}
+        theirs = dict(mine)
+        for i in range(changed):
+            theirs[f"f{i}"] = dataclasses.replace(mine[f"f{i}"], digest=b"new%d" % i)
+        return mine, theirs
+
+    changed = Changed()
+    assert not changed.likely_past_capacity("a/b", 20)  # nothing known yet
+    changed.note("a", *files(10, 3))  # 30% of a's files differ
+    changed.note("q", *files(2, 2))  # too few files to judge q by
+    assert "q" not in changed.share and changed.share["a"] == pytest.approx(0.3)
+    assert changed.likely_past_capacity("a/b", 20)  # 2 * 0.3 * 20 = 12 > 4
+    assert not changed.likely_past_capacity("a/b", 6)  # 3.6
+    assert not changed.likely_past_capacity("a/b", GUESS_UP_TO + 1)
+    assert not changed.likely_past_capacity("q/r", 20)  # by the walk: 5 of 12 files, but
+    changed.note("z", *files(30, 0))  # too few files seen to go by that yet
+    assert changed.likely_past_capacity("q/r", 20) == (2 * 5 / 42 * 20 > 4)
+    changed.failed.add("big")
+    assert changed.likely_past_capacity("big", 10_000)
