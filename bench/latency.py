@@ -38,8 +38,8 @@ from pathlib import Path
 from sync_vs_rsync import fastest, scattered_tree, shared_bench, show, workdir
 from syncbench.delay import DelayProxy
 from syncbench.model import Case, Run
-from syncbench.rdcrun import Rdc, Server
-from syncbench.report import num, ratio, table
+from syncbench.rdcrun import Rdc, Server, rdc_binary
+from syncbench.report import num, print_closing, ratio, table
 from syncbench.rsyncrun import BenchError, rsync_once
 from syncbench.trees import discard, keep_deletions_for_the_end
 
@@ -192,10 +192,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    rdc_bin = shutil.which("rdc", path=f"{Path(sys.executable).parent}{os.pathsep}"
-                                       f"{os.environ.get('PATH', '')}")
-    if rdc_bin is None:
-        raise SystemExit("needs rdc (pip install -e .)")
+    rdc_bin = rdc_binary()
     if shutil.which("rsync") is None:
         raise SystemExit("needs rsync on PATH")
     if not os.access(args.localsh, os.X_OK):
@@ -236,13 +233,7 @@ def main() -> None:
           "many round trips it waited for one after the other).")
     for name, runs in results.items():
         print_table(name, runs)
-    end_load = os.getloadavg()
-    print(f"\nload average at the start {load[0]:.2f}, at the end {end_load[0]:.2f}; "
-          f"{time.monotonic() - started:.0f} s")
-    for line in log:
-        print(f"problem: {line}")
-    if not log:
-        print("all receivers equal their senders (paths, contents, modes, mtimes)")
+    end_load = print_closing(load, started, log)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({

@@ -65,8 +65,8 @@ from pathlib import Path
 from syncbench import measure
 from syncbench.deltas import DeltaBound
 from syncbench.model import Case, Run
-from syncbench.rdcrun import Rdc, Server
-from syncbench.report import print_report, ratio
+from syncbench.rdcrun import Rdc, Server, rdc_binary
+from syncbench.report import print_closing, print_report, ratio
 from syncbench.rsyncrun import BenchError, rsync_once, rsync_step
 from syncbench.tally import FrameTally
 from syncbench.trees import (
@@ -547,10 +547,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    rdc_bin = shutil.which("rdc", path=f"{Path(sys.executable).parent}{os.pathsep}"
-                                       f"{os.environ.get('PATH', '')}")
-    if rdc_bin is None:
-        raise SystemExit("needs rdc (pip install -e .)")
+    rdc_bin = rdc_binary()
     for tool in ("rsync", "tar", *(["xdelta3"] if args.bound != "none" else []),
                  *(["zstd"] if args.bound == "all" else [])):
         if shutil.which(tool) is None:
@@ -613,13 +610,8 @@ def main() -> None:
                 if idle["verify"] != "ok":
                     log.append(f"idle server: receiver differs: {idle['verify']}")
     print_report(results, idle)
-    end_load = os.getloadavg()
-    print(f"\nload average at the start {load[0]:.2f}, at the end {end_load[0]:.2f} (other "
-          f"work on the machine slows both tools' timings); {time.monotonic() - started:.0f} s")
-    for line in log:
-        print(f"problem: {line}")
-    if not log:
-        print("all receivers equal their senders (paths, contents, modes, mtimes)")
+    end_load = print_closing(load, started, log, " (other work on the machine slows both "
+                             "tools' timings)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({

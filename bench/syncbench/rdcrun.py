@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -221,3 +223,13 @@ class Rdc:
         assert warm_cache is not None
         self.command(dry_run[0], dry_run[1:], warm_cache)
         return warm_cache
+
+
+def rdc_binary() -> str:
+    """The ``rdc`` command beside this Python (a virtual environment's), else on PATH;
+    SystemExit without one."""
+    found = shutil.which("rdc", path=f"{Path(sys.executable).parent}{os.pathsep}"
+                                     f"{os.environ.get('PATH', '')}")
+    if found is None:
+        raise SystemExit("needs rdc (pip install -e .)")
+    return found

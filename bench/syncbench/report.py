@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 MB = 1e6
 
 
@@ -142,3 +145,18 @@ def print_report(results: dict[str, dict], idle: dict | None) -> None:
     if idle:
         print("\n## Idle server\n")
         print("\n".join(idle_lines(idle)))
+
+
+def print_closing(load: tuple[float, float, float], started: float, log: list[str],
+                  note: str = "") -> tuple[float, float, float]:
+    """The last lines of a bench's report: the load average at both ends (``note`` after
+    it), the time it took, and its problems or that every receiver was right. Returns
+    the load average at the end."""
+    end = os.getloadavg()
+    print(f"\nload average at the start {load[0]:.2f}, at the end {end[0]:.2f}{note}; "
+          f"{time.monotonic() - started:.0f} s")
+    for line in log:
+        print(f"problem: {line}")
+    if not log:
+        print("all receivers equal their senders (paths, contents, modes, mtimes)")
+    return end
