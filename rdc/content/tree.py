@@ -161,13 +161,11 @@ def unpack_tree(blob: bytes, params: GroupParams = DEFAULT_GROUPS) -> Tree:
         levels = []
         for _ in range(count):
             n, pos = read_varint(data, pos)
-            if n > (len(data) - pos) // (HASH_BYTES + 1):
-                raise TreeFormatError("level longer than the data")
-            hashes, lengths, pos = unpack_level(data, pos, n)
-            levels.append(Level(hashes, lengths))
-    except (ValueError, OverflowError) as exc:  # a varint cut short or too long: damage
-        if isinstance(exc, TreeFormatError):
-            raise
+            hashes, lengths, pos = unpack_level(data, pos, n)  # (a count past the data,
+            levels.append(Level(hashes, lengths))              # ValueError there too)
+    except TreeFormatError:
+        raise
+    except (ValueError, OverflowError) as exc:  # cut short, too long, past the data: damage
         raise TreeFormatError(f"a packed tree that does not parse: {exc}") from None
     if pos != len(data):
         raise TreeFormatError("trailing bytes after the tree")
