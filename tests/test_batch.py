@@ -884,3 +884,16 @@ async def test_a_source_refuses_deltas_of_more_than_a_batch_holds(
     stats = await pair.run("pull", dst)
     assert stats.in_step and tree_state(dst) == tree_state(pair.share)
     pair.close()
+
+
+def test_batches_in_flight_cover_a_slow_links_round_trips() -> None:
+    """A fast link keeps the floor (the target's writers are the limit); a slower one more,
+    enough for two round trips at the target's rate; never past the memory bound."""
+    rtts = [0.0, 0.001, 0.01, 0.05, 0.1, 0.2, 0.5, 5.0]
+    counts = [batch.batches_in_flight(rtt) for rtt in rtts]
+    assert counts[:4] == [batch.BATCHES_IN_FLIGHT] * 4
+    assert counts == sorted(counts)
+    assert counts[-1] == batch.MOST_BATCHES_IN_FLIGHT
+    at_200ms = batch.batches_in_flight(0.2)
+    assert batch.BATCHES_IN_FLIGHT < at_200ms < batch.MOST_BATCHES_IN_FLIGHT
+    assert at_200ms * batch.BATCH_BYTES >= 2 * 0.2 * batch.TARGET_RATE

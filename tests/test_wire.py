@@ -852,3 +852,26 @@ async def test_a_client_drops_its_zstd_contexts_when_the_connection_ends(autojum
         assert (await peer.receive())[0]["t"] == "ping"
         assert frames._decompressor is not None
     assert frames._decompressor is None and frames._compressor is None
+
+
+async def test_the_client_measures_the_handshake_round_trip() -> None:
+    """``rtt`` is the time from the hello sent to the welcome received (what sizes a
+    sender's batches in flight), at least the server's delay in answering; 0 before."""
+    from rdc.params import FORMAT
+    from rdc.wire import handshake
+
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    frames = FrameStream(client_stream)
+    assert frames.rtt == 0.0
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            server = FrameStream(server_stream)
+            await server.receive()
+            await trio.sleep(0.05)
+            await server.send([m.encode(m.Welcome(proto=2, agent="x", features=[],
+                                                  format=FORMAT))])
+
+        nursery.start_soon(serve)
+        await handshake.client_handshake(frames, "t")
+    assert 0.05 <= frames.rtt < 10

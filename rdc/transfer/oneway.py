@@ -31,6 +31,7 @@ from rdc.transfer import guards, metadata
 from rdc.transfer.batch import (
     Files,
     batches,
+    batches_in_flight,
     pull_batch,
     push_batch,
     takes_deltas,
@@ -51,9 +52,6 @@ from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.transfer.tally import files_of, settle_in_step, settle_one_way
 from rdc.wire import messages as m
 from rdc.wire.connection import Connection, Conversation, unwrap_group
-
-# Batches of small files in flight at once (each up to BATCH_FILES files).
-BATCHES_IN_FLIGHT = 4
 
 
 def request_open(connection: Connection, share: str, path: str, write: bool,
@@ -321,7 +319,7 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
     groups, alone = batches(files, sizes, takes_deltas(connection),
                             takes_large_deltas(connection))
     limiter = trio.CapacityLimiter(options.concurrency)
-    batch_limiter = trio.CapacityLimiter(BATCHES_IN_FLIGHT)
+    batch_limiter = trio.CapacityLimiter(batches_in_flight(connection.frames.rtt))
 
     async def one(path: str, there: bytes | None) -> None:
         if ready is not None:

@@ -91,6 +91,9 @@ class FrameStream:
         self.stream = stream
         self.compress = False  # switched on after the handshake if both sides agree
         self.features: frozenset[str] = frozenset()  # both sides have them (the handshake)
+        # Seconds from the hello sent to the welcome received: the link's round trip as the
+        # client measured it (0 on a server, and before the handshake).
+        self.rtt = 0.0
         self.level = level  # None: LEVEL, then BULK_LEVEL past BULK_FROM
         # The largest frame accepted: a server lowers it until the peer has authenticated.
         self.max_receive = MAX_FRAME

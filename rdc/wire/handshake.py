@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -69,6 +70,7 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
     """Say hello; return the server's welcome. Compression is switched on if both sides
     have it (and ``compress``)."""
     features = [f for f in FEATURES if compress or f != "zstd"]
+    said = time.monotonic()
     await _send(frames, m.Hello(proto=(PROTOCOL_MIN, PROTOCOL_MAX), agent=agent(),
                                 features=features, token=token, format=FORMAT))
     try:
@@ -77,6 +79,7 @@ async def client_handshake(frames: FrameStream, token: str, compress: bool = Tru
         raise ConnectionFailed(
             message="the server closed the connection during the handshake"
         ) from None
+    frames.rtt = time.monotonic() - said
     if not PROTOCOL_MIN <= welcome.proto <= PROTOCOL_MAX:
         raise ProtocolError(message=f"the server chose protocol {welcome.proto}")
     vouched = not welcome.format and "same-format" in welcome.features
