@@ -862,3 +862,60 @@ async def test_a_first_copy_asks_the_servers_metadata_while_it_seals_its_own_tre
         assert "meta ops" not in events
     else:
         assert events.index("meta ops") < events.index("mlist ['']")
+
+
+@pytest.mark.parametrize("retimed", ["every entry", "one deep directory"])
+async def test_a_push_asks_the_metadata_levels_below_a_widespread_change_at_once(
+        tmp_path, monkeypatch, retimed: str) -> None:
+    """Where most of a directory's subdirectories differ in metadata (a new release: every
+    time changed), the push's walk asks for the levels the server would split all in its
+    next request (`metadata._split_below`), not one round trip each: fewer ``mlist``
+    rounds, the same vectors sent, the same tree. Where only one deep directory differs,
+    the walk follows it level by level as before, and what it asked ahead for the others
+    is left unused."""
+    from rdc.transfer import ops as ops_module
+    from rdc.wire.connection import Connection
+
+    monkeypatch.setattr(ops_module, "WHOLE_META", 3)  # (so a small tree splits, both ends)
+    monkeypatch.setattr(metadata, "WHOLE_META", 3)
+    src = tmp_path / "src"
+    for a in range(3):
+        for b in range(3):
+            for c in range(2):
+                write(src / f"a{a}" / f"b{b}" / f"c{c}" / "f.txt", b"%d%d%d" % (a, b, c),
+                      OLD + 10 * a + b)
+    rounds: list[list[str]] = []
+    start = Connection.start
+
+    def recording_start(self, message):
+        if isinstance(message, m.MetaList):
+            rounds.append(list(message.paths))
+        return start(self, message)
+
+    monkeypatch.setattr(Connection, "start", recording_start)
+    sent_by: dict[int, list[str]] = {}
+    rounds_by: dict[int, int] = {}
+    for ahead in (0, metadata.AHEAD_MAX):
+        monkeypatch.setattr(metadata, "AHEAD_MAX", ahead)
+        (tmp_path / f"pair{ahead}").mkdir()
+        pair = Pair(tmp_path / f"pair{ahead}")
+        await pair.run("push", src)
+        stamp = OLD + 1_000_000 * (ahead + 1)
+        retime = ([p for p in sorted(src.rglob("*"))] if retimed == "every entry"
+                  else [src / "a1" / "b2" / "c0" / "f.txt"])
+        for path in reversed(retime):  # (a directory after what is in it)
+            os.utime(path, ns=(stamp, stamp))
+        rounds.clear()
+        _, sent = recorded_metadata(monkeypatch)
+        stats = await pair.run("push", src)
+        assert stats.in_step and not stats.failed
+        assert tree_state(pair.share) == tree_state(src)
+        sent_by[ahead] = sorted(item.path for item in sent)
+        rounds_by[ahead] = len(rounds)
+        pair.close()
+    level_by_level, asked_ahead = (rounds_by[k] for k in sorted(rounds_by))
+    assert sent_by[0] and sent_by[0] == sent_by[metadata.AHEAD_MAX]
+    if retimed == "every entry":
+        assert (level_by_level, asked_ahead) == (4, 2)
+    else:
+        assert asked_ahead == level_by_level == 4

@@ -28,6 +28,7 @@ from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, entries_below, files_meta, lookup, meta_of
 from rdc.records import record
 from rdc.transfer.compare import Changes
+from rdc.transfer.ops import WHOLE_META
 from rdc.transfer.sides import Local, Remote
 from rdc.wire import messages as m
 
@@ -134,20 +135,27 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: i
     the hash prefix length (`rdc.transfer.compare.first_prefix`); ``levels``: ask level by
     level (a pull that wrote in few directories, `bring_in_step`), except below a directory
     most of whose own entries differ (`_widespread`): there the subdirectories that differ
-    are asked for whole, as without ``levels``."""
+    are asked for whole, as without ``levels``. A push below a directory most of whose
+    subdirectories differ asks at once for the levels the server splits (`_split_below`),
+    each answer taken once its parent's says it differs."""
     vectors: list[tuple[m.MetaDir, Entry]] = []
     singles: list[Single] = []
     frontier, deep = [""], []  # asked level by level (with ``levels``), and whole
     unsplit: list[str] = []  # asked level by level, their files' vectors too
+    ahead: set[str] = set()  # asked before their parents' answers said they differ
     while frontier or deep or unsplit:
+        next_ahead: list[str] = []
         next_frontier: list[str] = []
         next_deep: list[str] = []
         next_unsplit: list[str] = []
         mismatched: list[str] = []
-        for item in await remote.metadata(frontier, hb, vectors=their_vectors,
-                                          levels=levels, deep=deep, unsplit=unsplit):
+        items = await remote.metadata(frontier, hb, vectors=their_vectors, levels=levels,
+                                      deep=deep, unsplit=unsplit)
+        answered = {item.path for item in items}
+        reached = {path for path in [*frontier, *deep, *unsplit] if path not in ahead}
+        for item in sorted(items, key=lambda item: _depth(item.path)):  # parents first
             local = lookup(tree, item.path)
-            if local is None or local.kind != "d":
+            if item.path not in reached or local is None or local.kind != "d":
                 continue
             if local.content[: len(item.content)] != item.content:
                 mismatched.append(item.path)
@@ -169,8 +177,20 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: i
                 ]
                 if levels and _widespread(item, local):
                     next_deep += differ
+                elif not their_vectors and 2 * len(differ) > len(subdirs):
+                    # Most differ (a push of a new release: every time): the levels below
+                    # that the server splits are asked for now, not one round trip each.
+                    for path in differ:
+                        if path in answered:
+                            reached.add(path)
+                            continue
+                        below = _split_below(lookup(tree, path), path,
+                                             AHEAD_MAX - len(next_ahead))
+                        next_frontier.append(path)
+                        next_ahead += below[1:]
                 else:
-                    next_frontier += differ
+                    reached.update(path for path in differ if path in answered)
+                    next_frontier += [path for path in differ if path not in answered]
         if mismatched:
             listings = await remote.listings(mismatched, hb, meta=True)
             for path in mismatched:
@@ -185,8 +205,40 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: i
                         singles.append(Single(join(path, name), entry, theirs))
                     if entry.kind == "d" and theirs.meta != entry.meta[:hb]:
                         next_frontier.append(join(path, name))
-        frontier, deep, unsplit = next_frontier, next_deep, next_unsplit
+        # (a path named as differing too is reached whatever its parent's answer says)
+        ahead = set(next_ahead).difference(next_frontier)
+        frontier = list(dict.fromkeys(next_frontier + next_ahead))
+        deep, unsplit = next_deep, next_unsplit
     return vectors, singles
+
+
+def _depth(path: str) -> int:
+    return path.count("/") + 1 if path else 0
+
+
+# Directories a push's walk asks for in one round ahead of their parents' answers, at most.
+AHEAD_MAX = 256
+
+
+def _split_below(directory: Entry | None, path: str, most: int) -> list[str]:
+    """``path``, and breadth first up to ``most`` directories below it that a walk would
+    reach if every subtree's metadata differed: the subdirectories of each directory the
+    server describes level by level (more than WHOLE_META entries:
+    `rdc.transfer.ops.mlisting`). Asked for at once, those levels cost one round trip,
+    not one each (the answers for those that turn out the same are a few bytes each)."""
+    out = [path]
+    queue = [] if directory is None or directory.kind != "d" else [(path, directory)]
+    while queue:
+        at, entry = queue.pop(0)
+        if entry.count <= WHOLE_META:
+            continue
+        for name, child in entry.sorted_children():
+            if child.kind == "d":
+                if len(out) > most:
+                    return out
+                out.append(join(at, name))
+                queue.append((out[-1], child))
+    return out
 
 
 def _joined(item: m.MetaDir, local: Entry) -> m.MetaDir | None:
