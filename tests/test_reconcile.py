@@ -560,3 +560,22 @@ def test_a_subdirectory_is_sketched_unless_its_parent_or_the_walk_so_far_says_it
     assert changed.likely_past_capacity("q/r", 20) == (2 * 5 / 42 * 20 > 4)
     changed.failed.add("big")
     assert changed.likely_past_capacity("big", 10_000)
+
+
+def test_the_top_goes_by_fingerprints_unless_it_is_large() -> None:
+    """Nothing is known of the top when it is asked for, but that something below it
+    differs: up to GUESS_UP_TO entries it is named by fingerprints (a sketch failed there
+    in every case of the bench), beyond that by a sketch, as any large directory."""
+    from rdc.transfer.sides import GUESS_UP_TO, Changed, _list_requests
+
+    changed = Changed()
+    assert changed.likely_past_capacity("", 12)
+    assert changed.likely_past_capacity("", GUESS_UP_TO)
+    assert not changed.likely_past_capacity("", GUESS_UP_TO + 1)
+    assert not changed.likely_past_capacity("a", 12)  # (a subdirectory: nothing known yet)
+    for n, by_prints in ((12, True), (GUESS_UP_TO + 20, False)):
+        have = {"": {e.name: e for e in listed({f"f{i}": ("f", b"c%d" % i) for i in range(n)})}}
+        requests = _list_requests([""], have, short=False, sketch=True, changed=changed)
+        (paths, prints, sums), = requests.batches
+        assert paths == [""]
+        assert (prints[0] is not None, sums[0] is not None) == (by_prints, not by_prints)
