@@ -240,7 +240,7 @@ class Changed:
             return False
         if not path:
             return True
-        share = self.share.get(path.rpartition("/")[0]) if path else None
+        share = self.share.get(path.rpartition("/")[0])
         if share is None:
             if self.files < CHANGE_FROM * 8:
                 return False
