@@ -570,6 +570,13 @@ def main() -> None:
     idle = None
     started = time.monotonic()
     with workdir(args.work, args.keep) as work:
+        if "many" in args.groups:  # (said before any case runs, not 15 minutes in)
+            args.cache.mkdir(parents=True, exist_ok=True)
+            if os.stat(args.cache).st_dev != os.stat(work).st_dev:
+                raise SystemExit(
+                    f"--cache {args.cache} and the work directory {work} are on different "
+                    "file systems, and the many-files case hard-links its trees from the "
+                    "cache: give --cache a directory on the file system of --work")
         cases = build_cases(args.corpus, args.groups, args.quick, work,
                             Path(args.localsh).parent, bound)
         keep_deletions_for_the_end(work / "trash")  # deleted with the work directory
