@@ -590,7 +590,7 @@ def main() -> None:
                     results[case.name] = run_case(case, rdc, args.localsh, work,
                                                   not args.no_breakdown, args.runs,
                                                   args.quick, bound, log)
-                except BenchError as exc:
+                except (BenchError, OSError) as exc:  # (OSError: a full disk, say)
                     log.append(f"{case.name}: FAILED: {exc}")
                     print(f"  FAILED: {exc}", flush=True)
                     if server.proc is not None and server.proc.poll() is not None:
@@ -601,7 +601,7 @@ def main() -> None:
                 try:
                     results.update(run_many(tree, args.files, rdc, args.localsh, work,
                                             bound, log))
-                except BenchError as exc:
+                except (BenchError, OSError) as exc:
                     log.append(f"many files: FAILED: {exc}")
                     print(f"  FAILED: {exc}", flush=True)
         finally:
@@ -611,7 +611,7 @@ def main() -> None:
             print(f"idle server after a push of {tree}", flush=True)
             try:
                 idle = idle_server(rdc_bin, work, tree)
-            except BenchError as exc:
+            except (BenchError, OSError) as exc:
                 log.append(f"idle server: FAILED: {exc}")
             else:
                 if idle["verify"] != "ok":
