@@ -172,25 +172,22 @@ async def walk(remote: Remote, tree: Entry, their_vectors: bool = True, *, hb: i
             if not item.whole:
                 subdirs = [(n, e) for n, e in local.sorted_children() if e.kind == "d"]
                 differ = [
-                    join(item.path, name) for k, (name, entry) in enumerate(subdirs)
+                    (join(item.path, name), entry) for k, (name, entry) in enumerate(subdirs)
                     if item.metas[k * hb : (k + 1) * hb] != entry.meta[:hb]
                 ]
                 if levels and _widespread(item, local):
-                    next_deep += differ
-                elif not their_vectors and 2 * len(differ) > len(subdirs):
-                    # Most differ (a push of a new release: every time): the levels below
-                    # that the server splits are asked for now, not one round trip each.
-                    for path in differ:
-                        if path in answered:
-                            reached.add(path)
-                            continue
-                        below = _split_below(lookup(tree, path), path,
-                                             AHEAD_MAX - len(next_ahead))
-                        next_frontier.append(path)
-                        next_ahead += below[1:]
-                else:
-                    reached.update(path for path in differ if path in answered)
-                    next_frontier += [path for path in differ if path not in answered]
+                    next_deep += [path for path, _ in differ]
+                    continue
+                # Most differ (a push of a new release: every time): the levels below that
+                # the server splits are asked for now, not one round trip each.
+                look_ahead = not their_vectors and 2 * len(differ) > len(subdirs)
+                for path, entry in differ:
+                    if path in answered:  # (asked ahead last round)
+                        reached.add(path)
+                        continue
+                    next_frontier.append(path)
+                    if look_ahead:
+                        next_ahead += _split_below(entry, path, AHEAD_MAX - len(next_ahead))
         if mismatched:
             listings = await remote.listings(mismatched, hb, meta=True)
             for path in mismatched:
@@ -220,21 +217,21 @@ def _depth(path: str) -> int:
 AHEAD_MAX = 256
 
 
-def _split_below(directory: Entry | None, path: str, most: int) -> list[str]:
-    """``path``, and breadth first up to ``most`` directories below it that a walk would
-    reach if every subtree's metadata differed: the subdirectories of each directory the
-    server describes level by level (more than WHOLE_META entries:
+def _split_below(directory: Entry, path: str, most: int) -> list[str]:
+    """Breadth first, up to ``most`` directories below ``directory`` (at ``path``) that a
+    walk would reach if every subtree's metadata differed: the subdirectories of each
+    directory the server describes level by level (more than WHOLE_META entries:
     `rdc.transfer.ops.mlisting`). Asked for at once, those levels cost one round trip,
     not one each (the answers for those that turn out the same are a few bytes each)."""
-    out = [path]
-    queue = [] if directory is None or directory.kind != "d" else [(path, directory)]
+    out: list[str] = []
+    queue = [(path, directory)]
     while queue:
         at, entry = queue.pop(0)
         if entry.count <= WHOLE_META:
             continue
         for name, child in entry.sorted_children():
             if child.kind == "d":
-                if len(out) > most:
+                if len(out) >= most:
                     return out
                 out.append(join(at, name))
                 queue.append((out[-1], child))
