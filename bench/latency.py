@@ -38,9 +38,9 @@ from pathlib import Path
 from sync_vs_rsync import fastest, scattered_tree, shared_bench, show, workdir
 from syncbench.delay import DelayProxy
 from syncbench.model import Case, Run
-from syncbench.rdcrun import Rdc, Server, rdc_binary
+from syncbench.rdcrun import Rdc, Server, rdc_binary, run_cases
 from syncbench.report import num, print_closing, ratio, table
-from syncbench.rsyncrun import BenchError, rsync_once
+from syncbench.rsyncrun import rsync_once
 from syncbench.trees import discard, keep_deletions_for_the_end
 
 GROUPS = ("djpush", "djpull", "renamed", "scattered", "firstcopy")
@@ -216,16 +216,8 @@ def main() -> None:
         server.start()
         try:
             rdc = Rdc(rdc_bin, server, work)
-            for case in cases:
-                print(f"{case.name}: {case.old or '(empty)'} -> {case.new}", flush=True)
-                try:
-                    results[case.name] = run_case(case, rdc, args.rtts, delaysh, work,
-                                                  args.runs, log)
-                except BenchError as exc:
-                    log.append(f"{case.name}: FAILED: {exc}")
-                    print(f"  FAILED: {exc}", flush=True)
-                    if server.proc is not None and server.proc.poll() is not None:
-                        server.start()
+            results.update(run_cases(cases, server, lambda case: run_case(
+                case, rdc, args.rtts, delaysh, work, args.runs, log), log))
         finally:
             server.stop()
             shutil.rmtree(work / "trash", ignore_errors=True)

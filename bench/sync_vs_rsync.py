@@ -65,7 +65,7 @@ from pathlib import Path
 from syncbench import measure
 from syncbench.deltas import DeltaBound
 from syncbench.model import Case, Run
-from syncbench.rdcrun import Rdc, Server, rdc_binary
+from syncbench.rdcrun import Rdc, Server, rdc_binary, run_cases
 from syncbench.report import print_closing, print_report, ratio
 from syncbench.rsyncrun import BenchError, rsync_once, rsync_step
 from syncbench.tally import FrameTally
@@ -584,17 +584,9 @@ def main() -> None:
         server.start()
         try:
             rdc = Rdc(rdc_bin, server, work)
-            for case in cases:
-                print(f"{case.name}: {case.old or '(empty)'} -> {case.new}", flush=True)
-                try:
-                    results[case.name] = run_case(case, rdc, args.localsh, work,
-                                                  not args.no_breakdown, args.runs,
-                                                  args.quick, bound, log)
-                except (BenchError, OSError) as exc:  # (OSError: a full disk, say)
-                    log.append(f"{case.name}: FAILED: {exc}")
-                    print(f"  FAILED: {exc}", flush=True)
-                    if server.proc is not None and server.proc.poll() is not None:
-                        server.start()
+            results.update(run_cases(cases, server, lambda case: run_case(
+                case, rdc, args.localsh, work, not args.no_breakdown, args.runs, args.quick,
+                bound, log), log))
             if "many" in args.groups:
                 tree = many_files_tree(args.cache, args.files, args.seed)
                 print(f"many files: {tree}", flush=True)

@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from . import measure
 from .model import Case, Run
@@ -223,6 +225,27 @@ class Rdc:
         assert warm_cache is not None
         self.command(dry_run[0], dry_run[1:], warm_cache)
         return warm_cache
+
+
+T = TypeVar("T")
+
+
+def run_cases(cases: Sequence[Case], server: Server, run: Callable[[Case], T],
+              log: list[str]) -> dict[str, T]:
+    """``run`` of each case in turn, by name, its trees printed first. One that fails (a
+    `BenchError`, or an OSError: a full disk, say) is logged and printed, the server
+    started again if that stopped it, and the rest go on."""
+    results: dict[str, T] = {}
+    for case in cases:
+        print(f"{case.name}: {case.old or '(empty)'} -> {case.new}", flush=True)
+        try:
+            results[case.name] = run(case)
+        except (BenchError, OSError) as exc:
+            log.append(f"{case.name}: FAILED: {exc}")
+            print(f"  FAILED: {exc}", flush=True)
+            if server.proc is not None and server.proc.poll() is not None:
+                server.start()
+    return results
 
 
 def rdc_binary() -> str:
