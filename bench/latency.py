@@ -6,10 +6,10 @@ Why: every other bench runs on loopback, where a round trip costs nothing, so no
 shows what the number of *sequential* round trips in rdc's protocol costs over a WAN
 (10-50 ms). rsync pipelines its transfer and pays a handful of round trips per run. Here
 rdc's client reaches ``rdc serve`` through a proxy that delivers every chunk rtt/2 after
-it was read, each way (syncbench/delay.py), and rsync's remote shell is the fake one of
-the other benches (localsh) behind a relay that delays its pipes the same way
-(syncbench/delaysh.py). Both tools go through their relay at 0 ms too, so what a row adds
-over the 0-ms row is the delay alone. Throughput is not limited.
+it was read, each way (syncbench/proxy.py over syncbench/delay.py), and rsync's remote
+shell is the fake one of the other benches (localsh) behind a relay that delays its pipes
+the same way (syncbench/delaysh.py). Both tools go through their relay at 0 ms too, so
+what a row adds over the 0-ms row is the delay alone. Throughput is not limited.
 
 Cases: Django 5.0.6 -> 5.0.7 pushed (djpush) and pulled (djpull: a local copy of 5.0.6
 pulls 5.0.7 from the share), the renamed/moved tree over 5.0.1 (renamed), scattered edits
@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 
 from sync_vs_rsync import fastest, scattered_tree, shared_bench, show, workdir
-from syncbench.delay import DelayProxy
 from syncbench.model import Case, Run
+from syncbench.proxy import DelayProxy
 from syncbench.rdcrun import Rdc, Server, rdc_binary, run_cases
 from syncbench.report import num, print_closing, ratio, table
 from syncbench.rsyncrun import rsync_once

@@ -11,33 +11,27 @@ import zstandard
 
 from rdc.wire.frames import MAX_WINDOW, PLAIN_SIZE
 
+from .proxy import LoopbackProxy
 
-class FrameTally:
+
+class FrameTally(LoopbackProxy):
     """A TCP proxy in front of the server that reads rdc frames in both directions and adds
     up the bytes on the wire per message type. A (compressed) frame's bytes are shared out
     to its messages in proportion to their uncompressed size."""
 
     def __init__(self, upstream_port: int) -> None:
-        self.upstream = upstream_port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        super().__init__(upstream_port)
         self.bytes: dict[tuple[str, str], float] = {}
         self.counts: dict[tuple[str, str], int] = {}
         self.payload = {"C>S": 0, "S>C": 0}  # file bytes inside data / offer messages
         self.items: dict[str, int] = {}  # what listings and ops carried
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self.upstream))
-            done = threading.Barrier(2, action=lambda c=client, s=server: (c.close(), s.close()))
-            for a, b, d in ((client, server, "C>S"), (server, client, "S>C")):
-                threading.Thread(target=self._pump, args=(a, b, d, done), daemon=True).start()
+    def serve(self, client: socket.socket, server: socket.socket) -> None:
+        done = threading.Barrier(2, action=lambda c=client, s=server: (c.close(), s.close()))
+        for a, b, d in ((client, server, "C>S"), (server, client, "S>C")):
+            threading.Thread(target=self._pump, args=(a, b, d, done), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, direction: str,
               done: threading.Barrier) -> None:
@@ -104,9 +98,6 @@ class FrameTally:
 
     def _add(self, key: str, n: int) -> None:
         self.items[key] = self.items.get(key, 0) + n
-
-    def close(self) -> None:
-        self.listener.close()
 
     def groups(self) -> dict[str, float]:
         """Wire bytes by role: listings, metadata, offers, tree signatures, literal data."""
