@@ -576,7 +576,8 @@ class Replica:
                 after: os.stat_result) -> None:
         """Store a signature just made from the file at ``path`` (``st`` before the read,
         ``after`` it), or keep it for the end of `recording_together`."""
-        self._records.add((path, st, signature, _changed(st, after)))
+        # (stable while read: racy only if modified too recently, as `_store` decides)
+        self._records.add((path, st, signature, True if _changed(st, after) else None))
 
     def expect_version(self, path: str, prefix: bytes,
                        row: IndexedFile | bool | None = True,
