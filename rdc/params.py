@@ -105,6 +105,7 @@ CONTENT_CONTEXT = "rdc 2026-11 directory content v2"
 META_CONTEXT = "rdc 2026-11 directory meta v2"
 SYNC_META_CONTEXT = "rdc 2026-11 directory sync meta v1"
 LISTING_CONTEXT = "rdc 2026-11 listing entry fingerprint v1"
+STAMP_ROOT_CONTEXT = "rdc 2026-11 stamp root v1"
 
 
 def describe(params: SignatureParams = DEFAULT_SIGNATURE) -> str:

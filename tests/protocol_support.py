@@ -126,12 +126,13 @@ class Pair:
         push = direction == "push"
         if between is None:
             return await oneway.run(connection, replica, "s", path, push, options, patterns)
-        answer, tree, _ = await oneway.open_and_scan(connection, replica, "s", path, push,
-                                                     options, patterns)
+        answer, tree, _, stamps = await oneway.open_and_scan(connection, replica, "s", path,
+                                                             push, options, patterns)
         await between(connection)
         if tree is None:
             tree = await trio.to_thread.run_sync(replica.scan)
-        return await oneway.one_way(connection, replica, tree, answer, push, options)
+        return await oneway.one_way(connection, replica, tree, answer, push, options,
+                                    stamps=stamps)
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         """As the daemon serves one connection: its failures end it, nothing else."""

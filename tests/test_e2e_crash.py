@@ -66,8 +66,11 @@ def old_and_new(
         write(root / "a.txt", f"{version} version\n".encode() * 100)
         write(root / "sub" / "b.txt", f"b, {version} version\n".encode())
     write(new / "new.txt", b"only in the new tree\n")
-    for root in (old, new):  # times in the past, so the indexes trust what they read once
-        stamp_times(root, seed=3)
+    # Times in the past, so that the indexes trust what they read once; not the same on
+    # both sides, or a sync by stamp roots would take the versions for the same (as rsync
+    # -a would): those of an edit are later.
+    for seed, root in ((3, old), (4, new)):
+        stamp_times(root, seed=seed)
     allowed: dict[bytes, set[bytes | None]] = {}
     for rel in (*BIG_FILES, "mid.bin", "a.txt", "sub/b.txt", "new.txt"):
         allowed[rel.encode()] = {

@@ -328,7 +328,8 @@ async def test_a_client_that_pushed_the_tree_asks_for_no_listing_the_server_kept
 
     monkeypatch.setattr(serving.ServerSession, "_list", spying)
     for forgotten in (False, True):
-        write(src / "d" / "f3", b"changed %d" % forgotten, OLD)
+        # (later each time: a client that forgot its index compares by stamps)
+        write(src / "d" / "f3", b"changed %d" % forgotten, OLD + 10**9 * (1 + forgotten))
         if forgotten:
             pair.forget_client(src)
         stats = await pair.run("push", src)

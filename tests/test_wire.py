@@ -178,6 +178,11 @@ EXAMPLES: list[m.Message] = [
     m.Error(code="path", msg="caf\\xe9: nope"),
     m.Ping(),
     m.Open(share="s", path="a/b\udcff", write=True, create=True, excludes=["*.o"]),
+    m.Open(share="s", stamps=True),
+    m.Stamps(sketch=bytes(range(256)), racy_from=1_700_000_000_000_000_000),
+    m.Stamped(stamps=True),
+    m.Roots(paths=["a", "b/c"]),
+    m.Rooted(roots=[b"r" * 8, None]),
     m.Opened(content=b"c" * 32, meta=b"m" * 32, smeta=b"s" * 32, unreadable=2, writable=True,
              seq=7, top=m.Top(0o755, -5), fixed=True),
     m.List(paths=["", "d"], hb=32, meta=True),
@@ -556,10 +561,10 @@ def test_the_server_answers_every_request_and_nothing_else() -> None:
 
     requests = {cls for cls in _all_message_classes() if cls.REQUEST}
     assert requests == {*ServerSession(shares=None).handlers(), m.Open,  # type: ignore[arg-type]
-                        *RepoSession(repos=None).handlers(), m.RepoOpen}  # type: ignore[arg-type]
+                        m.Stamps, *RepoSession(repos=None).handlers(), m.RepoOpen}  # type: ignore[arg-type]
     assert {cls.TYPE for cls in requests} == {
         "open", "list", "mlist", "offer", "get", "offers", "gets", "ops", "mset", "finish",
-        "watch", "report", "status", "repo", "store", "verify"}
+        "watch", "report", "status", "repo", "store", "verify", "stamps", "roots"}
     assert {cls for cls in requests if cls.FOLLOW_UPS} == {
         m.Offer, m.Get, m.Offers, m.Gets, m.StorePut, m.StoreGet, m.StoreRange}
 

@@ -269,4 +269,7 @@ def summary_text(stats: Stats, dry_run: bool = False) -> str:
         lines.append("other: " + ", ".join(other))
     if stats.failed:
         lines.append(f"errors: {len(stats.failed):,}")
+    if stats.by_stamps:
+        lines.append("compared by size and time (no index yet): files that matched were "
+                     "not read; --checksum reads them")
     return "\n".join(lines)

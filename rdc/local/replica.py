@@ -69,6 +69,7 @@ from rdc.local.snapshot import (
     set_roots,
     walk,
 )
+from rdc.local.stamproots import restamp, stamp_root, stamped
 
 RACY_NS = 2_000_000_000
 HOLDERS = 4  # local copies of a content tried before it is asked of the source
@@ -453,15 +454,90 @@ class Replica:
             taken = fingerprint is not None and self.db.cached_hashes(fingerprint) is not None
         return fingerprint if taken else None
 
-    def current_root(self, path: str) -> bytes | None:
+    def current_root(self, path: str, read: bool = False) -> bytes | None:
         """The root of the file at ``path`` if the index knows it for sure (the file is
-        unchanged since it was indexed), else None."""
+        unchanged since it was indexed), else None; with ``read``, a file whose row is
+        missing or of another stamp is read (and indexed) first."""
         st = self.fs.lstat(path)
         if st is None:
             return None
         with self.lock:
             row = self.db.get(path)
+        if read and stat.S_ISREG(st.st_mode) and (row is None or row.stamp != stamp(st)):
+            row = self.fresh_row(path)
         return row.root if row is not None and row.describes(st) else None
+
+    # ------------------------------------------------------------ stamp roots
+
+    def is_cold(self, excludes: Excludes | None = None) -> bool:
+        """Whether the index knows nothing a walk could match (no sealed tree kept, no
+        root hashes cached): a scan would read every file."""
+        salt = _salt(excludes or self.excludes)
+        with self.lock:
+            return not self.db.holds_hashes() and self.db.kept_fingerprint(salt) is None
+
+    def stamped(self, tree: Entry, limit: int) -> Entry:
+        """A copy of ``tree`` with stamp roots (`rdc.local.stamproots`: the true roots of
+        files modified at ``limit`` or later), sealed."""
+        with self.lock:
+            unsure = self.db.unsure()
+        return stamped(tree, self.index_paths, limit, unsure)
+
+    def restamp(self, old: Entry, limit: int, excludes: Excludes | None = None) -> Entry:
+        """`rescan` for a tree of stamp roots: ``old`` after this replica's writes since
+        it was made, the files listed again given stamp roots, nothing read but racy
+        files. The replica's own tree no longer describes the disk: it is dropped (the
+        next `rescan` scans). Raises `Unsure`, OSError or PathError where a directory
+        cannot be listed (the caller walks again)."""
+        excludes = excludes or self.excludes
+        touched = self.fs.take_changes()
+        replaced = self.fs.take_replaced()
+        retimed = self.fs.take_retimed()
+        made = Made(*self.fs.take_made())
+        self.tree = self.base = None
+        self._fingerprint = None
+        # A file whose time rdc set keeps no root: its directory is listed again.
+        touched |= {parent(path) for path, st in retimed.items() if not stat.S_ISDIR(st.st_mode)}
+        retimed = {path: st for path, st in retimed.items() if stat.S_ISDIR(st.st_mode)}
+        if not touched and not retimed and not made.grown and not made.dirs:
+            return old
+        found = patch(self.fs, old, touched, excludes, replaced, retimed, made=made)
+        with self.lock:
+            unsure = self.db.unsure()
+        restamp([(entry, path) for path, entry in found.entries], self.index_paths, limit,
+                unsure)
+        seal(found.tree)
+        return found.tree
+
+    def index_paths(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """The true roots of those of ``paths`` that are regular files: from the index
+        where it vouches for them, else read now (and indexed). A side synced by stamp
+        roots reads a file only when the sync needs what it holds."""
+        files: dict[str, os.stat_result] = {}
+        for path in paths:
+            try:
+                st = self.fs.lstat(path)
+            except (OSError, PathError):
+                continue
+            if st is not None and stat.S_ISREG(st.st_mode):
+                files[path] = st
+        if not files:
+            return {}
+        entries = [(path, Entry("f", 0, 0)) for path in files]
+        with self.lock, self._reader() as reader:
+            refresh_some(self.db, files, entries, [], self.fs.open_read, reader=reader,
+                         beneath=self.fs.fileno())
+            read = self.db.roots_of([path for path, entry in entries if not entry.root])
+        out = {path: entry.root for path, entry in entries if entry.root}
+        out.update(read)
+        return out
+
+    def fresh_row(self, path: str) -> IndexedFile | None:
+        """The index row of the file at ``path``, read (and indexed) first if it has none
+        of its stamp (`index_paths`)."""
+        self.index_paths([path])
+        with self.lock:
+            return self.db.get(path)
 
     # ------------------------------------------------------------ reading (source side)
 
@@ -590,6 +666,9 @@ class Replica:
         st = self.fs.lstat(path, held)
         if st is None:
             raise ConflictError(path=path, expected="a file", found="nothing")
+        if prefix and stat.S_ISREG(st.st_mode) and stamp_root(
+                st.st_size, mtime_ns(st)).startswith(prefix):
+            return Expect.from_stat(st)  # listed by its stamp root: as listed, unread
         if row is True:
             with self.lock:
                 row = self.db.get(path)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import stat
 from collections.abc import Callable, Sequence
 
 import trio
@@ -34,7 +35,7 @@ import trio
 from rdc.content.signature import FileSignature, signature_of_bytes, tree_of_bytes
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
-from rdc.local.filestat import FileStat, mtime_ns
+from rdc.local.filestat import FileStat, mtime_ns, stamp
 from rdc.local.fs import ConflictError, Expect, HeldDirs, TempFile, sync_all
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
@@ -354,6 +355,11 @@ def decide_batch(
     `write_batch`, so that one sync makes the whole batch durable."""
     out: list[Decision] = []
     rows = replica.indexed([offer.path for offer, _ in offers])
+    unindexed = [offer.path for offer, expect in offers
+                 if offer.path not in rows and expect is not None and expect.kind == "f"]
+    if unindexed:  # (a side synced by stamp roots: read now, all at once)
+        replica.index_paths(unindexed)
+        rows.update(replica.indexed(unindexed))
     holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
     with HeldDirs(replica.fs) as dirs:
         for offer, expect in offers:
@@ -412,6 +418,10 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         check = None  # what was expected is gone, but what is there is what we want
         st = replica.fs.lstat(path)
         row = replica.indexed([path]).get(path)  # (holds() indexed it)
+    if st is not None and stat.S_ISREG(st.st_mode) and (row is None or row.stamp != stamp(st)):
+        # Not indexed as it is (a side synced by stamp roots reads only what it needs):
+        # read now, for what it holds to be found and to serve as a seed.
+        row = replica.fresh_row(path)
     current = row.root if st is not None and row is not None and row.describes(st) else None
     if m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)

@@ -21,10 +21,13 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from rdc.errors import ProtocolError
 from rdc.local.index import Progress as ScanProgress
 from rdc.local.marker import RootState, settle
+from rdc.local.paths import PathError
 from rdc.local.replica import Replica
 from rdc.local.snapshot import EMPTY_CONTENT, Entry, Walk
+from rdc.local.stamproots import racy_from
 from rdc.local.verify import CHANGED
 from rdc.records import record
 from rdc.transfer import guards, metadata
@@ -47,20 +50,24 @@ from rdc.transfer.compare import (
 )
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.made_dirs import MadeDirs
+from rdc.transfer.quickcheck import STAMP_ROOTS, walk_sketch
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.transfer.tally import files_of, settle_in_step, settle_one_way
 from rdc.wire import messages as m
+from rdc.wire.codec import MAX_ITEMS
 from rdc.wire.connection import Connection, Conversation, unwrap_group
 
 
 def request_open(connection: Connection, share: str, path: str, write: bool,
-                 excludes: list[str], checksum: bool = False) -> Conversation:
+                 excludes: list[str], checksum: bool = False, stamps: bool = False
+                 ) -> Conversation:
     """Send ``open`` (creating ``path`` if it writes); the server starts scanning its
     tree, which the client overlaps with its own scan before it waits for ``opened``.
-    ``checksum``: the server reads every file again."""
+    ``checksum``: the server reads every file again. ``stamps``: a sync by stamp roots
+    is offered (a ``stamps`` request must follow: `by_stamps`)."""
     return connection.start(m.Open(share=share, path=path, write=write, create=write,
-                                   excludes=excludes, checksum=checksum))
+                                   excludes=excludes, checksum=checksum, stamps=stamps))
 
 
 async def receive_opened(conversation: Conversation) -> m.Opened:
@@ -140,13 +147,13 @@ async def run(
     patterns both sides leave out; ``progress``: of the local scan."""
     if options.markers is not None and not options.dry_run:  # before the scan: it moves
         await trio.to_thread.run_sync(local_marker, replica, options, True)  # the top's time
-    answer, tree, walked = await open_and_scan(
+    answer, tree, walked, stamps = await open_and_scan(
         connection, replica, share, path, push, options, excludes, progress
     )
     if tree is None:  # neither side changed since both were last in step
         stats = Stats(in_step=True, seq=answer.seq)
         return settle_in_step(stats, walked.file_count)
-    stats = await one_way(connection, replica, tree, answer, push, options, walked)
+    stats = await one_way(connection, replica, tree, answer, push, options, walked, stamps)
     return settle_one_way(stats, replica, push, options.dry_run, files_of(tree) if push else None)
 
 
@@ -154,29 +161,60 @@ async def open_and_scan(
     connection: Connection, replica: Replica, share: str, path: str, push: bool,
     options: Options, excludes: list[str],
     progress: Callable[[ScanProgress], None] | None = None,
-) -> tuple[m.Opened, Entry | None, Walk]:
+) -> tuple[m.Opened, Entry | None, Walk, int | None]:
     """Open the remote directory and scan the local one. When neither side changed since
     its last scan (stat says so for this side, the server's answer for its own), the
-    local tree is not scanned at all: None, with the walk that showed it."""
+    local tree is not scanned at all: None, with the walk that showed it. Where this
+    side's index is cold, a sync by stamp roots is offered (`by_stamps`): if the server
+    takes it, the tree has stamp roots, and the last value is the time from which files
+    keep their true roots (else None)."""
     write = push and not options.dry_run
-    opening = request_open(connection, share, path, write, excludes, options.checksum)
+    offer = (STAMP_ROOTS in connection.frames.features and not options.checksum
+             and await trio.to_thread.run_sync(replica.is_cold))
+    opening = request_open(connection, share, path, write, excludes, options.checksum,
+                           offer)
     # The local walk runs while the server scans its side.
     cached, walked = await trio.to_thread.run_sync(replica.quick)
     if walked.temporaries and not push and not options.dry_run:
         await trio.to_thread.run_sync(replica.fs.clean_temporaries)
+    if offer:
+        stamped = await by_stamps(connection, replica, walked)
+        if stamped is not None:
+            return await receive_opened(opening), stamped[0], walked, stamped[1]
     if cached is None or options.checksum:
         streaming = write and not walked.errors
         answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming,
                                                 options.checksum)
-        return answer, tree, walked
+        return answer, tree, walked, None
     answer = await receive_opened(opening)
     theirs = Hashes.of_message(answer)
     mine = Hashes(*cached, m.Top(*walked.top))
     if (mine.content, mine.meta) == (theirs.content, theirs.meta) and not _top_differs(
         mine, theirs, push
     ):
-        return answer, None, walked
-    return answer, await trio.to_thread.run_sync(replica.scan, None, progress, walked), walked
+        return answer, None, walked, None
+    tree = await trio.to_thread.run_sync(replica.scan, None, progress, walked)
+    return answer, tree, walked, None
+
+
+async def by_stamps(connection: Connection, replica: Replica, walked: Walk
+                    ) -> tuple[Entry, int] | None:
+    """After an ``open`` that offered stamp roots: send the sketch of this side's stamps
+    (`rdc.transfer.quickcheck`) and, if the server takes stamp roots, return this side's
+    tree with them (none of its files read) and the time from which files keep their
+    true roots; else None (the sync reads, as without)."""
+    limit = racy_from()
+    sketch = await trio.to_thread.run_sync(walk_sketch, walked, limit)
+    conversation = connection.start(m.Stamps(sketch=sketch, racy_from=limit))
+    try:
+        decided = await conversation.receive(m.Stamped)
+    finally:
+        conversation.close()
+    if not decided.stamps:
+        return None
+    replica.errors = list(walked.errors)
+    replica.temporaries = walked.temporaries
+    return await trio.to_thread.run_sync(replica.stamped, walked.tree, limit), limit
 
 
 async def _scan_streamed(
@@ -217,18 +255,20 @@ def _top_differs(mine: Hashes, theirs: Hashes, push: bool) -> bool:
 
 
 async def one_way(connection: Connection, replica: Replica, tree: Entry, answer: m.Opened,
-                  push: bool, options: Options, walked: Walk | None = None) -> Stats:
+                  push: bool, options: Options, walked: Walk | None = None,
+                  stamps: int | None = None) -> Stats:
     """Bring the target (the server's directory in a push, ``replica`` scanned as ``tree``
     in a pull) to the source's content, modes and times. An unsealed ``tree`` (a push into
     an empty directory, `scan_while_opening`) sends everything without comparing, and is
     scanned once the files are sent (signed by then: nothing is read again), from
     ``walked``, the walk it came from, when given (a second walk of a large tree would
-    double the client's memory)."""
+    double the client's memory). ``stamps``: both trees have stamp roots, files modified
+    since this time their true roots (`by_stamps`)."""
     started = time.monotonic()
     streaming = push and not tree.content
-    local, remote = Local(replica, tree), Remote(connection, answer)
+    local, remote = Local(replica, tree, stamps), Remote(connection, answer)
     source, target = (local, remote) if push else (remote, local)
-    stats = Stats(files_total=count_files(tree))
+    stats = Stats(files_total=count_files(tree), by_stamps=stamps is not None)
     stats.warnings += [f"{path}: {CHANGED} (read again by --checksum)"
                        for path in getattr(getattr(replica, "stats", None), "mismatched", [])
                        if options.checksum]
@@ -272,7 +312,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
             return _done(stats, started)
         try:
             await _content(target, connection, replica, changes, options, stats, push,
-                           theirs.unreadable, deletion)
+                           theirs.unreadable, deletion, stamps)
         finally:
             if not push:
                 await trio.to_thread.run_sync(replica.sync_dirs)
@@ -303,6 +343,8 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
     stats.seq = remote.hashes.seq if not push else dst.seq
     if not push:
         stats.files_total = count_files(local.tree)
+        if stamps is not None:
+            stats.covered = files_of(local.tree)
     return _done(stats, started)
 
 
@@ -361,12 +403,13 @@ def _top_what(mine: m.Top | None, theirs: m.Top | None) -> str:
 
 async def _content(target: Side, connection: Connection, replica: Replica, changes: Changes,
                    options: Options, stats: Stats, push: bool, unreadable_there: int,
-                   deletion: Deletion | None = None) -> None:
+                   deletion: Deletion | None = None, stamps: int | None = None) -> None:
     """The target's entries made like the source's: replacements and directories in
     stages (`MadeDirs`), and files (many in flight) as their directories are made, while
     (where deletions may be made) the files the target holds at a path it is to remove are
     moved to their new path; then the files that could not be moved, and links; then
-    deletions."""
+    deletions. With ``stamps``, a file is moved only where its content is the one sent
+    (`_checked_moves`)."""
     stats.carried.append(changes)
     prelude = [m.Op("rm", p, expect=e) for p, e in changes.replace]
     prelude += [m.Op("mkdir", p, mode=mode) for p, mode in changes.mkdirs]
@@ -387,6 +430,8 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
         deleting = await _may_delete(target, replica, changes, options, stats, push,
                                      unreadable_there, deletion)
         planned = moves(changes) if deleting else []
+        if stamps is not None and planned:
+            planned = await _checked_moves(connection, replica, planned, push)
         moving = {new for _, new, _ in planned}
         nursery.start_soon(move_files, connection, replica,
                            [(path, there) for path, there in changes.files if path not in moving],
@@ -400,8 +445,57 @@ async def _content(target: Side, connection: Connection, replica: Replica, chang
     stats.links += sum(stats.ops_done(links, await target.apply(links)))
     if not deleting:
         return
+    if stamps is not None and push and await trio.to_thread.run_sync(
+            _unreadable, replica, [path for path, _ in stats.failed]):
+        # (by stamp roots, a file is first read when it is offered: as a scan's would,
+        # an unreadable one keeps the target's files)
+        stats.warnings.append("some files could not be read: nothing was deleted")
+        return
     removals = [m.Op("rm", p, expect=e) for p, e in changes.removals]
     stats.deleted += sum(stats.ops_done(removals, await target.apply(removals)))
+
+
+async def _checked_moves(connection: Connection, replica: Replica,
+                         planned: list[tuple[str, str, m.Expected]], push: bool
+                         ) -> list[tuple[str, str, m.Expected]]:
+    """Moves found by stamp roots (a file gone from one path and new at another with the
+    same size and time), made safe: another file can have both. Each goes only where the
+    old file holds the new one's content: a push reads the new files here and names
+    their roots in the moves' ``expect`` (the server reads the old ones to check it); a
+    pull asks the server for the new ones' roots and reads the old ones here."""
+    index = functools.partial(trio.to_thread.run_sync, replica.index_paths)
+    if push:
+        roots = await index([new for _, new, _ in planned])
+        return [(old, new, m.Expected("f", roots[new][: m.WIRE_PREFIX]))
+                for old, new, _ in planned if new in roots]
+    theirs: dict[str, bytes | None] = {}
+    news = [new for _, new, _ in planned]
+    for start in range(0, len(news), MAX_ITEMS):
+        some = news[start : start + MAX_ITEMS]
+        conversation = connection.start(m.Roots(paths=some))
+        try:
+            roots = (await conversation.receive(m.Rooted)).roots
+        finally:
+            conversation.close()
+        if len(roots) != len(some):
+            raise ProtocolError(message="rooted: not one root per path asked for")
+        theirs.update(zip(some, roots, strict=True))
+    mine = await index([old for old, _, _ in planned])
+    return [(old, new, m.Expected("f", theirs[new] or b""))
+            for old, new, _ in planned
+            if theirs[new] and mine.get(old, b"")[: m.WIRE_PREFIX] == theirs[new]]
+
+
+def _unreadable(replica: Replica, paths: list[str]) -> bool:
+    """Whether one of ``paths`` is a file here that cannot be read."""
+    for path in paths:
+        try:
+            replica.fs.open_read(path).close()
+        except FileNotFoundError:
+            continue
+        except (OSError, PathError):
+            return True
+    return False
 
 
 async def _may_delete(target: Side, replica: Replica, changes: Changes, options: Options,

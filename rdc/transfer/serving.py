@@ -24,6 +24,7 @@ from rdc.local.fs import ConflictError
 from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError, displayable
 from rdc.local.replica import Replica
+from rdc.local.rescan import Unsure
 from rdc.local.snapshot import Entry, Walk
 from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
@@ -36,6 +37,7 @@ from rdc.transfer.ops import (
     listing,
     mlisting,
 )
+from rdc.transfer.quickcheck import STAMP_ROOTS, stamps_tell, tree_sketch
 from rdc.transfer.reconcile import (
     ASKED_LISTINGS,
     SHORT,
@@ -44,12 +46,16 @@ from rdc.transfer.reconcile import (
     fingerprint_size,
 )
 from rdc.transfer.source import make_offer, serve_wants
+from rdc.transfer.stats import count_files
 from rdc.transfer.target import receive_file
 from rdc.wire import messages as m
 from rdc.wire.codec import MAX_ITEMS, pack
 from rdc.wire.connection import Conversation
 
 log = logging.getLogger("rdc.serve")
+# How long an ``open`` with ``stamps`` waits for the client's sample before it scans as
+# without (a client sends it once its own walk is done: a walk of millions of files).
+SAMPLE_SECONDS = 120.0
 LISTING_SPLIT = 8192  # entries of one directory per listing item
 HEARTBEAT = 30.0  # seconds between "changed" messages to a watching client when idle
 # What one connection has served at once; more requests wait their turn (a client sends
@@ -134,6 +140,14 @@ class ServerSession:
     top_fixed: bool = True  # the opened directory is a share's own: its mode and time stay
     _full: bool = False  # a full disk was logged
     _opening: bool = False
+    # Synced by stamp roots (`rdc.local.stamproots`): ``tree`` has them, and every scan of
+    # this connection makes such a tree.
+    stamps: bool = False
+    _asked_stamps: bool = False
+    _sample: bytes | None = None  # a ``stamps`` request's sketch
+    racy_from: int = 0  # (``stamps``) the client's: files modified since keep true roots
+    _sampled: trio.Event = field(default_factory=trio.Event)
+    _decided: trio.Event = field(default_factory=trio.Event)
     _walked: Walk | None = None  # the open's walk, for the first scan if nothing changed
     _files: trio.CapacityLimiter = field(
         default_factory=lambda: trio.CapacityLimiter(FILES_AT_ONCE))
@@ -149,7 +163,13 @@ class ServerSession:
                 if self._opening:
                     raise ProtocolError(message="open twice on one connection")
                 self._opening = True
-                await self._open(conversation, message)
+                try:
+                    await self._open(conversation, message)
+                finally:
+                    self._decided.set()  # (a failed open: a ``stamps`` request hears no)
+                return
+            if isinstance(message, m.Stamps):  # (it may come while open is answered)
+                await self._stamps(conversation, message)
                 return
             if self.opened is None:
                 raise ProtocolError(message=f"{message.TYPE!r} before open")
@@ -187,7 +207,7 @@ class ServerSession:
             m.Get: self._get, m.Offers: self._offers, m.Gets: self._gets, m.Ops: self._ops,
             m.MetaSet: self._mset, m.Finish: self._finish, m.Watch: self._watch,
             m.Report: self._report, m.Status: self._status,
-            m.Verify: self._verify,
+            m.Verify: self._verify, m.Roots: self._roots,
         }
 
     # ------------------------------------------------------------ open and scans
@@ -199,14 +219,32 @@ class ServerSession:
             raise
         except Exception as exc:  # a pattern the library cannot parse
             raise Refusal("path", message=f"bad exclude pattern: {exc}") from None
+        self._asked_stamps = (message.stamps and not message.checksum
+                              and STAMP_ROOTS in conversation.connection.frames.features)
+        if not self._asked_stamps:
+            self._decided.set()  # (a ``stamps`` request is answered: no)
         opened = await self.shares.open(message.share, message.path, message.write,
                                         message.create)
         self.opened = opened
         replica = opened.replica
+        ready = await self._by_stamps(replica) if self._asked_stamps else None
         async with opened.lock:
-            seq = opened.sequence()
-            cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
-            if cached is None or message.checksum:  # something changed: a full scan
+            if ready is not None and ready.seq != opened.sequence():
+                ready = None  # (the share changed meanwhile: walked again)
+            if ready is not None:
+                seq, walked, tree = ready.seq, ready.walked, ready.tree
+                cached = None if tree is None else (tree.content, tree.meta, tree.smeta)
+            else:
+                seq, tree = opened.sequence(), None
+                cached, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
+            if self.stamps:  # (as the client was told)
+                if tree is None:
+                    tree, walked = await self._stamp_tree(replica)
+                    cached = (tree.content, tree.meta, tree.smeta)
+                self._scanned(tree, seq, list(walked.errors))
+            elif tree is not None:  # a scan the sample turned down
+                self._scanned(tree, seq, list(replica.errors))
+            elif cached is None or message.checksum:  # something changed: a full scan
                 scanner = (functools.partial(replica.scan, checksum=True) if message.checksum
                            else replica.scan)
                 tree = await trio.to_thread.run_sync(scanner, self.excludes, None, walked)
@@ -234,7 +272,7 @@ class ServerSession:
             # Temporaries of killed transfers (this daemon's or another's) go now.
             async with opened.lock:
                 await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-        if walked.pending:
+        if walked.pending and not self.stamps:
             # The stamp said nothing changed here, without a tree. A client with changes
             # compares trees next: make it now, while it scans its own side (a sync with
             # nothing to do has its answer already, and ends without waiting for this):
@@ -245,6 +283,53 @@ class ServerSession:
         if opened.writable:  # (a push's target asks for seeds: the first would load these)
             await trio.to_thread.run_sync(replica.warm)
 
+    async def _by_stamps(self, replica: Replica) -> _Ready:
+        """For an ``open`` with ``stamps``: the walk, made while the client walks, and
+        the tree of stamp roots if the client's sample (its ``stamps`` request) says
+        stamps tell the two trees apart (``stamps`` set); else this side's sealed tree if
+        it had to make one, or none (a cold index: the open scans its walk). The share is
+        not held while the sample comes."""
+        assert self.opened is not None
+        async with self.opened.lock:
+            seq = self.opened.sequence()
+            cold, base, walked = await self._stamp_base(replica)
+        with trio.move_on_after(SAMPLE_SECONDS):
+            await self._sampled.wait()
+        sample = self._sample
+        self.stamps = (base is not None and sample is not None and bool(base.children)
+                       and stamps_tell(await trio.to_thread.run_sync(
+                                           tree_sketch, base, self.racy_from), sample, cold))
+        self._decided.set()
+        if self.stamps:
+            assert base is not None
+            return _Ready(seq, walked, await trio.to_thread.run_sync(
+                replica.stamped, base, self.racy_from))
+        return _Ready(seq, walked, None if cold else base)
+
+    async def _stamp_base(self, replica: Replica) -> tuple[bool, Entry | None, Walk]:
+        """Whether the index is cold, the tree to give stamp roots, and the walk (the
+        caller holds the share): a cold index's walk, as walked (nothing is read); else
+        this side's sealed tree, as cheap to have as a walk where little changed. No tree
+        where the walk could not read everything (a scan leaves that out of the tree)."""
+        cold = await trio.to_thread.run_sync(replica.is_cold, self.excludes)
+        _, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
+        if walked.errors:
+            return cold, None, walked
+        if cold:
+            return cold, walked.tree, walked
+        tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+        return cold, tree, walked
+
+    async def _stamps(self, conversation: Conversation, message: m.Stamps) -> None:
+        """The client's sample for an ``open`` with ``stamps``: answered once the open
+        decided."""
+        if not self._opening or self._sample is not None:
+            raise ProtocolError(message="stamps without an open that offers them, or twice")
+        self._sample, self.racy_from = message.sketch, message.racy_from
+        self._sampled.set()
+        await self._decided.wait()
+        conversation.send(m.Stamped(stamps=self.stamps))
+
     async def _scan(self, incremental: bool = False, ahead: bool = False) -> Entry | None:
         """A new tree: by a rescan of what was written since the last (``incremental``:
         only when nobody else wrote meanwhile), another connection's scan at this change
@@ -254,6 +339,8 @@ class ServerSession:
         listings this connection answered)."""
         assert self.opened is not None
         replica = self.opened.replica
+        if self.stamps:
+            return await self._restamp(incremental)
         async with self.opened.lock:
             seq = self.opened.sequence()
             if ahead and (self._walked is None or self.dirty or seq != self.scanned_seq):
@@ -274,6 +361,32 @@ class ServerSession:
             self.opened.keep_scan(seq, self.excludes, tree, errors)
             self._scanned(tree, seq, errors)
         return tree
+
+    async def _restamp(self, incremental: bool) -> Entry:
+        """`_scan` of a connection synced by stamp roots: its tree after its own writes
+        (``incremental``), else walked again; nothing is shared with other connections."""
+        assert self.opened is not None
+        replica = self.opened.replica
+        async with self.opened.lock:
+            seq = self.opened.sequence()
+            tree = None
+            if incremental and self.tree is not None:
+                with contextlib.suppress(Unsure, OSError, PathError):
+                    tree = await trio.to_thread.run_sync(replica.restamp, self.tree,
+                                                         self.racy_from, self.excludes)
+                errors: list[tuple[str, str]] = []
+            if tree is None:
+                tree, walked = await self._stamp_tree(replica)
+                errors = list(walked.errors)
+            self._scanned(tree, seq, errors)
+        return tree
+
+    async def _stamp_tree(self, replica: Replica) -> tuple[Entry, Walk]:
+        """A new tree of stamp roots, and its walk (the caller holds the share)."""
+        _, base, walked = await self._stamp_base(replica)
+        if base is None:  # (unreadable entries: left out, as a scan leaves them)
+            base = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
+        return await trio.to_thread.run_sync(replica.stamped, base, self.racy_from), walked
 
     def _scanned(self, tree: Entry, seq: int,
                  errors: list[tuple[str, str]] | None = None) -> None:
@@ -396,6 +509,13 @@ class ServerSession:
                 await self._recheck(path)
                 raise Refusal("vanished", message=f"{path} changed while it was read ({exc}); "
                               "ask again") from None
+
+    async def _roots(self, conversation: Conversation, message: m.Roots) -> None:
+        """The content roots of some files, read where the index does not know them."""
+        assert self.opened is not None
+        roots = await trio.to_thread.run_sync(self.opened.replica.index_paths, message.paths)
+        conversation.send(m.Rooted(roots=[
+            roots[path][:m.WIRE_PREFIX] if path in roots else None for path in message.paths]))
 
     async def _verify(self, conversation: Conversation, message: m.Verify) -> None:
         """Read every file of the opened directory again against the index; the files
@@ -534,11 +654,21 @@ class ServerSession:
             self.unannounced = False
         tree = await self._scan(incremental=alone)
         assert tree is not None
+        files = count_files(tree) if self.stamps else self.opened.replica.stats.files
         conversation.send(m.Finished(
             content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
-            files=self.opened.replica.stats.files, marker_lost=_marker_lost(self.opened),
+            files=files, marker_lost=_marker_lost(self.opened),
         ))
+
+
+@dataclass
+class _Ready:
+    """What an ``open`` with ``stamps`` made before it took the share again."""
+
+    seq: int  # the change number walked at
+    walked: Walk
+    tree: Entry | None  # stamp roots (``stamps``), a scan, or none: the walk is to scan
 
 
 def _marker_lost(opened: OpenDirectory) -> bool:

@@ -15,7 +15,9 @@ import trio
 
 from rdc import _native
 from rdc.errors import ProtocolError
+from rdc.local.paths import PathError
 from rdc.local.replica import Replica
+from rdc.local.rescan import Unsure
 from rdc.local.snapshot import Entry
 from rdc.records import record
 from rdc.transfer.ops import SPLIT_META, apply_metas, apply_ops, listing
@@ -104,9 +106,12 @@ class Side(Protocol):
 class Local:
     """This machine's directory: a replica, scanned as ``tree``."""
 
-    def __init__(self, replica: Replica, tree: Entry) -> None:
+    def __init__(self, replica: Replica, tree: Entry, stamps: int | None = None) -> None:
         self.replica = replica
         self.tree = tree
+        # ``tree`` has stamp roots (rdc.local.stamproots), the true roots of files modified
+        # since this time: None if it has true roots only.
+        self.stamps = stamps
         self._one = trio.CapacityLimiter(1)  # (listings made one batch at a time)
 
     @property
@@ -137,8 +142,22 @@ class Local:
         """The tree after this run's writes (renames made durable first): a rescan of the
         directories they touched."""
         await trio.to_thread.run_sync(self.replica.sync_dirs)
-        self.tree = await trio.to_thread.run_sync(self.replica.rescan)
+        if self.stamps is not None:
+            self.tree = await trio.to_thread.run_sync(self._restamped, self.stamps)
+        else:
+            self.tree = await trio.to_thread.run_sync(self.replica.rescan)
         return Hashes.of_tree(self.tree, len(self.replica.errors))
+
+    def _restamped(self, limit: int) -> Entry:
+        """The tree of stamp roots after this run's writes; walked again where a rescan
+        cannot vouch for it."""
+        replica = self.replica
+        try:
+            return replica.restamp(self.tree, limit)
+        except (Unsure, OSError, PathError):
+            walked = replica.walk()
+            replica.errors = list(walked.errors)
+            return replica.stamped(walked.tree, limit)
 
     def hashes(self) -> Hashes:
         return Hashes.of_tree(self.tree, len(self.replica.errors))

@@ -82,6 +82,11 @@ class Stats:
     # Files a pushed batch wrote whose directory the server then set back to its time
     # before the batch (``kept-dir-times``, rdc.transfer.batch).
     kept_times: set[str] = field(default_factory=set)
+    # Compared by stamp roots (a cold index: rdc.local.stamproots), files unread where
+    # their sizes and times matched.
+    by_stamps: bool = False
+    # A pull by stamp roots: the local tree's files at the end (the replica keeps no tree).
+    covered: Collection[str] | None = None
 
     def plans(self) -> list[Changes]:
         """The plans carried out (a dry run's: the one it would carry out)."""
@@ -156,6 +161,7 @@ class Stats:
             "warnings": self.warnings,
             "deletions_refused": self.refused,
             "in_step": self.in_step,
+            "by_stamps": self.by_stamps,
             "seconds": round(self.seconds, 3),
         }
 

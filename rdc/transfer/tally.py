@@ -69,7 +69,8 @@ def settle_one_way(stats: Stats, replica: Replica, push: bool, dry_run: bool,
     local tree at the end but for what only this side has and kept (no ``--delete``)."""
     changes = stats.changes
     planned = [path for plan in stats.plans() for path, _ in plan.files]
-    covered = files if files is not None else files_of(replica.tree)
+    covered = (files if files is not None else stats.covered if stats.covered is not None
+               else files_of(replica.tree))
     unreadable: list[str] = []
     if push:
         unreadable = unreadable_files(replica)

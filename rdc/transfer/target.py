@@ -237,7 +237,7 @@ def settle(
         if not holds(replica, path, offer.root):
             raise
         check = None  # what was expected is gone, but what is there is what we want
-    if m.same_root(replica.current_root(path), offer.root):
+    if m.same_root(replica.current_root(path, read=True), offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns)
         return Outcome("have"), check
     for holder in replica.holders(offer.root):

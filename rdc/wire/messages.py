@@ -699,6 +699,9 @@ class Open(Message):
     create: bool = wire(boolean, False)
     excludes: list[str] = wire(array(text(1024), 1000), factory=list)
     checksum: bool = wire(boolean, False, omit=False)
+    # (``stamp-roots``) The client's index is cold: it offers a sync by stamp roots and
+    # sends a ``stamps`` request next, by which the server decides.
+    stamps: bool = wire(boolean, False, omit=False)
 
 
 @message("opened")
@@ -713,6 +716,48 @@ class Opened(Message):
     fixed: bool = wire(boolean, False)
     files: int | None = wire(optional(uint()), None, omit=None)
     marker_lost: bool = wire(boolean, False, omit=False)
+
+
+STAMP_BINS = 64  # the bins of a ``stamps`` request's sketch, 4 bytes each
+
+
+@message("stamps")
+class Stamps(Message):
+    """After ``open`` with ``stamps``: the client's sketch of the (path, size, time) of
+    its files (rdc.transfer.quickcheck), for the server to judge whether stamps tell the
+    trees apart."""
+
+    REQUEST = True
+    sketch: bytes = wire(binary(4 * STAMP_BINS, exact=4 * STAMP_BINS))
+    # Files modified at this time (ns since the epoch) or later keep their true roots, on
+    # both sides: the client's clock at its walk, less two seconds.
+    racy_from: int = wire(sint, 0)
+
+
+@message("stamped")
+class Stamped(Message):
+    """The answer to ``stamps``, as soon as the server decided: whether this sync goes by
+    stamp roots (then ``opened`` gives the hashes of such a tree), or reads (then the
+    client scans its tree while the server scans its own)."""
+
+    stamps: bool = wire(boolean, False, omit=False)
+
+
+@message("roots")
+class Roots(Message):
+    """(``stamp-roots``) The content roots of files of the opened directory, read where its
+    index does not know them: a pull by stamp roots checks a move with them."""
+
+    REQUEST = True
+    paths: list[str] = wire(array(path), out=lambda ps: [to_wire(p) for p in ps])
+
+
+@message("rooted")
+class Rooted(Message):
+    """Per path asked for, the first WIRE_PREFIX bytes of its root; nil where it is not a
+    regular file that could be read."""
+
+    roots: list[bytes | None] = wire(array(optional(binary(WIRE_PREFIX, exact=WIRE_PREFIX))))
 
 
 @message("list")

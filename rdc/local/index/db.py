@@ -27,7 +27,7 @@ from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists, seed_threshold
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Candidate defaults: 4 matching traits of 12 keep chance matches rare among 10,000 files
 # while finding near-duplicates (J >= 0.5); docs/formats.md section 4.
 CANDIDATE_THRESHOLD = 4
@@ -357,6 +357,18 @@ class IndexDatabase:
             f"SELECT {self._COLUMNS} FROM file WHERE id = ?", (file_id,)
         ).fetchone()
         return self._row(row) if row else None
+
+    def unsure(self) -> dict[str, Stamp]:
+        """The files found with another content than their stat said (bit rot), with that
+        stat: while a file still has it, its stat does not vouch for its content."""
+        return {_fsdecode(path): Stamp(size, mtime, inode) for path, size, mtime, inode
+                in self.conn.execute("SELECT path, size, mtime_ns, inode FROM unsure")}
+
+    def note_unsure(self, path: str, st: FileStat) -> None:
+        """Note a file whose content changed under this stat (`unsure`)."""
+        with self.transaction():
+            self.conn.execute("INSERT OR REPLACE INTO unsure VALUES (?, ?, ?, ?)",
+                              (os.fsencode(path), *stamp(st)))
 
     def with_root(self, root: bytes, limit: int = -1) -> list[IndexedFile]:
         """Files with this content root, by path; at most ``limit`` (-1: all). Asked once

@@ -1,0 +1,263 @@
+"""Syncs by stamp roots (rdc.local.stamproots, rdc.transfer.quickcheck): a side with a cold
+index compares sizes and times across the link, reads only what differs, and still never
+takes one file for another."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from .protocol_support import Pair, tree_state, write
+from rdc.local.index import IndexDatabase
+from rdc.local.snapshot import Entry, seal, walk
+from rdc.local.stamproots import stamp_root, stamped
+from rdc.transfer import quickcheck
+from rdc.transfer.stats import Options
+
+OLD = 1_600_000_000_123_456_789
+
+
+def a_tree(root: Path, files: int = 40) -> None:
+    for i in range(files):
+        write(root / f"d{i % 4}" / f"f{i}.txt", b"file %d\n" % i * (20 + i), OLD + i)
+
+
+def rows(index: Path) -> int:
+    """The files an index holds a row for (what its side read)."""
+    db = IndexDatabase(index)
+    try:
+        return db.count()
+    finally:
+        db.close()
+
+
+def server_index(pair: Pair) -> Path:
+    found = [p for p in pair.state.rglob("*.sqlite3")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def in_step_copy(tmp_path: Path) -> tuple[Path, Pair]:
+    """A tree on the client and a copy with the same times in the share: two cold indexes."""
+    src = tmp_path / "src"
+    a_tree(src)
+    pair = Pair(tmp_path)
+    shutil.copytree(src, pair.share / "t", copy_function=shutil.copy2)
+    for path in [src, pair.share / "t"]:  # (directories' times too, as cp -a)
+        for dirpath, _, _ in os.walk(path):
+            os.utime(dirpath, ns=(OLD, OLD))
+    return src, pair
+
+
+async def test_trees_in_step_are_compared_without_reading_a_file(tmp_path) -> None:
+    src, pair = in_step_copy(tmp_path)
+    stats = await pair.run("push", src, path="t")
+    assert stats.by_stamps and stats.in_step and stats.files_transferred == 0
+    assert rows(tmp_path / "client-src.sqlite3") == 0
+    assert rows(server_index(pair)) == 0
+    pair.close()
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_an_edit_is_found_and_only_it_is_read(tmp_path, verb) -> None:
+    src, pair = in_step_copy(tmp_path)
+    source = src if verb == "push" else pair.share / "t"
+    write(source / "d1" / "f5.txt", b"edited\n" * 30, OLD + 10**10)
+    stats = await pair.run(verb, src, path="t")
+    assert stats.by_stamps and stats.in_step and stats.files_transferred == 1
+    assert tree_state(src) == tree_state(pair.share / "t")
+    # The source read the file it sent, the target its old version (a seed): nothing else.
+    assert rows(tmp_path / "client-src.sqlite3") <= 2
+    assert rows(server_index(pair)) <= 2
+    pair.close()
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_file_modified_just_now_is_read_whatever_its_stamp(tmp_path, verb) -> None:
+    """Same size and time on both sides but another content: where the time is recent (a
+    later write could keep it), both sides read the file, and it is sent."""
+    src, pair = in_step_copy(tmp_path)
+    now = time.time_ns()
+    write(src / "d2" / "f6.txt", b"A" * 100, now)
+    write(pair.share / "t" / "d2" / "f6.txt", b"B" * 100, now)
+    stats = await pair.run(verb, src, path="t")
+    assert stats.by_stamps and stats.in_step
+    assert tree_state(src) == tree_state(pair.share / "t")
+    pair.close()
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_move_found_by_stamps_is_made_only_where_the_content_is_the_same(
+        tmp_path, verb) -> None:
+    """A file gone from one path and new at another with the same size and time is moved
+    (its inode kept) when it holds the same content; another file that only happens to
+    have the same size and time is not moved there, but sent."""
+    src, pair = in_step_copy(tmp_path)
+    source = src if verb == "push" else pair.share / "t"
+    target = pair.share / "t" if verb == "push" else src
+    os.rename(source / "d0" / "f0.txt", source / "d3" / "moved.txt")  # a true move
+    os.unlink(source / "d1" / "f1.txt")  # and a new file that only looks like it
+    write(source / "d2" / "lookalike.txt", b"X" * (target / "d1" / "f1.txt").stat().st_size,
+          (target / "d1" / "f1.txt").stat().st_mtime_ns)
+    inode = (target / "d0" / "f0.txt").stat().st_ino
+    stats = await pair.run(verb, src, path="t", options=Options(delete=True))
+    assert stats.by_stamps and stats.in_step
+    assert tree_state(src) == tree_state(pair.share / "t")
+    assert (target / "d3" / "moved.txt").stat().st_ino == inode
+    assert stats.moved["d3/moved.txt"][0] == "move"
+    assert stats.moved["d2/lookalike.txt"][0] != "move"
+    pair.close()
+
+
+async def test_trees_whose_times_differ_widely_are_read_as_without(tmp_path) -> None:
+    """Every file touched on the client (same content, other times): stamps would list and
+    offer all of them, so the sync reads both trees and compares content, as a warm one."""
+    src, pair = in_step_copy(tmp_path)
+    for i, path in enumerate(sorted(src.rglob("*.txt"))):
+        os.utime(path, ns=(OLD + 10**12 + i, OLD + 10**12 + i))
+    stats = await pair.run("push", src, path="t")
+    assert not stats.by_stamps and stats.in_step and stats.files_transferred == 0
+    assert tree_state(src) == tree_state(pair.share / "t")
+    assert rows(server_index(pair)) == 40
+    pair.close()
+
+
+async def test_checksum_reads_what_stamps_would_take_for_the_same(tmp_path) -> None:
+    """Same size and (old) time, other content: stamps take them for the same, as rsync -a
+    does; --checksum reads both and sends it."""
+    src, pair = in_step_copy(tmp_path)
+    target = pair.share / "t" / "d3" / "f7.txt"
+    st = target.stat()
+    write(target, b"?" * st.st_size, st.st_mtime_ns)
+    quick = await pair.run("push", src, path="t")
+    assert quick.by_stamps and quick.files_transferred == 0
+    assert target.read_bytes() != (src / "d3" / "f7.txt").read_bytes()
+    pair.forget_client(src)
+    full = await pair.run("push", src, path="t", options=Options(checksum=True))
+    assert not full.by_stamps and full.in_step and full.files_transferred == 1
+    assert tree_state(src) == tree_state(pair.share / "t")
+    pair.close()
+
+
+async def test_a_client_with_a_warm_index_compares_content(tmp_path) -> None:
+    """Only a cold index offers stamps: after a sync by content (--checksum) the client's
+    index knows its tree, and the next sync compares content roots."""
+    src, pair = in_step_copy(tmp_path)
+    await pair.run("push", src, path="t", options=Options(checksum=True))
+    write(src / "d0" / "f4.txt", b"edited\n", OLD + 10**10)
+    stats = await pair.run("push", src, path="t")
+    assert not stats.by_stamps and stats.in_step and stats.files_transferred == 1
+    pair.close()
+
+
+# ---------------------------------------------------------------- the pieces
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(-(2**63), 2**63 - 1),
+       st.integers(0, 2**63 - 1), st.integers(-(2**63), 2**63 - 1))
+def test_stamp_roots_differ_where_stamps_do(size_a, time_a, size_b, time_b) -> None:
+    same = (size_a, time_a) == (size_b, time_b)
+    assert (stamp_root(size_a, time_a) == stamp_root(size_b, time_b)) == same
+    assert len(stamp_root(size_a, time_a)) == 32
+
+
+def _file(size: int, mtime: int) -> Entry:
+    return Entry("f", 0o644, mtime, size)
+
+
+@settings(max_examples=50)
+@given(st.dictionaries(st.text("ab/", min_size=1, max_size=6).filter(
+    lambda p: "" not in p.split("/")), st.tuples(st.integers(0, 99), st.integers(0, 9)),
+    max_size=12), st.data())
+def test_a_tree_of_stamp_roots_changes_with_any_stamp(files, data) -> None:
+    """Two trees with the same paths, sizes and times have the same content hash; a
+    change of one file's size or time changes it; the tree given is not changed."""
+    def build(stamps: dict[str, tuple[int, int]]) -> Entry | None:
+        top = Entry("d", 0o755, 0, children={})
+        for path, (size, mtime) in sorted(stamps.items()):
+            node, *parts = top, *path.split("/")
+            for part in parts[:-1]:
+                child = node.children.setdefault(part, Entry("d", 0o755, 0, children={}))
+                if child.kind != "d":
+                    return None
+                node = child
+            if parts[-1] in node.children:
+                return None
+            node.children[parts[-1]] = _file(size, mtime)
+        return top
+
+    tree = build(files)
+    if tree is None or not files:
+        return
+    limit = 10**6  # (all "old": none keeps its true root)
+    a = stamped(tree, lambda paths: {}, limit)
+    assert a.content == stamped(build(files), lambda paths: {}, limit).content
+    assert all(not e.root for e in _files(tree))  # (the input is left alone)
+    path = data.draw(st.sampled_from(sorted(files)))
+    size, mtime = files[path]
+    changed = dict(files)
+    changed[path] = (size, mtime + 1) if data.draw(st.booleans()) else (size + 1, mtime)
+    assert stamped(build(changed), lambda paths: {}, limit).content != a.content
+
+
+def _files(tree: Entry) -> list[Entry]:
+    out, stack = [], [tree]
+    while stack:
+        for entry in stack.pop().children.values():
+            if entry.kind == "d":
+                stack.append(entry)
+            else:
+                out.append(entry)
+    return out
+
+
+def test_files_modified_since_the_limit_keep_their_true_roots(tmp_path) -> None:
+    write(tmp_path / "old.txt", b"old", OLD)
+    write(tmp_path / "new.txt", b"new", OLD + 10)
+    tree = walk(str(tmp_path)).tree
+    asked: list[list[str]] = []
+
+    def true_roots(paths: list[str]) -> dict[str, bytes]:
+        asked.append(paths)
+        return {path: b"T" * 32 for path in paths}
+
+    out = stamped(tree, true_roots, OLD + 5)
+    assert asked == [["new.txt"]]
+    assert out.children["new.txt"].root == b"T" * 32
+    assert out.children["old.txt"].root == stamp_root(3, OLD)
+    plain = Entry("d", 0o755, 0, children={"x": _file(3, OLD)})
+    seal(plain)
+    assert out.content != plain.content
+
+
+def _sketch(items: list[tuple[str, int, int]]) -> bytes:
+    return quickcheck.stamp_sketch(items)
+
+
+def test_sketches_tell_how_alike_two_sets_of_stamps_are() -> None:
+    base = [(f"dir{i % 50}/file{i}", i * 7, OLD + i) for i in range(8000)]
+    assert quickcheck.similarity(_sketch(base), _sketch(base)) == 1.0
+    one_in_ten = [(p, s, t + (1 if i % 10 == 0 else 0)) for i, (p, s, t) in enumerate(base)]
+    alike = quickcheck.similarity(_sketch(base), _sketch(one_in_ten))
+    assert alike is not None and 0.65 < alike < 0.95  # (Jaccard 0.82)
+    other = [(p, s, t + 1) for p, s, t in base]
+    assert (quickcheck.similarity(_sketch(base), _sketch(other)) or 0) < 0.1
+    assert quickcheck.similarity(_sketch([]), _sketch([])) is None
+
+
+def test_the_server_takes_stamps_where_the_sketches_are_alike() -> None:
+    base = [(f"f{i}", i, OLD + i) for i in range(4000)]
+    edited = [(p, s, t + (1 if i % 100 == 0 else 0)) for i, (p, s, t) in enumerate(base)]
+    touched = [(p, s, t + (1 if i % 4 == 0 else 0)) for i, (p, s, t) in enumerate(base)]
+    mine = _sketch(base)
+    assert quickcheck.stamps_tell(mine, _sketch(edited), cold=False)
+    assert not quickcheck.stamps_tell(mine, _sketch(touched), cold=True)
+    # A client with no file: stamps where this side would read all of its own.
+    assert quickcheck.stamps_tell(mine, _sketch([]), cold=True)
+    assert not quickcheck.stamps_tell(mine, _sketch([]), cold=False)
