@@ -261,3 +261,13 @@ def test_the_server_takes_stamps_where_the_sketches_are_alike() -> None:
     # A client with no file: stamps where this side would read all of its own.
     assert quickcheck.stamps_tell(mine, _sketch([]), cold=True)
     assert not quickcheck.stamps_tell(mine, _sketch([]), cold=False)
+
+
+def test_a_walk_is_stamped_in_place_to_the_same_hashes_as_a_copy(tmp_path) -> None:
+    a_tree(tmp_path / "t")
+    copied = stamped(walk(str(tmp_path / "t")).tree, lambda paths: {}, OLD + 10**12)
+    tree = walk(str(tmp_path / "t")).tree
+    same = stamped(tree, lambda paths: {}, OLD + 10**12, in_place=True)
+    assert same is tree and (same.content, same.meta) == (copied.content, copied.meta)
+    with pytest.raises(AssertionError):  # (a sealed tree is never stamped in place)
+        stamped(same, lambda paths: {}, OLD, in_place=True)

@@ -476,12 +476,13 @@ class Replica:
         with self.lock:
             return not self.db.holds_hashes() and self.db.kept_fingerprint(salt) is None
 
-    def stamped(self, tree: Entry, limit: int) -> Entry:
+    def stamped(self, tree: Entry, limit: int, in_place: bool = False) -> Entry:
         """A copy of ``tree`` with stamp roots (`rdc.local.stamproots`: the true roots of
-        files modified at ``limit`` or later), sealed."""
+        files modified at ``limit`` or later), sealed; ``in_place``: ``tree`` itself, a
+        walk's that is not used otherwise."""
         with self.lock:
             unsure = self.db.unsure()
-        return stamped(tree, self.index_paths, limit, unsure)
+        return stamped(tree, self.index_paths, limit, unsure, in_place)
 
     def restamp(self, old: Entry, limit: int, excludes: Excludes | None = None) -> Entry:
         """`rescan` for a tree of stamp roots: ``old`` after this replica's writes since

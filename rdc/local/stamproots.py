@@ -45,16 +45,20 @@ def racy_from() -> int:
 
 
 def stamped(tree: Entry, true_roots: TrueRoots, limit: int,
-            unsure: Mapping[str, Stamp] | None = None) -> Entry:
+            unsure: Mapping[str, Stamp] | None = None, in_place: bool = False) -> Entry:
     """A copy of ``tree`` (a walk's, or a sealed one: it is not changed) with stamp roots,
-    sealed. The files modified at ``limit`` or later keep their true roots: from
-    ``true_roots`` (paths -> roots of those it could read); one it could not read keeps
-    its stamp root (offered, it fails to be read, and is reported then). Both sides of a
-    sync use the same ``limit`` (the client's `racy_from`), so that a file with the same
-    time on both gets the same kind of root. So do the ``unsure`` files that still have
-    the stat they had when their content was found changed under it (bit rot: the index's
-    `unsure`): the true root sets such a file apart from the other side's good copy, which
-    is then sent or fetched as by content roots."""
+    sealed; with ``in_place``, ``tree`` itself, a walk's (unsealed, without roots: a
+    walk of 100,000 files is not copied again). The files modified at ``limit`` or later
+    keep their true roots: from ``true_roots`` (paths -> roots of those it could read);
+    one it could not read keeps its stamp root (offered, it fails to be read, and is
+    reported then). Both sides of a sync use the same ``limit`` (the client's
+    `racy_from`), so that a file with the same time on both gets the same kind of root.
+    So do the ``unsure`` files that still have the stat they had when their content was
+    found changed under it (bit rot: the index's `unsure`): the true root sets such a file
+    apart from the other side's good copy, which is then sent or fetched as by content
+    roots."""
+    if in_place:
+        return _stamped_in_place(tree, true_roots, limit, unsure)
     racy: list[tuple[Entry, str]] = []
     top = Entry("d", tree.mode, tree.mtime_ns, ino=tree.ino, children={})
     stack = [(tree, top, "")]
@@ -78,6 +82,28 @@ def stamped(tree: Entry, true_roots: TrueRoots, limit: int,
     restamp(racy, true_roots, limit, unsure)
     seal(top)
     return top
+
+
+def _stamped_in_place(tree: Entry, true_roots: TrueRoots, limit: int,
+                      unsure: Mapping[str, Stamp] | None) -> Entry:
+    """`stamped` of a walk's tree, in place."""
+    assert not tree.content, "a sealed tree is stamped as a copy"
+    racy: list[tuple[Entry, str]] = []
+    stack = [(tree, "")]
+    while stack:
+        node, prefix = stack.pop()
+        for name, entry in node.children.items():
+            kind = entry.kind
+            if kind == "f":
+                if entry.mtime_ns >= limit or (unsure and _unsure(unsure, prefix + name, entry)):
+                    racy.append((entry, prefix + name))
+                else:
+                    entry.root = stamp_root(entry.size, entry.mtime_ns)
+            elif kind == "d":
+                stack.append((entry, f"{prefix}{name}/"))
+    restamp(racy, true_roots, limit, unsure)
+    seal(tree)
+    return tree
 
 
 def restamp(files: list[tuple[Entry, str]], true_roots: TrueRoots, limit: int,

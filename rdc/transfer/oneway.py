@@ -214,7 +214,7 @@ async def by_stamps(connection: Connection, replica: Replica, walked: Walk
         return None
     replica.errors = list(walked.errors)
     replica.temporaries = walked.temporaries
-    return await trio.to_thread.run_sync(replica.stamped, walked.tree, limit), limit
+    return await trio.to_thread.run_sync(replica.stamped, walked.tree, limit, True), limit
 
 
 async def _scan_streamed(

@@ -13,7 +13,6 @@ case it is, sketches of both sides' sets of (path, size, time) say.
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import zlib
 from collections.abc import Iterable
@@ -41,7 +40,7 @@ def stamp_sketch(files: Iterable[tuple[str, int, int]]) -> bytes:
     not a read of any."""
     mins = [EMPTY] * BINS
     for path, size, mtime in files:
-        raw = os.fsencode(path)
+        raw = path.encode("utf-8", "surrogateescape")  # (os.fsencode, on Linux)
         if zlib.crc32(raw) % SUBSAMPLE:
             continue
         h = int.from_bytes(hashlib.blake2b(raw + _ITEM.pack(size, mtime), digest_size=8,

@@ -146,6 +146,7 @@ class ServerSession:
     _asked_stamps: bool = False
     _sample: bytes | None = None  # a ``stamps`` request's sketch
     racy_from: int = 0  # (``stamps``) the client's: files modified since keep true roots
+    _unread: list[tuple[str, str]] = field(default_factory=list)  # the last scan's errors
     _sampled: trio.Event = field(default_factory=trio.Event)
     _decided: trio.Event = field(default_factory=trio.Event)
     _walked: Walk | None = None  # the open's walk, for the first scan if nothing changed
@@ -303,7 +304,7 @@ class ServerSession:
         if self.stamps:
             assert base is not None
             return _Ready(seq, walked, await trio.to_thread.run_sync(
-                replica.stamped, base, self.racy_from))
+                replica.stamped, base, self.racy_from, cold))
         return _Ready(seq, walked, None if cold else base)
 
     async def _stamp_base(self, replica: Replica) -> tuple[bool, Entry | None, Walk]:
@@ -369,12 +370,11 @@ class ServerSession:
         replica = self.opened.replica
         async with self.opened.lock:
             seq = self.opened.sequence()
-            tree = None
+            tree, errors = None, self._unread  # (a rescan lists only what was written)
             if incremental and self.tree is not None:
                 with contextlib.suppress(Unsure, OSError, PathError):
                     tree = await trio.to_thread.run_sync(replica.restamp, self.tree,
                                                          self.racy_from, self.excludes)
-                errors: list[tuple[str, str]] = []
             if tree is None:
                 tree, walked = await self._stamp_tree(replica)
                 errors = list(walked.errors)
@@ -383,15 +383,18 @@ class ServerSession:
 
     async def _stamp_tree(self, replica: Replica) -> tuple[Entry, Walk]:
         """A new tree of stamp roots, and its walk (the caller holds the share)."""
-        _, base, walked = await self._stamp_base(replica)
+        cold, base, walked = await self._stamp_base(replica)
         if base is None:  # (unreadable entries: left out, as a scan leaves them)
-            base = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
-        return await trio.to_thread.run_sync(replica.stamped, base, self.racy_from), walked
+            cold, base = False, await trio.to_thread.run_sync(replica.scan, self.excludes,
+                                                               None, walked)
+        return await trio.to_thread.run_sync(replica.stamped, base, self.racy_from,
+                                             cold), walked
 
     def _scanned(self, tree: Entry, seq: int,
                  errors: list[tuple[str, str]] | None = None) -> None:
         assert self.opened is not None
         errors = self.opened.replica.errors if errors is None else errors
+        self._unread = errors
         self.tree = tree
         self.unreadable = len(errors)
         for path, reason in errors[:20]:

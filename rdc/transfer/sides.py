@@ -157,7 +157,7 @@ class Local:
         except (Unsure, OSError, PathError):
             walked = replica.walk()
             replica.errors = list(walked.errors)
-            return replica.stamped(walked.tree, limit)
+            return replica.stamped(walked.tree, limit, True)
 
     def hashes(self) -> Hashes:
         return Hashes.of_tree(self.tree, len(self.replica.errors))
