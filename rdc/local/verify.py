@@ -61,10 +61,10 @@ def recheck(replica: Replica, path: str) -> Finding | None:
     replica.record(path, before, signature, racy=True if moved else None)
     if row is None or moved or not row.describes(before) or row.root == signature.root:
         return None
-    with replica.lock:  # (stat no longer vouches for this file: rdc.local.stamproots)
-        replica.db.note_unsure(path, before)
-    with replica.lock:  # the cached root hashes were sealed with the old content
-        replica.db.cache_hashes(None, ())
+    with replica.lock:
+        replica.db.note_unsure(path, before)  # (stat no longer vouches for this file:
+        # a sync by stamp roots reads it, rdc.local.stamproots)
+        replica.db.cache_hashes(None, ())  # sealed with the old content
     return Finding(path, row.root, signature.root)
 
 
