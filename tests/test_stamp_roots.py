@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .protocol_support import Pair, tree_state, write
 from rdc.local.index import IndexDatabase
 from rdc.local.snapshot import Entry, seal, walk
 from rdc.local.stamproots import stamp_root, stamped
 from rdc.transfer import quickcheck
 from rdc.transfer.stats import Options
+
+from .protocol_support import Pair, tree_state, write
 
 OLD = 1_600_000_000_123_456_789
 
