@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from rdc.local.index import IndexDatabase
 from rdc.local.snapshot import Entry, seal, walk
 from rdc.local.stamproots import stamp_root, stamped
+from rdc.params import FORMAT
 from rdc.transfer import quickcheck
 from rdc.transfer.stats import Options
 
+from .e2e_support import E2E, TOKEN, RawClient
 from .protocol_support import Pair, tree_state, write
 
 OLD = 1_600_000_000_123_456_789
@@ -272,3 +274,33 @@ def test_a_walk_is_stamped_in_place_to_the_same_hashes_as_a_copy(tmp_path) -> No
     assert same is tree and (same.content, same.meta) == (copied.content, copied.meta)
     with pytest.raises(AssertionError):  # (a sealed tree is never stamped in place)
         stamped(same, lambda paths: {}, OLD, in_place=True)
+
+
+def test_a_stamps_request_that_overtakes_its_open_waits_for_it(e2e: E2E) -> None:
+    """Requests are served as they come, in no set order: a ``stamps`` sent in the same
+    frame as (even before) its ``open`` is answered once the open decided; a second one
+    is a protocol error."""
+    share = e2e.tmp / "share"
+    write(share / "a.txt", b"a file\n", OLD)
+    server = e2e.serve({"s": share})
+    client = RawClient(server.port)
+    try:
+        client.send({"t": "hello", "proto": [2, 2], "agent": "e2e/0",
+                     "features": ["stamp-roots"], "token": TOKEN, "format": FORMAT})
+        welcome = client.receive()
+        assert welcome is not None and "stamp-roots" in welcome[0]["features"]
+        sketch = quickcheck.stamp_sketch([("a.txt", 7, OLD)])
+        client.send({"t": "stamps", "id": 1, "sketch": sketch, "racy_from": OLD + 10**12},
+                    {"t": "open", "id": 2, "share": "s", "path": b"", "write": False,
+                     "create": False, "excludes": [], "stamps": True})
+        answers: dict[str, dict] = {}
+        while not {"stamped", "opened"} <= set(answers):  # (in either order)
+            batch = client.receive()
+            assert batch is not None, answers
+            answers.update((message["t"], message) for message in batch)
+        assert answers["stamped"]["stamps"] is True and "content" in answers["opened"]
+        again = client.request("stamps", sketch=sketch, racy_from=0)
+        (error,) = client.answer(again)
+        assert error["t"] == "error" and error["code"] == "protocol"
+    finally:
+        client.close()

@@ -323,9 +323,10 @@ class ServerSession:
 
     async def _stamps(self, conversation: Conversation, message: m.Stamps) -> None:
         """The client's sample for an ``open`` with ``stamps``: answered once the open
-        decided."""
-        if not self._opening or self._sample is not None:
-            raise ProtocolError(message="stamps without an open that offers them, or twice")
+        decided (no, if it did not ask for one). Requests run as they come, in no set
+        order: one that overtook its ``open`` waits for it."""
+        if self._sample is not None:
+            raise ProtocolError(message="stamps twice on one connection")
         self._sample, self.racy_from = message.sketch, message.racy_from
         self._sampled.set()
         await self._decided.wait()
