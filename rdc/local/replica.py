@@ -463,8 +463,8 @@ class Replica:
             return None
         with self.lock:
             row = self.db.get(path)
-        if read and stat.S_ISREG(st.st_mode) and (row is None or row.stamp != stamp(st)):
-            row = self.fresh_row(path)
+        if read:
+            row = self.row_as_it_is(path, st, row)
         return row.root if row is not None and row.describes(st) else None
 
     # ------------------------------------------------------------ stamp roots
@@ -533,9 +533,14 @@ class Replica:
         out.update(read)
         return out
 
-    def fresh_row(self, path: str) -> IndexedFile | None:
-        """The index row of the file at ``path``, read (and indexed) first if it has none
-        of its stamp (`index_paths`)."""
+    def row_as_it_is(self, path: str, st: os.stat_result, row: IndexedFile | None
+                     ) -> IndexedFile | None:
+        """``row`` (the index row of the file at ``path``, of lstat ``st``), or, where it
+        is missing or of another stamp, the row made by reading the file now
+        (`index_paths`): a side synced by stamp roots reads a file when a transfer needs
+        what it holds."""
+        if not stat.S_ISREG(st.st_mode) or (row is not None and row.stamp == stamp(st)):
+            return row
         self.index_paths([path])
         with self.lock:
             return self.db.get(path)

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import blake3
 
 from rdc.local.filestat import Stamp
-from rdc.local.snapshot import Entry, seal
+from rdc.local.index.update import RACY_NS
+from rdc.local.snapshot import Entry, iter_files, seal
 from rdc.params import STAMP_ROOT_CONTEXT
 
-RACY_NS = 2_000_000_000  # (as the index's: rdc.local.index.update)
 _KEY = blake3.blake3(b"", derive_key_context=STAMP_ROOT_CONTEXT).digest()
 _STAMP = struct.Struct("<Qq")
 
@@ -57,56 +57,37 @@ def stamped(tree: Entry, true_roots: TrueRoots, limit: int,
     found changed under it (bit rot: the index's `unsure`): the true root sets such a file
     apart from the other side's good copy, which is then sent or fetched as by content
     roots."""
-    if in_place:
-        return _stamped_in_place(tree, true_roots, limit, unsure)
-    racy: list[tuple[Entry, str]] = []
-    top = Entry("d", tree.mode, tree.mtime_ns, ino=tree.ino, children={})
-    stack = [(tree, top, "")]
-    while stack:
-        old, new, prefix = stack.pop()
-        children = new.children
-        for name, entry in old.children.items():
-            kind = entry.kind
-            if kind == "f":
-                copy = Entry("f", entry.mode, entry.mtime_ns, entry.size, ino=entry.ino)
-                if entry.mtime_ns >= limit or (unsure and _unsure(unsure, prefix + name, entry)):
-                    racy.append((copy, prefix + name))
-                else:
-                    copy.root = stamp_root(entry.size, entry.mtime_ns)
-            elif kind == "d":
-                copy = Entry("d", entry.mode, entry.mtime_ns, ino=entry.ino, children={})
-                stack.append((entry, copy, f"{prefix}{name}/"))
-            else:
-                copy = Entry("l", entry.mode, entry.mtime_ns, target=entry.target, ino=entry.ino)
-            children[name] = copy
-    restamp(racy, true_roots, limit, unsure)
-    seal(top)
-    return top
-
-
-def _stamped_in_place(tree: Entry, true_roots: TrueRoots, limit: int,
-                      unsure: Mapping[str, Stamp] | None) -> Entry:
-    """`stamped` of a walk's tree, in place."""
+    if not in_place:
+        tree = _unsealed_copy(tree)
     assert not tree.content, "a sealed tree is stamped as a copy"
-    racy: list[tuple[Entry, str]] = []
-    stack = [(tree, "")]
-    while stack:
-        node, prefix = stack.pop()
-        for name, entry in node.children.items():
-            kind = entry.kind
-            if kind == "f":
-                if entry.mtime_ns >= limit or (unsure and _unsure(unsure, prefix + name, entry)):
-                    racy.append((entry, prefix + name))
-                else:
-                    entry.root = stamp_root(entry.size, entry.mtime_ns)
-            elif kind == "d":
-                stack.append((entry, f"{prefix}{name}/"))
-    restamp(racy, true_roots, limit, unsure)
+    restamp(((entry, path) for _, _, entry, path in iter_files(tree)), true_roots, limit,
+            unsure)
     seal(tree)
     return tree
 
 
-def restamp(files: list[tuple[Entry, str]], true_roots: TrueRoots, limit: int,
+def _unsealed_copy(tree: Entry) -> Entry:
+    """``tree``'s entries, stats and link targets, without roots or directory hashes."""
+    top = Entry("d", tree.mode, tree.mtime_ns, ino=tree.ino, children={})
+    stack = [(tree, top)]
+    while stack:
+        old, new = stack.pop()
+        children = new.children
+        for name, entry in old.children.items():
+            if entry.kind == "f":
+                children[name] = Entry("f", entry.mode, entry.mtime_ns, entry.size,
+                                       ino=entry.ino)
+            elif entry.kind == "d":
+                children[name] = Entry("d", entry.mode, entry.mtime_ns, ino=entry.ino,
+                                       children={})
+                stack.append((entry, children[name]))
+            else:
+                children[name] = Entry("l", entry.mode, entry.mtime_ns, target=entry.target,
+                                       ino=entry.ino)
+    return top
+
+
+def restamp(files: Iterable[tuple[Entry, str]], true_roots: TrueRoots, limit: int,
             unsure: Mapping[str, Stamp] | None = None) -> None:
     """Give each (entry, path) without a root its stamp root, or its true root where it
     was modified at ``limit`` or later or is ``unsure`` (as `stamped`)."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import stat
 from collections.abc import Callable, Sequence
 
 import trio
@@ -35,7 +34,7 @@ import trio
 from rdc.content.signature import FileSignature, signature_of_bytes, tree_of_bytes
 from rdc.content.tree import Tree
 from rdc.errors import ProtocolError, Refusal, RemoteError, disk_full
-from rdc.local.filestat import FileStat, mtime_ns, stamp
+from rdc.local.filestat import FileStat, mtime_ns
 from rdc.local.fs import ConflictError, Expect, HeldDirs, TempFile, sync_all
 from rdc.local.index import IndexedFile
 from rdc.local.paths import PathError
@@ -418,10 +417,8 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
         check = None  # what was expected is gone, but what is there is what we want
         st = replica.fs.lstat(path)
         row = replica.indexed([path]).get(path)  # (holds() indexed it)
-    if st is not None and stat.S_ISREG(st.st_mode) and (row is None or row.stamp != stamp(st)):
-        # Not indexed as it is (a side synced by stamp roots reads only what it needs):
-        # read now, for what it holds to be found and to serve as a seed.
-        row = replica.fresh_row(path)
+    if st is not None:  # (read now if not indexed as it is: to be found, and a seed)
+        row = replica.row_as_it_is(path, st, row)
     current = row.root if st is not None and row is not None and row.describes(st) else None
     if m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)

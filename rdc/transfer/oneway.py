@@ -213,7 +213,6 @@ async def by_stamps(connection: Connection, replica: Replica, walked: Walk
     if not decided.stamps:
         return None
     replica.errors = list(walked.errors)
-    replica.temporaries = walked.temporaries
     return await trio.to_thread.run_sync(replica.stamped, walked.tree, limit, True), limit
 
 

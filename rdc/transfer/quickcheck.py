@@ -31,6 +31,7 @@ EMPTY = 0xFFFFFFFF  # a bin no file fell in
 SUBSAMPLE = 4  # one path in this many (by a hash of the path alone) is in the sketch
 _ITEM = struct.Struct("<Qq")
 _BINS = struct.Struct(f"<{BINS}I")
+NO_FILES = _BINS.pack(*[EMPTY] * BINS)  # the sketch of no file
 
 
 def stamp_sketch(files: Iterable[tuple[str, int, int]]) -> bytes:
@@ -81,9 +82,6 @@ def stamps_tell(mine: bytes, theirs: bytes, cold: bool) -> bool:
     """Whether to sync by stamp roots, on the server (``mine``: its sketch, ``cold``: its
     index is) given the client's sketch: where both sets of stamps are alike, or the
     client has no file (nothing to tell apart) and this side would read all of its own."""
-    alike = similarity(mine, theirs)
-    if alike is None:
+    if theirs == NO_FILES:
         return cold
-    if all(v == EMPTY for v in _BINS.unpack(theirs)):
-        return cold
-    return alike >= SIMILAR_FROM
+    return (similarity(mine, theirs) or 0.0) >= SIMILAR_FROM
