@@ -50,7 +50,7 @@ from rdc.transfer.compare import (
 )
 from rdc.transfer.files import pull_file, push_file
 from rdc.transfer.made_dirs import MadeDirs
-from rdc.transfer.quickcheck import STAMP_ROOTS, walk_sketch
+from rdc.transfer.quickcheck import STAMP_ROOTS, WARM_STAMPS, tree_sketch, walk_sketch
 from rdc.transfer.sides import Hashes, Local, Remote, Side
 from rdc.transfer.stats import Options, Progress, Stats, count_files
 from rdc.transfer.tally import files_of, settle_in_step, settle_one_way
@@ -60,14 +60,16 @@ from rdc.wire.connection import Connection, Conversation, unwrap_group
 
 
 def request_open(connection: Connection, share: str, path: str, write: bool,
-                 excludes: list[str], checksum: bool = False, stamps: bool = False
-                 ) -> Conversation:
+                 excludes: list[str], checksum: bool = False, stamps: bool = False,
+                 warm: bool = False) -> Conversation:
     """Send ``open`` (creating ``path`` if it writes); the server starts scanning its
     tree, which the client overlaps with its own scan before it waits for ``opened``.
     ``checksum``: the server reads every file again. ``stamps``: a sync by stamp roots
-    is offered (a ``stamps`` request must follow: `by_stamps`)."""
+    is offered by a cold index (a ``stamps`` request must follow: `by_stamps`);
+    ``warm``: by a warm one (`opened_or_wanted`)."""
     return connection.start(m.Open(share=share, path=path, write=write, create=write,
-                                   excludes=excludes, checksum=checksum, stamps=stamps))
+                                   excludes=excludes, checksum=checksum, stamps=stamps,
+                                   warm=warm))
 
 
 async def receive_opened(conversation: Conversation) -> m.Opened:
@@ -75,6 +77,21 @@ async def receive_opened(conversation: Conversation) -> m.Opened:
         return await conversation.receive(m.Opened)
     finally:
         conversation.close()
+
+
+async def opened_or_wanted(conversation: Conversation) -> m.Opened | m.Stamped:
+    """The answer to an ``open`` with ``warm``: ``opened``, or first ``stamped`` with
+    ``want`` (the server's index is cold: send ``stamps``, then ``opened`` follows)."""
+    try:
+        answer = await conversation.receive(m.Opened, m.Stamped)
+    except BaseException:
+        conversation.close()
+        raise
+    if isinstance(answer, m.Opened):
+        conversation.close()
+    elif not answer.want:
+        raise ProtocolError(message="stamped before opened, and no want")
+    return answer
 
 
 class ScanAbandoned(Exception):
@@ -88,10 +105,12 @@ async def scan_while_opening(
     walked: Walk | None = None,
     streaming: bool = False,
     checksum: bool = False,
-) -> tuple[m.Opened, Entry]:
+    warm: bool = False,
+) -> tuple[m.Opened | m.Stamped, Entry]:
     """The server's answer to ``open`` and the local tree, scanned meanwhile (every file
     read with ``checksum``): the two scans are independent, and in series a cold push
-    paid for both. A refused open stops the local scan at its next file.
+    paid for both. A refused open stops the local scan at its next file. ``warm``: the
+    open offered stamps as a warm client, and the answer may be `opened_or_wanted`'s.
 
     With ``streaming`` (a push, given the walk), an empty remote directory stops the scan
     too, and the walk's tree is returned unsealed, without roots: everything goes, and the
@@ -119,11 +138,11 @@ async def scan_while_opening(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(scan)
             try:
-                answer = await receive_opened(opening)
+                answer = await (opened_or_wanted(opening) if warm else receive_opened(opening))
             except BaseException:
                 stop.set()
                 raise
-            if streaming and not finished and _empty(answer):
+            if streaming and not finished and isinstance(answer, m.Opened) and _empty(answer):
                 stop.set()
     if tree is None:  # abandoned for streaming: the walk is all it needs
         assert walked is not None
@@ -165,28 +184,38 @@ async def open_and_scan(
     """Open the remote directory and scan the local one. When neither side changed since
     its last scan (stat says so for this side, the server's answer for its own), the
     local tree is not scanned at all: None, with the walk that showed it. Where this
-    side's index is cold, a sync by stamp roots is offered (`by_stamps`): if the server
-    takes it, the tree has stamp roots, and the last value is the time from which files
-    keep their true roots (else None)."""
+    side's index is cold (or, with ``warm-stamps``, the server's may be), a sync by
+    stamp roots is offered (`by_stamps`): if the server takes it, the tree has stamp
+    roots, and the last value is the time from which files keep their true roots (else
+    None)."""
     write = push and not options.dry_run
-    offer = (STAMP_ROOTS in connection.frames.features and not options.checksum
-             and await trio.to_thread.run_sync(replica.is_cold))
+    features = connection.frames.features
+    cold = await trio.to_thread.run_sync(replica.is_cold)
+    offer = (STAMP_ROOTS in features and not options.checksum
+             and (cold or WARM_STAMPS in features))
+    warm = offer and not cold  # (the server says whether it wants the sketch)
     opening = request_open(connection, share, path, write, excludes, options.checksum,
-                           offer)
+                           offer and cold, warm)
     # The local walk runs while the server scans its side.
     cached, walked = await trio.to_thread.run_sync(replica.quick)
     if walked.temporaries and not push and not options.dry_run:
         await trio.to_thread.run_sync(replica.fs.clean_temporaries)
-    if offer:
+    if offer and cold:
         stamped = await by_stamps(connection, replica, walked)
         if stamped is not None:
             return await receive_opened(opening), stamped[0], walked, stamped[1]
     if cached is None or options.checksum:
         streaming = write and not walked.errors
-        answer, tree = await scan_while_opening(replica, opening, progress, walked, streaming,
-                                                options.checksum)
-        return answer, tree, walked, None
-    answer = await receive_opened(opening)
+        first, tree = await scan_while_opening(replica, opening, progress, walked, streaming,
+                                               options.checksum, warm)
+        if isinstance(first, m.Stamped):
+            return await warm_by_stamps(connection, replica, opening, tree, walked)
+        return first, tree, walked, None
+    first = await (opened_or_wanted(opening) if warm else receive_opened(opening))
+    if isinstance(first, m.Stamped):
+        tree = await trio.to_thread.run_sync(replica.scan, None, progress, walked)
+        return await warm_by_stamps(connection, replica, opening, tree, walked)
+    answer = first
     theirs = Hashes.of_message(answer)
     mine = Hashes(*cached, m.Top(*walked.top))
     if (mine.content, mine.meta) == (theirs.content, theirs.meta) and not _top_differs(
@@ -199,21 +228,39 @@ async def open_and_scan(
 
 async def by_stamps(connection: Connection, replica: Replica, walked: Walk
                     ) -> tuple[Entry, int] | None:
-    """After an ``open`` that offered stamp roots: send the sketch of this side's stamps
-    (`rdc.transfer.quickcheck`) and, if the server takes stamp roots, return this side's
-    tree with them (none of its files read) and the time from which files keep their
-    true roots; else None (the sync reads, as without)."""
+    """After an ``open`` that offered stamp roots from a cold index: send the sketch of
+    this side's stamps (`rdc.transfer.quickcheck`) and, if the server takes stamp roots,
+    return this side's tree with them (none of its files read) and the time from which
+    files keep their true roots; else None (the sync reads, as without)."""
     limit = racy_from()
     sketch = await trio.to_thread.run_sync(walk_sketch, walked, limit)
-    conversation = connection.start(m.Stamps(sketch=sketch, racy_from=limit))
-    try:
-        decided = await conversation.receive(m.Stamped)
-    finally:
-        conversation.close()
-    if not decided.stamps:
+    if not await _stamps_taken(connection, sketch, limit):
         return None
     replica.errors = list(walked.errors)
     return await trio.to_thread.run_sync(replica.stamped, walked.tree, limit, True), limit
+
+
+async def warm_by_stamps(connection: Connection, replica: Replica, opening: Conversation,
+                         tree: Entry, walked: Walk) -> tuple[m.Opened, Entry, Walk, int | None]:
+    """`open_and_scan`'s answer where a warm client's offer met a cold server
+    (`opened_or_wanted`): the sketch of ``tree`` (scanned as without stamps: the index
+    vouches for it) decides, then ``opened`` comes."""
+    limit = racy_from()
+    sketch = await trio.to_thread.run_sync(tree_sketch, tree, limit)
+    taken = await _stamps_taken(connection, sketch, limit)
+    answer = await receive_opened(opening)
+    if not taken:
+        return answer, tree, walked, None
+    return answer, await trio.to_thread.run_sync(replica.stamped, tree, limit), walked, limit
+
+
+async def _stamps_taken(connection: Connection, sketch: bytes, limit: int) -> bool:
+    """Send ``stamps``: whether the server takes stamp roots."""
+    conversation = connection.start(m.Stamps(sketch=sketch, racy_from=limit))
+    try:
+        return (await conversation.receive(m.Stamped)).stamps
+    finally:
+        conversation.close()
 
 
 async def _scan_streamed(

@@ -21,6 +21,10 @@ from rdc.local.snapshot import Entry, Walk, iter_files
 from rdc.wire import messages as m
 
 STAMP_ROOTS = "stamp-roots"  # the handshake feature
+# A client with a warm index offers stamps too: where the server's index is cold, it would
+# read every file of the share to compare content (a share filled by rsync, or its state
+# lost), when the two trees may be copies with the same times.
+WARM_STAMPS = "warm-stamps"
 # Stamp roots are taken where the two sides' sets of (path, size, time) of their files
 # are at least this similar (Jaccard): about 8% of the files both have differ in stamp.
 # (Django 5.0.6 and 5.0.7 unpacked differ in 23%, in 34 files of content: listing and

@@ -37,7 +37,7 @@ from rdc.transfer.ops import (
     listing,
     mlisting,
 )
-from rdc.transfer.quickcheck import STAMP_ROOTS, stamps_tell, tree_sketch
+from rdc.transfer.quickcheck import STAMP_ROOTS, WARM_STAMPS, stamps_tell, tree_sketch
 from rdc.transfer.reconcile import (
     ASKED_LISTINGS,
     SHORT,
@@ -220,14 +220,23 @@ class ServerSession:
             raise
         except Exception as exc:  # a pattern the library cannot parse
             raise Refusal("path", message=f"bad exclude pattern: {exc}") from None
-        self._asked_stamps = (message.stamps and not message.checksum
-                              and STAMP_ROOTS in conversation.connection.frames.features)
+        features = conversation.connection.frames.features
+        warm_client = message.warm and WARM_STAMPS in features
+        self._asked_stamps = ((message.stamps or warm_client) and not message.checksum
+                              and STAMP_ROOTS in features)
+        warm_client = warm_client and self._asked_stamps
         if not self._asked_stamps:
             self._decided.set()  # (a ``stamps`` request is answered: no)
         opened = await self.shares.open(message.share, message.path, message.write,
                                         message.create)
         self.opened = opened
         replica = opened.replica
+        if warm_client:  # stamps pay only if this side would read its whole tree
+            self._asked_stamps = await trio.to_thread.run_sync(replica.is_cold, self.excludes)
+            if self._asked_stamps:
+                conversation.send(m.Stamped(want=True))  # (the client's sample, please)
+            else:
+                self._decided.set()
         ready = await self._by_stamps(replica) if self._asked_stamps else None
         async with opened.lock:
             if ready is not None and ready.seq != opened.sequence():

@@ -30,11 +30,13 @@ PROTOCOL_MAX = 2
 # other entries by one hash (rdc.transfer.ops.mlisting); listing-sketch: a list names what
 # the client has in a large directory by a set sketch (rdc.transfer.reconcile); asked-meta:
 # an mlisting's items name no path, one per path asked for (rdc.transfer.ops); stamp-roots:
-# a client with a cold index may sync by stamp roots (rdc.local.stamproots).
+# a client with a cold index may sync by stamp roots (rdc.local.stamproots); warm-stamps:
+# so may a client with a warm index, into a share whose index is cold
+# (rdc.transfer.quickcheck).
 FEATURES = ("zstd", "health", "same-format", "batch-deltas", "short-prefixes",
             "short-fingerprints", "short-digests", "asked-paths", "kept-dir-times",
             "asked-listings", "large-deltas", "split-meta", "listing-sketch", "asked-meta",
-            "stamp-roots")
+            "stamp-roots", "warm-stamps")
 HANDSHAKE_SECONDS = 10
 M = TypeVar("M", bound=m.Message)
 T = TypeVar("T")

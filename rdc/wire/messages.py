@@ -702,6 +702,10 @@ class Open(Message):
     # (``stamp-roots``) The client's index is cold: it offers a sync by stamp roots and
     # sends a ``stamps`` request next, by which the server decides.
     stamps: bool = wire(boolean, False, omit=False)
+    # (``warm-stamps``) The client's index is warm and it offers a sync by stamp roots:
+    # they pay only if the server's is cold, and the client sends its ``stamps`` only if
+    # the server asks for it (a ``stamped`` with ``want`` before ``opened``).
+    warm: bool = wire(boolean, False, omit=False)
 
 
 @message("opened")
@@ -741,6 +745,9 @@ class Stamped(Message):
     client scans its tree while the server scans its own)."""
 
     stamps: bool = wire(boolean, False, omit=False)
+    # (``warm-stamps``: sent in an ``open``'s conversation, before ``opened``, to a warm
+    # client) The server's index is cold: the client sends its ``stamps`` now.
+    want: bool = wire(boolean, False, omit=False)
 
 
 @message("roots")
