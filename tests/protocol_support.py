@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,7 @@ class Pair:
         self.share = tmp / "share"
         self.share.mkdir(exist_ok=True)
         self.state = tmp / "state"
+        self.readonly = readonly
         self.registry = Registry({"s": Share("s", str(self.share), readonly)}, self.state)
         self.server_errors: list[Exception] = []
 
@@ -72,6 +74,14 @@ class Pair:
         server (no tree it sealed after syncing, so no listing it knows the server holds)."""
         for suffix in ("", "-wal", "-shm"):
             (self.tmp / f"client-{local.name}.sqlite3{suffix}").unlink(missing_ok=True)
+
+    def forget_server(self) -> None:
+        """Drop the server's indexes (a share whose state was lost, or that was filled by
+        other means): its next sync finds the index cold."""
+        self.registry.close()
+        shutil.rmtree(self.state)
+        self.registry = Registry({"s": Share("s", str(self.share), self.readonly)},
+                                 self.state)
 
     async def run(
         self,

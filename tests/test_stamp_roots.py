@@ -17,7 +17,7 @@ from rdc.local.index import IndexDatabase
 from rdc.local.snapshot import Entry, seal, walk
 from rdc.local.stamproots import stamp_root, stamped
 from rdc.params import FORMAT
-from rdc.transfer import quickcheck
+from rdc.transfer import oneway, quickcheck
 from rdc.transfer.stats import Options
 
 from .e2e_support import E2E, TOKEN, RawClient
@@ -148,14 +148,56 @@ async def test_checksum_reads_what_stamps_would_take_for_the_same(tmp_path) -> N
     pair.close()
 
 
-async def test_a_client_with_a_warm_index_compares_content(tmp_path) -> None:
-    """Only a cold index offers stamps: after a sync by content (--checksum) the client's
-    index knows its tree, and the next sync compares content roots."""
+async def test_two_warm_indexes_compare_content(tmp_path, monkeypatch) -> None:
+    """After a sync by content (--checksum) both indexes know their trees: the next sync
+    compares content roots, and the client never makes the sketch of its stamps (the
+    server, warm, does not ask for it)."""
     src, pair = in_step_copy(tmp_path)
     await pair.run("push", src, path="t", options=Options(checksum=True))
     write(src / "d0" / "f4.txt", b"edited\n", OLD + 10**10)
+    sketched: list[int] = []
+    monkeypatch.setattr(oneway, "tree_sketch", lambda *a: sketched.append(1) or b"")
     stats = await pair.run("push", src, path="t")
     assert not stats.by_stamps and stats.in_step and stats.files_transferred == 1
+    assert not sketched
+    pair.close()
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_warm_client_syncs_by_stamps_with_a_share_whose_index_is_cold(
+        tmp_path, verb) -> None:
+    """A client whose index knows its tree, and a share whose state was lost (or that rsync
+    filled): the server would read its whole tree to compare content roots; stamps tell
+    the trees apart instead, and the server reads the one file that differs."""
+    src, pair = in_step_copy(tmp_path)
+    await pair.run("push", src, path="t", options=Options(checksum=True))
+    pair.forget_server()
+    source = src if verb == "push" else pair.share / "t"
+    write(source / "d1" / "f9.txt", b"edited\n" * 9, OLD + 10**10)
+    stats = await pair.run(verb, src, path="t")
+    assert stats.by_stamps and stats.in_step and stats.files_transferred == 1
+    assert tree_state(src) == tree_state(pair.share / "t")
+    assert rows(server_index(pair)) <= 1
+    # The client stays warm: its index still vouches for the rest, and the next sync with
+    # a warm share again compares content.
+    assert rows(tmp_path / "client-src.sqlite3") == 40
+    again = await pair.run(verb, src, path="t")
+    assert again.by_stamps and again.in_step and again.files_transferred == 0
+    pair.close()
+
+
+async def test_a_warm_client_reads_as_without_where_the_stamps_differ_widely(
+        tmp_path) -> None:
+    """Warm client, cold share, every time different (the same content): the server asks
+    for the sketch, turns stamps down, and both compare content."""
+    src, pair = in_step_copy(tmp_path)
+    await pair.run("push", src, path="t", options=Options(checksum=True))
+    pair.forget_server()
+    for i, path in enumerate(sorted((pair.share / "t").rglob("*.txt"))):
+        os.utime(path, ns=(OLD + 10**12 + i, OLD + 10**12 + i))
+    stats = await pair.run("pull", src, path="t")
+    assert not stats.by_stamps and stats.in_step and stats.files_transferred == 0
+    assert rows(server_index(pair)) == 40
     pair.close()
 
 
@@ -304,6 +346,49 @@ def test_a_stamps_request_that_overtakes_its_open_waits_for_it(e2e: E2E) -> None
         assert error["t"] == "error" and error["code"] == "protocol"
     finally:
         client.close()
+
+
+def test_a_warm_client_is_asked_for_its_sketch_only_by_a_cold_share(e2e: E2E) -> None:
+    """An ``open`` with ``warm`` hears ``stamped`` with ``want`` first where the share's
+    index is cold, and its ``stamps`` then decides; a warm share answers ``opened`` alone
+    (the sync compares content roots)."""
+    share = e2e.tmp / "share"
+    write(share / "a.txt", b"a file\n", OLD)
+    server = e2e.serve({"s": share})
+
+    def open_warm(client: RawClient) -> dict:
+        client.send({"t": "hello", "proto": [2, 2], "agent": "e2e/0",
+                     "features": ["stamp-roots", "warm-stamps"], "token": TOKEN,
+                     "format": FORMAT})
+        welcome = client.receive()
+        assert welcome is not None and "warm-stamps" in welcome[0]["features"]
+        client.next_id = 2
+        client.send({"t": "open", "id": 1, "share": "s", "path": b"", "write": False,
+                     "create": False, "excludes": [], "warm": True})
+        batch = client.receive()
+        assert batch is not None and len(batch) == 1
+        return batch[0]
+
+    cold = RawClient(server.port)
+    try:
+        asked = open_warm(cold)
+        assert asked["t"] == "stamped" and asked["want"] is True and not asked.get("stamps")
+        sketch = quickcheck.stamp_sketch([("a.txt", 7, OLD)])
+        cold.send({"t": "stamps", "id": 2, "sketch": sketch, "racy_from": OLD + 10**12})
+        answers: dict[str, dict] = {}
+        while not {"stamped", "opened"} <= set(answers):
+            batch = cold.receive()
+            assert batch is not None, answers
+            answers.update((message["t"], message) for message in batch)
+        assert answers["stamped"]["stamps"] is True
+    finally:
+        cold.close()
+    assert e2e.pull(server.url("s"), e2e.tmp / "copy", "--checksum").ok()  # (warms it)
+    warm = RawClient(server.port)
+    try:
+        assert open_warm(warm)["t"] == "opened"
+    finally:
+        warm.close()
 
 
 def test_the_command_pushes_and_pulls_a_copy_by_stamps_end_to_end(e2e: E2E) -> None:
