@@ -95,7 +95,7 @@ def restamp(files: Iterable[tuple[Entry, str]], true_roots: TrueRoots, limit: in
     for entry, path in files:
         if entry.root:
             continue
-        if entry.mtime_ns >= limit or (unsure and _unsure(unsure, path, entry)):
+        if entry.mtime_ns >= limit or (unsure and still_unsure(unsure, path, entry)):
             racy.append((entry, path))
         else:
             entry.root = stamp_root(entry.size, entry.mtime_ns)
@@ -106,7 +106,7 @@ def restamp(files: Iterable[tuple[Entry, str]], true_roots: TrueRoots, limit: in
         entry.root = roots.get(path) or stamp_root(entry.size, entry.mtime_ns)
 
 
-def _unsure(unsure: Mapping[str, Stamp], path: str, entry: Entry) -> bool:
+def still_unsure(unsure: Mapping[str, Stamp], path: str, entry: Entry) -> bool:
     """Whether the file ``entry`` at ``path`` still has the stat its content was found
     changed under."""
     noted = unsure.get(path)

@@ -27,7 +27,7 @@ from rdc.local.filestat import FileStat, Stamp, mtime_ns, stamp
 from rdc.local.index.traits import TraitLists, seed_threshold
 from rdc.params import DEFAULT_SIGNATURE, SignatureParams, describe
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Candidate defaults: 4 matching traits of 12 keep chance matches rare among 10,000 files
 # while finding near-duplicates (J >= 0.5); docs/formats.md section 4.
 CANDIDATE_THRESHOLD = 4
@@ -126,6 +126,11 @@ def _next_prefix(prefix: bytes) -> bytes:
     if not stripped:
         return b"\xff" * (ROOT_BYTES + 1)
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _kept_table(stamps: bool) -> str:
+    """Where a kept tree of content roots, or of stamp roots, is (schema 3, 6)."""
+    return "stamp_sealed" if stamps else "sealed"
 
 
 def _fsdecode(raw: bytes) -> str:
@@ -524,29 +529,32 @@ class IndexDatabase:
         value = " ".join([fingerprint.hex(), *(h.hex() for h in hashes)])
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('tree', ?)", (value,))
 
-    def keep_tree(self, fingerprint: bytes, salt: bytes, packed: bytes) -> None:
+    def keep_tree(self, fingerprint: bytes, salt: bytes, packed: bytes,
+                  stamps: bool = False) -> None:
         """Keep the packed tree sealed for the walk with ``fingerprint`` (rdc.local.sealed):
         written into its place, not bound as a value (which SQLite copies: for 100,000
-        files, 9 MB more at a first copy's peak)."""
-        self.conn.execute("INSERT OR REPLACE INTO sealed VALUES (1, ?, ?, zeroblob(?))",
+        files, 9 MB more at a first copy's peak). ``stamps``: a tree of stamp roots, kept
+        apart."""
+        table = _kept_table(stamps)
+        self.conn.execute(f"INSERT OR REPLACE INTO {table} VALUES (1, ?, ?, zeroblob(?))",
                           (fingerprint, salt, len(packed)))
-        with self.conn.blobopen("sealed", "tree", 1) as blob:
+        with self.conn.blobopen(table, "tree", 1) as blob:
             blob.write(packed)
 
-    def kept_tree(self, salt: bytes) -> tuple[bytes, bytes] | None:
+    def kept_tree(self, salt: bytes, stamps: bool = False) -> tuple[bytes, bytes] | None:
         """The fingerprint and packed tree kept for a walk with these exclude patterns."""
-        row = self.conn.execute(
-            "SELECT fingerprint, tree FROM sealed WHERE salt = ?", (salt,)).fetchone()
+        row = self.conn.execute(f"SELECT fingerprint, tree FROM {_kept_table(stamps)} "
+                                "WHERE salt = ?", (salt,)).fetchone()
         return (row[0], row[1]) if row else None
 
-    def kept_fingerprint(self, salt: bytes) -> bytes | None:
+    def kept_fingerprint(self, salt: bytes, stamps: bool = False) -> bytes | None:
         """The fingerprint of the tree kept for these exclude patterns, if one is."""
-        row = self.conn.execute(
-            "SELECT fingerprint FROM sealed WHERE salt = ?", (salt,)).fetchone()
+        row = self.conn.execute(f"SELECT fingerprint FROM {_kept_table(stamps)} "
+                                "WHERE salt = ?", (salt,)).fetchone()
         return row[0] if row else None
 
-    def forget_tree(self) -> None:
-        self.conn.execute("DELETE FROM sealed")
+    def forget_tree(self, stamps: bool = False) -> None:
+        self.conn.execute(f"DELETE FROM {_kept_table(stamps)}")
 
     def count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM file").fetchone()[0]
