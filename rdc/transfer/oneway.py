@@ -233,10 +233,16 @@ async def by_stamps(connection: Connection, replica: Replica, walked: Walk
     return this side's tree with them (none of its files read) and the time from which
     files keep their true roots; else None (the sync reads, as without)."""
     limit = racy_from()
-    sketch = await trio.to_thread.run_sync(walk_sketch, walked, limit)
+    kept = await trio.to_thread.run_sync(replica.kept_stamps, walked, limit)
+    if kept is not None:
+        sketch = await trio.to_thread.run_sync(tree_sketch, kept, limit)
+    else:
+        sketch = await trio.to_thread.run_sync(walk_sketch, walked, limit)
     if not await _stamps_taken(connection, sketch, limit):
         return None
     replica.errors = list(walked.errors)
+    if kept is not None:
+        return kept, limit
     return await trio.to_thread.run_sync(replica.stamped, walked.tree, limit, True), limit
 
 
@@ -334,6 +340,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         else:
             stats.in_step = all(stats.ops_done(last, await target.apply(last)))
             stats.in_step = stats.in_step and not stats.failed
+        await _keep_stamps(local, stats, stamps, options.dry_run)
         return _done(stats, started)
     deletion = await trio.to_thread.run_sync(_deletion, replica, tree, theirs, push, options,
                                              stats.files_total)
@@ -391,6 +398,7 @@ async def one_way(connection: Connection, replica: Replica, tree: Entry, answer:
         stats.files_total = count_files(local.tree)
         if stamps is not None:
             stats.covered = files_of(local.tree)
+    await _keep_stamps(local, stats, stamps, options.dry_run)
     return _done(stats, started)
 
 
@@ -434,6 +442,15 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
             nursery.start_soon(batch, group, nursery)
         for path, there in alone:
             nursery.start_soon(one, path, there)
+
+
+async def _keep_stamps(local: Local, stats: Stats, stamps: int | None, dry_run: bool) -> None:
+    """At the end of a sync by stamp roots from a cold index, in step: keep the local
+    tree of them, for the next sync to start from (`Replica.kept_stamps`)."""
+    replica = local.replica
+    if (stamps is not None and stats.in_step and not dry_run and not replica.errors
+            and await trio.to_thread.run_sync(replica.is_cold)):
+        await trio.to_thread.run_sync(replica.keep_stamps, local.tree, stamps)
 
 
 def _done(stats: Stats, started: float) -> Stats:

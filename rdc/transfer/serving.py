@@ -298,35 +298,50 @@ class ServerSession:
         the tree of stamp roots if the client's sample (its ``stamps`` request) says
         stamps tell the two trees apart (``stamps`` set); else this side's sealed tree if
         it had to make one, or none (a cold index: the open scans its walk). The share is
-        not held while the sample comes."""
+        not held while the sample comes. A cold index starts from the stamp tree it kept
+        after its last sync by stamps, if it kept one (`Replica.kept_stamps`)."""
         assert self.opened is not None
         async with self.opened.lock:
             seq = self.opened.sequence()
-            cold, base, walked = await self._stamp_base(replica)
+            cold, base, walked = await self._stamp_base(replica, lazy=True)
         with trio.move_on_after(SAMPLE_SECONDS):
             await self._sampled.wait()
-        sample = self._sample
-        self.stamps = (base is not None and sample is not None and bool(base.children)
+        sample, limit = self._sample, self.racy_from
+        kept = None
+        if cold and sample is not None:
+            kept = await trio.to_thread.run_sync(replica.kept_stamps, walked, limit,
+                                                 self.excludes)
+            if kept is None:
+                base = await trio.to_thread.run_sync(_walked_tree, walked)
+        judged = kept if kept is not None else base
+        self.stamps = (judged is not None and sample is not None and bool(judged.children)
                        and stamps_tell(await trio.to_thread.run_sync(
-                                           tree_sketch, base, self.racy_from), sample, cold))
+                                           tree_sketch, judged, limit), sample, cold))
         self._decided.set()
-        if self.stamps:
+        if not self.stamps:
+            return _Ready(seq, walked, None if cold else base)
+        if kept is None:
             assert base is not None
-            return _Ready(seq, walked, await trio.to_thread.run_sync(
-                replica.stamped, base, self.racy_from, cold))
-        return _Ready(seq, walked, None if cold else base)
+            kept = await trio.to_thread.run_sync(replica.stamped, base, limit, cold)
+            if cold:
+                await trio.to_thread.run_sync(replica.keep_stamps, kept, limit, self.excludes)
+        return _Ready(seq, walked, kept)
 
-    async def _stamp_base(self, replica: Replica) -> tuple[bool, Entry | None, Walk]:
+    async def _stamp_base(self, replica: Replica, lazy: bool = False
+                          ) -> tuple[bool, Entry | None, Walk]:
         """Whether the index is cold, the tree to give stamp roots, and the walk (the
-        caller holds the share): a cold index's walk, as walked (nothing is read); else
-        this side's sealed tree, as cheap to have as a walk where little changed. No tree
-        where the walk could not read everything (a scan leaves that out of the tree)."""
+        caller holds the share): a cold index's walk, as walked (nothing is read; with
+        ``lazy``, no tree yet: the walk may be a stamp walk's, whose tree a kept stamp
+        tree can stand in for); else this side's sealed tree, as cheap to have as a walk
+        where little changed. No tree where the walk could not read everything (a scan
+        leaves that out of the tree)."""
         cold = await trio.to_thread.run_sync(replica.is_cold, self.excludes)
         _, walked = await trio.to_thread.run_sync(replica.quick, self.excludes)
         if walked.errors:
             return cold, None, walked
         if cold:
-            return cold, walked.tree, walked
+            return cold, None if lazy else await trio.to_thread.run_sync(_walked_tree,
+                                                                          walked), walked
         tree = await trio.to_thread.run_sync(replica.scan, self.excludes, None, walked)
         return cold, tree, walked
 
@@ -667,12 +682,26 @@ class ServerSession:
             self.unannounced = False
         tree = await self._scan(incremental=alone)
         assert tree is not None
+        if self.stamps and not self.unreadable:  # (the next sync by stamps starts here)
+            await trio.to_thread.run_sync(_keep_if_cold, self.opened.replica, tree,
+                                          self.racy_from, self.excludes)
         files = count_files(tree) if self.stamps else self.opened.replica.stats.files
         conversation.send(m.Finished(
             content=tree.content, meta=tree.meta, smeta=tree.smeta, unreadable=self.unreadable,
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
             files=files, marker_lost=_marker_lost(self.opened),
         ))
+
+
+def _keep_if_cold(replica: Replica, tree: Entry, limit: int, excludes: Excludes) -> None:
+    """`Replica.keep_stamps`, where the index is cold (a warm one compares content)."""
+    if replica.is_cold(excludes):
+        replica.keep_stamps(tree, limit, excludes)
+
+
+def _walked_tree(walked: Walk) -> Entry:
+    """A walk's tree (blocking: a stamp walk's is walked now)."""
+    return walked.tree
 
 
 @dataclass
