@@ -622,7 +622,8 @@ def test_trait_lists_in_memory_agree_with_the_sketches(tmp_path) -> None:
 
 def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
     """Schema 2 drops the trait table (3 adds the kept tree's, 4 swaps the root and inode
-    indexes for one of the roots' first bytes, 5 adds the unsure files' table): an index
+    indexes for one of the roots' first bytes, 5 adds the unsure files' table, 6 the kept
+    tree of stamp roots): an index
     made by schema 1 keeps its rows,
     loses the table, still answers candidate queries (from the sketch column) and finds
     its files by root through the new index."""
@@ -644,12 +645,14 @@ def test_an_index_of_schema_1_is_upgraded_in_place(tmp_path) -> None:
     conn.execute("DROP TABLE sealed")  # (schema 3's)
     conn.execute("DROP INDEX file_root8")  # (schema 4's)
     conn.execute("DROP TABLE unsure")  # (schema 5's)
+    conn.execute("DROP TABLE stamp_sealed")  # (schema 6's)
     conn.execute("PRAGMA user_version=1")
     conn.close()
     db = IndexDatabase(tmp_path / "index.sqlite3")
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     tables = {name for (name,) in db.conn.execute("SELECT name FROM sqlite_master")}
-    assert "trait" not in tables and {"file", "sealed", "file_root8", "unsure"} <= tables
+    assert "trait" not in tables
+    assert {"file", "sealed", "file_root8", "unsure", "stamp_sealed"} <= tables
     assert not {"file_root", "file_inode"} & tables
     assert sorted((f.path, f.root) for f in db.files()) == rows
     for path, root in rows:

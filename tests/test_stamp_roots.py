@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdc.local.ignore import Excludes
 from rdc.local.index import IndexDatabase
+from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, seal, walk
 from rdc.local.stamproots import stamp_root, stamped
 from rdc.params import FORMAT
@@ -199,6 +201,97 @@ async def test_a_warm_client_reads_as_without_where_the_stamps_differ_widely(
     assert not stats.by_stamps and stats.in_step and stats.files_transferred == 0
     assert rows(server_index(pair)) == 40
     pair.close()
+
+
+def kept_stamp_trees(index: Path) -> int:
+    """Whether an index keeps a tree of stamp roots (0 or 1)."""
+    db = IndexDatabase(index)
+    try:
+        return db.conn.execute("SELECT COUNT(*) FROM stamp_sealed").fetchone()[0]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_side_synced_by_stamps_starts_the_next_from_the_tree_it_kept(
+        tmp_path, monkeypatch, verb) -> None:
+    """Both indexes cold: each side keeps its tree of stamp roots after the sync, and the
+    next sync starts from it (a stamp walk, the directories that changed listed again)
+    instead of stamping a whole walk; an edit made meanwhile is found and sent."""
+    src, pair = in_step_copy(tmp_path)
+    first = await pair.run(verb, src, path="t")
+    assert first.by_stamps and first.in_step
+    assert kept_stamp_trees(tmp_path / "client-src.sqlite3") == 1
+    assert kept_stamp_trees(server_index(pair)) == 1
+    source = src if verb == "push" else pair.share / "t"
+    write(source / "d2" / "f10.txt", b"edited again\n", OLD + 10**10)
+    write(source / "d2" / "new.txt", b"a new file\n", OLD + 10**10)
+    (source / "d2" / "f6.txt").unlink()
+
+    def walked_again(*args, **kwargs):
+        raise AssertionError("a whole walk stamped again")
+
+    monkeypatch.setattr(Replica, "stamped", walked_again)
+    second = await pair.run(verb, src, path="t", options=Options(delete=True))
+    assert second.by_stamps and second.in_step and second.files_transferred == 2
+    assert tree_state(src) == tree_state(pair.share / "t")
+    assert rows(tmp_path / "client-src.sqlite3") <= 2 and rows(server_index(pair)) <= 2
+    pair.close()
+
+
+async def test_a_tree_with_a_file_modified_just_now_is_not_kept(tmp_path) -> None:
+    """A file modified within the racy window has its true root in a tree of stamp roots:
+    such a tree is not kept (later, stat alone would give that file its stamp root)."""
+    src, pair = in_step_copy(tmp_path)
+    now = time.time_ns()
+    for root in (src, pair.share / "t"):
+        write(root / "d0" / "recent.txt", b"same\n", now)
+    stats = await pair.run("push", src, path="t")
+    assert stats.by_stamps and stats.in_step
+    assert kept_stamp_trees(tmp_path / "client-src.sqlite3") == 0
+    assert kept_stamp_trees(server_index(pair)) == 0
+    pair.close()
+
+
+def _edit(root: Path, how: str) -> None:
+    if how == "size":
+        write(root / "d1" / "f1.txt", b"longer than it was\n" * 9, OLD + 1)
+    elif how == "time":
+        os.utime(root / "d1" / "f5.txt", ns=(OLD + 7, OLD + 7))
+    elif how == "new file":
+        write(root / "d2" / "g.txt", b"new\n", OLD)
+    elif how == "gone file":
+        (root / "d3" / "f3.txt").unlink()
+    elif how == "new directory":
+        write(root / "d5" / "e" / "h.txt", b"deep\n", OLD)
+    elif how == "gone directory":
+        shutil.rmtree(root / "d0")
+    elif how == "link":
+        os.symlink("d1/f1.txt", root / "d2" / "link")
+
+
+@pytest.mark.parametrize("how", ["size", "time", "new file", "gone file", "new directory",
+                                 "gone directory", "link", "nothing"])
+def test_a_kept_stamp_tree_brought_to_a_walk_is_the_walk_stamped(tmp_path, how) -> None:
+    """What `kept_stamps` makes of the kept tree and a stamp walk after a change is what
+    stamping a fresh walk makes; a file noted unsure since makes it give up."""
+    root = tmp_path / "tree"
+    a_tree(root)
+    replica = Replica(str(root), tmp_path / "index.sqlite3", Excludes([]))
+    try:
+        limit = time.time_ns() - 10**10
+        replica.keep_stamps(replica.stamped(replica.walk().tree, limit, True), limit)
+        _edit(root, how)
+        _, walked = replica.quick()
+        assert walked.pending  # (a stamp walk, in C: no tree walked)
+        kept = replica.kept_stamps(walked, limit)
+        assert kept is not None
+        fresh = replica.stamped(replica.walk().tree, limit, True)
+        assert (kept.content, kept.meta) == (fresh.content, fresh.meta)
+        replica.db.note_unsure("d1/f9.txt", (root / "d1" / "f9.txt").stat())
+        assert replica.kept_stamps(replica.quick()[1], limit) is None
+    finally:
+        replica.close()
 
 
 # ---------------------------------------------------------------- the pieces
