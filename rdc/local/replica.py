@@ -30,7 +30,7 @@ from rdc.content.signature import (
 from rdc.content.tree import Tree, TreeFormatError, unpack_tree
 from rdc.local import sealed
 from rdc.local.commits import Gathered, GroupCommit
-from rdc.local.filestat import FileStat, Seen, mtime_ns, stamp
+from rdc.local.filestat import FileStat, Seen, Stamp, mtime_ns, stamp
 from rdc.local.fs import (
     SYNCFS_FROM,
     ConflictError,
@@ -318,21 +318,16 @@ class Replica:
         there is none to start from, when much changed, or when anything does not add up
         (the caller scans in full)."""
         salt = _salt(excludes)
-        with self.lock:
-            kept = self.db.kept_tree(salt)
-            hashes = self.db.cached_hashes(kept[0]) if kept is not None else None
-        if kept is None or (kept[0] != walked.fingerprint and walked.dirs is None):
+        kept = self._kept_for(walked, salt)
+        if kept is None:
             return None
-        try:
-            old = sealed.unpack(kept[1])
-        except sealed.Damaged:
+        kept_for, old = kept
+        if kept_for == walked.fingerprint:
             with self.lock:
-                self.db.forget_tree()
-            return None
-        if kept[0] == walked.fingerprint:
+                hashes = self.db.cached_hashes(kept_for)
             if hashes != (old.content, old.meta, old.smeta):
                 return None
-            tree, self._kept = old, kept[0]
+            tree, self._kept = old, kept_for
             self.stats = RefreshStats(files=walked.file_count, unchanged=walked.file_count)
         else:
             assert walked.dirs is not None
@@ -352,6 +347,22 @@ class Replica:
                              else self._sealed(walked.fingerprint, tree))
         return tree
 
+    def _kept_for(self, walked: Walk, salt: bytes, stamps: bool = False
+                  ) -> tuple[bytes, Entry] | None:
+        """The tree the index keeps (of content roots, or of ``stamps`` roots) and the
+        fingerprint it was kept for, if one is and ``walked`` can start from it: sealed for
+        that walk, or a stamp walk that knows each directory's stamp. A damaged one goes."""
+        with self.lock:
+            kept = self.db.kept_tree(salt, stamps)
+        if kept is None or (kept[0] != walked.fingerprint and walked.dirs is None):
+            return None
+        try:
+            return kept[0], sealed.unpack(kept[1])
+        except sealed.Damaged:
+            with self.lock:
+                self.db.forget_tree(stamps)
+            return None
+
     def _kept_any(self, salt: bytes) -> bool:
         """Whether the index keeps a tree to start a walk from, of content roots or of
         stamp roots (the caller holds the lock)."""
@@ -363,20 +374,28 @@ class Replica:
         """``old`` with the directories whose stamps are not those in ``dirs`` listed
         again, their files' rows brought up to date and the tree sealed; None if more than
         half the directories changed (a full scan costs less) or anything is unsure."""
-        touched = _touched(old, dirs)
-        if touched is None:
-            return None
-        try:
-            found = patch(self.fs, old, touched, excludes, reuse=True)
-        except (Unsure, OSError, PathError):
-            return None
-        refreshed = self._filled(found)
-        if refreshed is None:
+        found = self._relisted(old, dirs, excludes)
+        refreshed = None if found is None else self._filled(found)
+        if found is None or refreshed is None:
             return None
         self.stats = RefreshStats(
             files=file_count, signed=refreshed.signed, signed_bytes=refreshed.signed_bytes,
             unchanged=file_count - refreshed.signed)
         return found.tree
+
+    def _relisted(self, old: Entry, dirs: dict[str, bytes], excludes: Excludes
+                  ) -> Patch | None:
+        """``old`` with the directories whose stamps are not those in ``dirs`` listed again
+        (a file listed with the stat it had keeps its entry, root and all), the roots of
+        the others still to give; None if more than half the directories changed or a
+        listing is unsure."""
+        touched = _touched(old, dirs)
+        if touched is None:
+            return None
+        try:
+            return patch(self.fs, old, touched, excludes, reuse=True)
+        except (Unsure, OSError, PathError):
+            return None
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[Reader]:
@@ -491,33 +510,22 @@ class Replica:
         stamps the walk's tree. (``excludes``: the walk's, by default the replica's.)"""
         excludes = excludes or self.excludes
         salt = _salt(excludes)
+        kept = self._kept_for(walked, salt, stamps=True)
+        if kept is None:
+            return None
+        kept_for, old = kept
         with self.lock:
-            kept = self.db.kept_tree(salt, stamps=True)
             unsure = self.db.unsure()
-        if kept is None or (kept[0] != walked.fingerprint and walked.dirs is None):
-            return None
-        try:
-            old = sealed.unpack(kept[1])
-        except sealed.Damaged:
-            with self.lock:
-                self.db.forget_tree(stamps=True)
-            return None
         if any(entry is not None and entry.kind == "f" and still_unsure(unsure, path, entry)
                for path in unsure for entry in [lookup(old, path)]):
             return None  # (its root must now be its true root)
-        if kept[0] == walked.fingerprint:
+        if kept_for == walked.fingerprint:
             return old
         assert walked.dirs is not None
-        touched = _touched(old, walked.dirs)
-        if touched is None:
+        found = self._relisted(old, walked.dirs, excludes)
+        if found is None:
             return None
-        try:
-            found = patch(self.fs, old, touched, excludes, reuse=True)
-        except (Unsure, OSError, PathError):
-            return None
-        restamp([(entry, path) for path, entry in found.entries], self.index_paths, limit,
-                unsure)
-        seal(found.tree)
+        self._stamp_listed(found, limit, unsure)
         if fingerprint(found.tree, salt) != walked.fingerprint:
             return None  # (changed while it was listed)
         return found.tree
@@ -568,10 +576,15 @@ class Replica:
         found = patch(self.fs, old, touched, excludes, replaced, retimed, made=made)
         with self.lock:
             unsure = self.db.unsure()
+        self._stamp_listed(found, limit, unsure)
+        return found.tree
+
+    def _stamp_listed(self, found: Patch, limit: int, unsure: dict[str, Stamp]) -> None:
+        """Give the files a patch listed again their stamp roots (racy and unsure ones
+        their true roots) and seal its tree."""
         restamp([(entry, path) for path, entry in found.entries], self.index_paths, limit,
                 unsure)
         seal(found.tree)
-        return found.tree
 
     def index_paths(self, paths: Sequence[str]) -> dict[str, bytes]:
         """The true roots of those of ``paths`` that are regular files: from the index

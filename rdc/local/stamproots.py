@@ -10,8 +10,10 @@ is never looked into; a file whose stamp differs is listed, read when it is offe
 sent or found already there like any changed file. A file modified less than RACY_NS
 before the walk keeps its true root (read now): a later write could keep its stamp.
 
-Stamp roots live only in a session's tree. They are never stored in the index, nor kept
-or cached as the tree's hashes: a later sync that reads compares true roots.
+Stamp roots are never stored in the index's rows, nor kept or cached as the tree's
+hashes: a later sync that reads compares true roots. A cold side keeps its last tree of
+them apart (`Replica.keep_stamps`), as a cache of what stat gives, for its next sync by
+stamps to start from.
 """
 
 from __future__ import annotations
