@@ -239,6 +239,23 @@ async def test_a_side_synced_by_stamps_starts_the_next_from_the_tree_it_kept(
     pair.close()
 
 
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_a_file_modified_just_now_is_read_by_sides_that_kept_their_stamps(
+        tmp_path, verb) -> None:
+    """After a sync by stamps both sides keep their trees; a file then written on each
+    side with the same size and (recent) time but another content is still read by both
+    and sent: the kept trees are brought to the walk with its racy files' true roots."""
+    src, pair = in_step_copy(tmp_path)
+    assert (await pair.run(verb, src, path="t")).by_stamps
+    now = time.time_ns()
+    write(src / "d1" / "f13.txt", b"A" * 100, now)
+    write(pair.share / "t" / "d1" / "f13.txt", b"B" * 100, now)
+    stats = await pair.run(verb, src, path="t")
+    assert stats.by_stamps and stats.in_step and stats.files_transferred == 1
+    assert tree_state(src) == tree_state(pair.share / "t")
+    pair.close()
+
+
 async def test_a_tree_with_a_file_modified_just_now_is_not_kept(tmp_path) -> None:
     """A file modified within the racy window has its true root in a tree of stamp roots:
     such a tree is not kept (later, stat alone would give that file its stamp root)."""

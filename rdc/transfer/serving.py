@@ -25,7 +25,8 @@ from rdc.local.ignore import Excludes
 from rdc.local.paths import PathError, displayable
 from rdc.local.replica import Replica
 from rdc.local.rescan import Unsure
-from rdc.local.snapshot import Entry, Walk
+from rdc.local.snapshot import Entry, Walk, iter_files
+from rdc.local.stamproots import racy_from
 from rdc.local.verify import CHANGED, recheck, verify_tree
 from rdc.transfer.batch import receive_offers, serve_gets
 from rdc.transfer.descent import SourceChanged, SourceFile
@@ -145,6 +146,7 @@ class ServerSession:
     stamps: bool = False
     _asked_stamps: bool = False
     _sample: bytes | None = None  # a ``stamps`` request's sketch
+    _keep: Entry | None = None  # a cold index's tree of stamp roots, to keep after opened
     racy_from: int = 0  # (``stamps``) the client's: files modified since keep true roots
     _unread: list[tuple[str, str]] = field(default_factory=list)  # the last scan's errors
     _sampled: trio.Event = field(default_factory=trio.Event)
@@ -292,6 +294,10 @@ class ServerSession:
                 await self._scan(ahead=True)
         if opened.writable:  # (a push's target asks for seeds: the first would load these)
             await trio.to_thread.run_sync(replica.warm)
+        if self._keep is not None:  # (the next sync by stamps starts from it)
+            keep, self._keep = self._keep, None
+            await trio.to_thread.run_sync(replica.keep_stamps, keep, self.racy_from,
+                                          self.excludes)
 
     async def _by_stamps(self, replica: Replica) -> _Ready:
         """For an ``open`` with ``stamps``: the walk, made while the client walks, and
@@ -301,18 +307,22 @@ class ServerSession:
         not held while the sample comes. A cold index starts from the stamp tree it kept
         after its last sync by stamps, if it kept one (`Replica.kept_stamps`)."""
         assert self.opened is not None
+        kept, early = None, racy_from()  # (this side's clock, until the client's comes)
         async with self.opened.lock:
             seq = self.opened.sequence()
             cold, base, walked = await self._stamp_base(replica, lazy=True)
+            if cold and not walked.errors:  # (made while the client walks)
+                kept = await trio.to_thread.run_sync(replica.kept_stamps, walked, early,
+                                                     self.excludes)
+                if kept is None:
+                    base = await trio.to_thread.run_sync(_walked_tree, walked)
         with trio.move_on_after(SAMPLE_SECONDS):
             await self._sampled.wait()
         sample, limit = self._sample, self.racy_from
-        kept = None
-        if cold and sample is not None:
-            kept = await trio.to_thread.run_sync(replica.kept_stamps, walked, limit,
-                                                 self.excludes)
-            if kept is None:
-                base = await trio.to_thread.run_sync(_walked_tree, walked)
+        if kept is not None and await trio.to_thread.run_sync(_racy_between, kept, early,
+                                                              limit):
+            kept = None  # (rare: a file of the last seconds; its kind of root is the client's)
+            base = await trio.to_thread.run_sync(_walked_tree, walked)
         judged = kept if kept is not None else base
         self.stamps = (judged is not None and sample is not None and bool(judged.children)
                        and stamps_tell(await trio.to_thread.run_sync(
@@ -323,8 +333,8 @@ class ServerSession:
         if kept is None:
             assert base is not None
             kept = await trio.to_thread.run_sync(replica.stamped, base, limit, cold)
-            if cold:
-                await trio.to_thread.run_sync(replica.keep_stamps, kept, limit, self.excludes)
+        if cold:
+            self._keep = kept  # (once opened is sent)
         return _Ready(seq, walked, kept)
 
     async def _stamp_base(self, replica: Replica, lazy: bool = False
@@ -697,6 +707,13 @@ def _keep_if_cold(replica: Replica, tree: Entry, limit: int, excludes: Excludes)
     """`Replica.keep_stamps`, where the index is cold (a warm one compares content)."""
     if replica.is_cold(excludes):
         replica.keep_stamps(tree, limit, excludes)
+
+
+def _racy_between(tree: Entry, made: int, limit: int) -> bool:
+    """Whether a file of ``tree`` (stamped with ``made`` as its racy limit) would get
+    another kind of root with ``limit``."""
+    low, high = sorted((made, limit))
+    return any(low <= entry.mtime_ns < high for _, _, entry, _ in iter_files(tree))
 
 
 def _walked_tree(walked: Walk) -> Entry:
