@@ -375,8 +375,10 @@ class Replica:
         again, their files' rows brought up to date and the tree sealed; None if more than
         half the directories changed (a full scan costs less) or anything is unsure."""
         found = self._relisted(old, dirs, excludes)
-        refreshed = None if found is None else self._filled(found)
-        if found is None or refreshed is None:
+        if found is None:
+            return None
+        refreshed = self._filled(found)
+        if refreshed is None:
             return None
         self.stats = RefreshStats(
             files=file_count, signed=refreshed.signed, signed_bytes=refreshed.signed_bytes,
@@ -535,10 +537,14 @@ class Replica:
         all of this side's files: nothing unreadable left out), for the next one to start
         from (`kept_stamps`): only one whose every root is a stamp
         root (no file modified at ``limit`` or later, none unsure: their true roots are
-        not what stat alone would give them later); else the one kept goes. The index is a
-        cache: a failure here loses nothing but the head start."""
-        salt = _salt(excludes or self.excludes)
+        not what stat alone would give them later); else the one kept goes. Only a cold
+        index keeps one (a warm one compares content roots). The index is a cache: a
+        failure here loses nothing but the head start."""
+        excludes = excludes or self.excludes
+        salt = _salt(excludes)
         with contextlib.suppress(sqlite3.Error, OSError):
+            if not self.is_cold(excludes):
+                return
             with self.lock:
                 unsure = self.db.unsure()
                 kept = self.db.kept_fingerprint(salt, stamps=True)

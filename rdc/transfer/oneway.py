@@ -445,11 +445,10 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
 
 
 async def _keep_stamps(local: Local, stats: Stats, stamps: int | None, dry_run: bool) -> None:
-    """At the end of a sync by stamp roots from a cold index, in step: keep the local
-    tree of them, for the next sync to start from (`Replica.kept_stamps`)."""
+    """At the end of a sync by stamp roots, in step: keep the local tree of them, for the
+    next sync to start from (`Replica.keep_stamps`: a cold index's only)."""
     replica = local.replica
-    if (stamps is not None and stats.in_step and not dry_run and not replica.errors
-            and await trio.to_thread.run_sync(replica.is_cold)):
+    if stamps is not None and stats.in_step and not dry_run and not replica.errors:
         await trio.to_thread.run_sync(replica.keep_stamps, local.tree, stamps)
 
 

@@ -693,7 +693,7 @@ class ServerSession:
         tree = await self._scan(incremental=alone)
         assert tree is not None
         if self.stamps and not self.unreadable:  # (the next sync by stamps starts here)
-            await trio.to_thread.run_sync(_keep_if_cold, self.opened.replica, tree,
+            await trio.to_thread.run_sync(self.opened.replica.keep_stamps, tree,
                                           self.racy_from, self.excludes)
         files = count_files(tree) if self.stamps else self.opened.replica.stats.files
         conversation.send(m.Finished(
@@ -701,12 +701,6 @@ class ServerSession:
             seq=self.opened.sequence(), top=m.Top(tree.mode, tree.mtime_ns),
             files=files, marker_lost=_marker_lost(self.opened),
         ))
-
-
-def _keep_if_cold(replica: Replica, tree: Entry, limit: int, excludes: Excludes) -> None:
-    """`Replica.keep_stamps`, where the index is cold (a warm one compares content)."""
-    if replica.is_cold(excludes):
-        replica.keep_stamps(tree, limit, excludes)
 
 
 def _racy_between(tree: Entry, made: int, limit: int) -> bool:
