@@ -280,6 +280,20 @@ class ServerSession:
             writable=opened.writable, seq=seq, top=m.Top(*walked.top),
             fixed=self.top_fixed, files=walked.file_count, marker_lost=_marker_lost(opened),
         ))
+        try:
+            await self._after_opened(opened, walked)
+        finally:
+            if self._keep is not None:  # (the next sync by stamps starts from it)
+                keep, self._keep = self._keep, None
+                # Kept even where the client hung up at once (a sync with nothing to do
+                # ends at ``opened``): else a tree in step is stamped again next time.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(replica.keep_stamps, keep, self.racy_from,
+                                                  self.excludes)
+
+    async def _after_opened(self, opened: OpenDirectory, walked: Walk) -> None:
+        """What an ``open`` does once ``opened`` is sent, while the client scans."""
+        replica = opened.replica
         if walked.temporaries and opened.writable:
             # Temporaries of killed transfers (this daemon's or another's) go now.
             async with opened.lock:
@@ -294,10 +308,6 @@ class ServerSession:
                 await self._scan(ahead=True)
         if opened.writable:  # (a push's target asks for seeds: the first would load these)
             await trio.to_thread.run_sync(replica.warm)
-        if self._keep is not None:  # (the next sync by stamps starts from it)
-            keep, self._keep = self._keep, None
-            await trio.to_thread.run_sync(replica.keep_stamps, keep, self.racy_from,
-                                          self.excludes)
 
     async def _by_stamps(self, replica: Replica) -> _Ready:
         """For an ``open`` with ``stamps``: the walk, made while the client walks, and
