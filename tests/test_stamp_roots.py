@@ -48,10 +48,10 @@ def server_index(pair: Pair) -> Path:
     return found[0]
 
 
-def in_step_copy(tmp_path: Path) -> tuple[Path, Pair]:
+def in_step_copy(tmp_path: Path, files: int = 40) -> tuple[Path, Pair]:
     """A tree on the client and a copy with the same times in the share: two cold indexes."""
     src = tmp_path / "src"
-    a_tree(src)
+    a_tree(src, files)
     pair = Pair(tmp_path)
     shutil.copytree(src, pair.share / "t", copy_function=shutil.copy2)
     for path in [src, pair.share / "t"]:  # (directories' times too, as cp -a)
@@ -410,12 +410,76 @@ def test_the_server_takes_stamps_where_the_sketches_are_alike() -> None:
     base = [(f"f{i}", i, OLD + i) for i in range(4000)]
     edited = [(p, s, t + (1 if i % 100 == 0 else 0)) for i, (p, s, t) in enumerate(base)]
     touched = [(p, s, t + (1 if i % 4 == 0 else 0)) for i, (p, s, t) in enumerate(base)]
-    mine = _sketch(base)
+    mine = quickcheck.sketches(base)
     assert quickcheck.stamps_tell(mine, _sketch(edited), cold=False)
     assert not quickcheck.stamps_tell(mine, _sketch(touched), cold=True)
     # A client with no file: stamps where this side would read all of its own.
     assert quickcheck.stamps_tell(mine, _sketch([]), cold=True)
     assert not quickcheck.stamps_tell(mine, _sketch([]), cold=False)
+
+
+def _kinds_of_change(files: int = 4000) -> dict[str, list[tuple[str, int, int]]]:
+    """A set of stamps and, in a quarter of its files: edits (size and time), times alone,
+    renames."""
+    base = [(f"d{i % 20}/f{i}", 1000 + i, OLD + i) for i in range(files)]
+    return {"base": base,
+            "edited": [(p, s + 7 * (i % 4 == 0), t + 10**10 * (i % 4 == 0))
+                       for i, (p, s, t) in enumerate(base)],
+            "touched": [(p, s, t + 10**10 * (i % 4 == 0)) for i, (p, s, t) in enumerate(base)],
+            "renamed": [(p + "r" * (i % 4 == 0), s, t) for i, (p, s, t) in enumerate(base)]}
+
+
+def test_stamps_are_taken_where_they_differ_only_with_the_size() -> None:
+    """Where a quarter of the files were edited (their stamps differ, and so does their
+    content, which the sync reads either way), the stamp sketches alone are too unlike,
+    but the paths sketch tells that nothing else differs; where a quarter only differ in
+    time (same content, most likely) or were renamed (whose seeds a cold side finds only by
+    reading), it does not."""
+    sets = _kinds_of_change()
+    mine = quickcheck.sketches(sets["base"])
+    edited = quickcheck.sketches(sets["edited"])
+    assert (quickcheck.similarity(mine[0], edited[0]) or 0) < quickcheck.SIMILAR_FROM
+    assert quickcheck.path_likeness(mine[1], edited[1]) == (1.0, 0.0)
+    assert quickcheck.stamps_tell(mine, edited[0], True, edited[1])
+    assert not quickcheck.stamps_tell(mine, edited[0], True)  # (a client without it)
+    touched = quickcheck.sketches(sets["touched"])
+    same, time_alone = quickcheck.path_likeness(mine[1], touched[1]) or (0, 0)
+    assert same == 1.0 and 0.1 < time_alone < 0.45  # (a quarter)
+    assert not quickcheck.stamps_tell(mine, touched[0], True, touched[1])
+    renamed = quickcheck.sketches(sets["renamed"])
+    assert (quickcheck.path_likeness(mine[1], renamed[1]) or (1, 0))[0] < 0.8  # (0.6)
+    assert not quickcheck.stamps_tell(mine, renamed[0], True, renamed[1])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=12), st.integers(0, 2**40),
+                          st.integers(0, 2**62)), max_size=60),
+       st.lists(st.tuples(st.text(min_size=1, max_size=12), st.integers(0, 2**40),
+                          st.integers(0, 2**62)), max_size=60))
+def test_path_likeness_is_symmetric_and_whole_for_one_set(
+        a: list[tuple[str, int, int]], b: list[tuple[str, int, int]]) -> None:
+    x, y = quickcheck.sketches(a)[1], quickcheck.sketches(b)[1]
+    assert quickcheck.path_likeness(x, y) == quickcheck.path_likeness(y, x)
+    alone = quickcheck.path_likeness(x, x)
+    assert alone is None or alone == (1.0, 0.0)
+    assert (alone is None) == (x == quickcheck.sketches([])[1])
+
+
+@pytest.mark.parametrize("verb", ["push", "pull"])
+async def test_many_edited_files_go_by_stamps_and_only_they_are_read(tmp_path, verb) -> None:
+    """A third of the files edited in a copy: both cold sides read the edited files (the
+    source to send them, the target its old versions as seeds) and nothing else."""
+    src, pair = in_step_copy(tmp_path, files=300)
+    source = src if verb == "push" else pair.share / "t"
+    edited = [f"d{i % 4}/f{i}.txt" for i in range(0, 300, 3)]
+    for path in edited:
+        write(source / path, b"edited %s\n" % path.encode() * 9, OLD + 10**10)
+    stats = await pair.run(verb, src, path="t")
+    assert stats.by_stamps and stats.in_step and stats.files_transferred == len(edited)
+    assert tree_state(src) == tree_state(pair.share / "t")
+    assert rows(tmp_path / "client-src.sqlite3") <= len(edited)
+    assert rows(server_index(pair)) <= len(edited)
+    pair.close()
 
 
 def test_a_walk_is_stamped_in_place_to_the_same_hashes_as_a_copy(tmp_path) -> None:

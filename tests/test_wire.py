@@ -180,6 +180,7 @@ EXAMPLES: list[m.Message] = [
     m.Open(share="s", path="a/b\udcff", write=True, create=True, excludes=["*.o"]),
     m.Open(share="s", stamps=True),
     m.Stamps(sketch=bytes(range(256)), racy_from=1_700_000_000_000_000_000),
+    m.Stamps(sketch=bytes(range(256)), racy_from=1, paths=bytes(range(256)) * 2),
     m.Stamped(stamps=True),
     m.Roots(paths=["a", "b/c"]),
     m.Rooted(roots=[b"r" * 8, None]),

@@ -260,9 +260,11 @@ async def warm_by_stamps(connection: Connection, replica: Replica, opening: Conv
     return answer, await trio.to_thread.run_sync(replica.stamped, tree, limit), walked, limit
 
 
-async def _stamps_taken(connection: Connection, sketch: bytes, limit: int) -> bool:
-    """Send ``stamps``: whether the server takes stamp roots."""
-    conversation = connection.start(m.Stamps(sketch=sketch, racy_from=limit))
+async def _stamps_taken(connection: Connection, sketch: tuple[bytes, bytes], limit: int
+                        ) -> bool:
+    """Send ``stamps`` with this side's `sketches`: whether the server takes stamp roots."""
+    conversation = connection.start(m.Stamps(sketch=sketch[0], racy_from=limit,
+                                             paths=sketch[1]))
     try:
         return (await conversation.receive(m.Stamped)).stamps
     finally:

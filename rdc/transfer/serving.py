@@ -146,6 +146,7 @@ class ServerSession:
     stamps: bool = False
     _asked_stamps: bool = False
     _sample: bytes | None = None  # a ``stamps`` request's sketch
+    _sample_paths: bytes | None = None  # and its paths sketch, if it sent one
     _keep: Entry | None = None  # a cold index's tree of stamp roots, to keep after opened
     racy_from: int = 0  # (``stamps``) the client's: files modified since keep true roots
     _unread: list[tuple[str, str]] = field(default_factory=list)  # the last scan's errors
@@ -335,8 +336,9 @@ class ServerSession:
             base = await trio.to_thread.run_sync(_walked_tree, walked)
         judged = kept if kept is not None else base
         self.stamps = (judged is not None and sample is not None and bool(judged.children)
-                       and stamps_tell(await trio.to_thread.run_sync(
-                                           tree_sketch, judged, limit), sample, cold))
+                       and stamps_tell(await trio.to_thread.run_sync(tree_sketch, judged,
+                                                                     limit),
+                                       sample, cold, self._sample_paths))
         self._decided.set()
         if not self.stamps:
             return _Ready(seq, walked, None if cold else base)
@@ -372,6 +374,7 @@ class ServerSession:
         if self._sample is not None:
             raise ProtocolError(message="stamps twice on one connection")
         self._sample, self.racy_from = message.sketch, message.racy_from
+        self._sample_paths = message.paths
         self._sampled.set()
         await self._decided.wait()
         conversation.send(m.Stamped(stamps=self.stamps))

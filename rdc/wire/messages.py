@@ -736,6 +736,10 @@ class Stamps(Message):
     # Files modified at this time (ns since the epoch) or later keep their true roots, on
     # both sides: the client's clock at its walk, less two seconds.
     racy_from: int = wire(sint, 0)
+    # The sketch of its paths, with tags of their sizes and times (8 bytes a bin): where
+    # the stamps are less alike, whether they differ only where sizes do.
+    paths: bytes | None = wire(optional(binary(8 * STAMP_BINS, exact=8 * STAMP_BINS)), None,
+                               omit=None)
 
 
 @message("stamped")
