@@ -392,7 +392,7 @@ def test_files_modified_since_the_limit_keep_their_true_roots(tmp_path) -> None:
 
 
 def _sketch(items: list[tuple[str, int, int]]) -> bytes:
-    return quickcheck.stamp_sketch(items)
+    return quickcheck.sketches(items)[0]
 
 
 def test_sketches_tell_how_alike_two_sets_of_stamps_are() -> None:
@@ -505,7 +505,7 @@ def test_a_stamps_request_that_overtakes_its_open_waits_for_it(e2e: E2E) -> None
                      "features": ["stamp-roots"], "token": TOKEN, "format": FORMAT})
         welcome = client.receive()
         assert welcome is not None and "stamp-roots" in welcome[0]["features"]
-        sketch = quickcheck.stamp_sketch([("a.txt", 7, OLD)])
+        sketch = quickcheck.sketches([("a.txt", 7, OLD)])[0]
         client.send({"t": "stamps", "id": 1, "sketch": sketch, "racy_from": OLD + 10**12},
                     {"t": "open", "id": 2, "share": "s", "path": b"", "write": False,
                      "create": False, "excludes": [], "stamps": True})
@@ -547,7 +547,7 @@ def test_a_warm_client_is_asked_for_its_sketch_only_by_a_cold_share(e2e: E2E) ->
     try:
         asked = open_warm(cold)
         assert asked["t"] == "stamped" and asked["want"] is True and not asked.get("stamps")
-        sketch = quickcheck.stamp_sketch([("a.txt", 7, OLD)])
+        sketch = quickcheck.sketches([("a.txt", 7, OLD)])[0]
         cold.send({"t": "stamps", "id": 2, "sketch": sketch, "racy_from": OLD + 10**12})
         answers: dict[str, dict] = {}
         while not {"stamped", "opened"} <= set(answers):

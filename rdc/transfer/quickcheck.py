@@ -81,11 +81,6 @@ def sketches(files: Iterable[tuple[str, int, int]]) -> tuple[bytes, bytes]:
     return _BINS.pack(*mins), _PATH_BINS.pack(*paths, *sizes, *times)
 
 
-def stamp_sketch(files: Iterable[tuple[str, int, int]]) -> bytes:
-    """The first of `sketches`: of the (path, size, time) of ``files``."""
-    return sketches(files)[0]
-
-
 def walk_sketch(walked: Walk, limit: int) -> tuple[bytes, bytes]:
     """`sketches` of a walk's regular files modified before ``limit`` (racy ones say
     nothing by their stamps)."""
