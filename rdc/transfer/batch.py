@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 
@@ -231,7 +231,7 @@ _EXPECTED_ERRORS = (OSError, PathError, ConflictError, Refusal)
 def offer_batch(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None = None, hold: int | None = None,
-    root: int = m.HASH_BYTES, large: bool = False,
+    root: int = m.HASH_BYTES, large: bool = False, sizes: Mapping[str, int] | None = None,
 ) -> list[Offered]:
     """The source's offer of each file, with its content if it is small, and its tree
     (blocking). A
@@ -242,21 +242,24 @@ def offer_batch(
     (None): `read_offered` reads it if the target asks for it. ``root``: how many bytes
     of each file's root its offer carries (`offer_root`). With ``large`` (`batches`), a file
     the target holds a version of is read whole up to DELTA_FILE, the rest up to
-    SMALL_FILE."""
+    SMALL_FILE; ``sizes``: the sizes `batches` cut the batch by, for files not indexed (a
+    side synced by stamp roots has read none of them)."""
     # One index transaction for the files signed; each directory opened once.
     with replica.recording_together(), HeldDirs(replica.fs) as dirs:
-        return _offer_each(replica, files, changed, hold, dirs, root, large)
+        return _offer_each(replica, files, changed, hold, dirs, root, large, sizes or {})
 
 
 def _offer_each(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None, hold: int | None, dirs: HeldDirs, root: int,
-    large: bool = False,
+    large: bool = False, sizes: Mapping[str, int] | None = None,
 ) -> list[Offered]:
     out: list[Offered] = []
     held = 0
     rows = replica.indexed([path for path, _ in files])
-    limits = [_read_limit(expect, rows.get(path), large) for path, expect in files]
+    sizes = sizes or {}
+    limits = [_read_limit(expect, rows.get(path), large, sizes.get(path))
+              for path, expect in files]
     read: list[Signed | None] = []
     # Files read at once: all of them, or a few at a time where ``hold`` bounds what is kept.
     step = len(files) if hold is None else HOLD_STEP
@@ -284,14 +287,17 @@ def _offer_each(
     return out
 
 
-def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool) -> int:
+def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool,
+                size: int | None = None) -> int:
     """The most a batch's source reads of a file whole: up to DELTA_FILE of one the target
-    holds a version of that was SMALL_FILE or more when indexed (``row``; with ``large``:
-    `batches` put it there), else up to SMALL_FILE. A file grown past its limit since is
-    not read whole (it goes alone), so a batch holds at most 16 files read up to DELTA_FILE
-    (DELTA_BYTES of them by their indexed sizes), whatever grows meanwhile."""
-    if large and expect is not None and expect.kind == "f" and row is not None and (
-            row.size >= SMALL_FILE):
+    holds a version of that was SMALL_FILE or more when indexed (``row``), or when walked
+    if it is not indexed (``size``; with ``large``: `batches` put it there by that size),
+    else up to SMALL_FILE. A file grown past its limit since is not read whole (it goes
+    alone), so a batch holds at most 16 files read up to DELTA_FILE (DELTA_BYTES of them
+    by the sizes it was cut by), whatever grows meanwhile."""
+    known = row.size if row is not None else size
+    if large and expect is not None and expect.kind == "f" and known is not None and (
+            known >= SMALL_FILE):
         return DELTA_FILE - 1
     return SMALL_FILE - 1
 
@@ -614,17 +620,18 @@ def _written(stats: Stats, offer: m.FileOffer, verdict: Verdict,
 
 
 async def push_batch(connection: Connection, replica: Replica, files: Files, stats: Stats,
-                     done: Callable[[str, int, bool], None]) -> Files:
+                     done: Callable[[str, int, bool], None],
+                     sizes: Mapping[str, int] | None = None) -> Files:
     """Push a batch of small local files (the client is the source); the files the server
     wants by the per-file exchange are returned. ``done(path, size, arrived)`` is called for
-    each file settled here."""
+    each file settled here; ``sizes``: those `batches` cut it by."""
     def changed(path: str) -> None:
         stats.warnings.append(f"{path}: {CHANGED} (bit rot?); read again and sent as it is")
 
     large = takes_large_deltas(connection)
     signed = await trio.to_thread.run_sync(
         offer_batch, replica, [(path, expected(there)) for path, there in files], changed,
-        None, offer_root(connection), large)
+        None, offer_root(connection), large, sizes)
     offered: list[tuple[m.FileOffer, bytes | None, Tree | None, bytes | None]] = []
     alone: Files = []
     for (path, there), (offer, data, tree) in zip(files, signed, strict=True):

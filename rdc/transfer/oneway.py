@@ -435,8 +435,9 @@ async def move_files(connection: Connection, replica: Replica, files: Files,
         if ready is not None:
             await ready([path for path, _ in group])
         async with batch_limiter:
-            move = push_batch if push else pull_batch
-            for path, there in await move(connection, replica, group, stats, done):
+            back = await (push_batch(connection, replica, group, stats, done, sizes) if push
+                          else pull_batch(connection, replica, group, stats, done))
+            for path, there in back:
                 nursery.start_soon(one, path, there)
 
     async with trio.open_nursery() as nursery:
