@@ -14,6 +14,7 @@ import pytest
 from hypothesis import settings
 
 from rdc import _native, records
+from rdc.transfer import serving
 
 if not records.CHECKED:
     raise RuntimeError("rdc.records was imported before tests/conftest.py set RDC_CHECK_RECORDS")
@@ -45,6 +46,31 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # as it should be in such a job. A handler here is reset to the default in children.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many batches and single-file exchanges the server served."""
+    counts = {"batches": 0, "single": 0, "gets": 0}
+    real_offers, real_file, real_gets = (serving.receive_offers, serving.receive_file,
+                                         serving.serve_gets)
+
+    async def offers(*args):
+        counts["batches"] += 1
+        return await real_offers(*args)
+
+    async def single(*args):
+        counts["single"] += 1
+        return await real_file(*args)
+
+    async def gets(*args):
+        counts["gets"] += 1
+        return await real_gets(*args)
+
+    monkeypatch.setattr(serving, "receive_offers", offers)
+    monkeypatch.setattr(serving, "receive_file", single)
+    monkeypatch.setattr(serving, "serve_gets", gets)
+    return counts
 
 
 @pytest.fixture

@@ -46,31 +46,6 @@ def largest_edited(root: Path, at: int) -> tuple[Path, bytes]:
     return path, bytes(data)
 
 
-@pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How many batches and single-file exchanges the server served."""
-    counts = {"batches": 0, "single": 0, "gets": 0}
-    real_offers, real_file, real_gets = (serving.receive_offers, serving.receive_file,
-                                         serving.serve_gets)
-
-    async def offers(*args):
-        counts["batches"] += 1
-        return await real_offers(*args)
-
-    async def single(*args):
-        counts["single"] += 1
-        return await real_file(*args)
-
-    async def gets(*args):
-        counts["gets"] += 1
-        return await real_gets(*args)
-
-    monkeypatch.setattr(serving, "receive_offers", offers)
-    monkeypatch.setattr(serving, "receive_file", single)
-    monkeypatch.setattr(serving, "serve_gets", gets)
-    return counts
-
-
 async def test_a_first_copy_of_small_files_goes_in_batches(tmp_path, counted) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
     small_tree(src, 600)

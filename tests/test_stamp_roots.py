@@ -19,7 +19,7 @@ from rdc.local.replica import Replica
 from rdc.local.snapshot import Entry, seal, walk
 from rdc.local.stamproots import stamp_root, stamped
 from rdc.params import FORMAT
-from rdc.transfer import oneway, quickcheck, serving
+from rdc.transfer import oneway, quickcheck
 from rdc.transfer.stats import Options
 
 from .e2e_support import E2E, TOKEN, RawClient
@@ -482,7 +482,7 @@ async def test_many_edited_files_go_by_stamps_and_only_they_are_read(tmp_path, v
     pair.close()
 
 
-async def test_a_large_edited_file_goes_in_its_batch_by_stamps(tmp_path, monkeypatch) -> None:
+async def test_a_large_edited_file_goes_in_its_batch_by_stamps(tmp_path, counted) -> None:
     """By stamp roots the source has indexed none of the files it offers: a batch reads
     an edited file of 64 KiB to 1 MiB whole by the size it was walked with, as it would by
     its indexed size, instead of sending it back to go by its own exchange (four round
@@ -492,18 +492,11 @@ async def test_a_large_edited_file_goes_in_its_batch_by_stamps(tmp_path, monkeyp
     for root in (src, pair.share / "t"):
         write(root / "d0" / "big.txt", big, OLD + 100)
     write(src / "d0" / "big.txt", big[:-9] + b"edited!!\n", OLD + 10**10)
-    alone: list[str] = []
-    single = serving.receive_file
-
-    async def counted(*args):
-        alone.append("one")
-        return await single(*args)
-
-    monkeypatch.setattr(serving, "receive_file", counted)
     stats = await pair.run("push", src, path="t")
     assert stats.by_stamps and stats.in_step and stats.files_transferred == 1
     assert tree_state(src) == tree_state(pair.share / "t")
-    assert not alone and stats.literal_bytes < 1_000  # (described against its old version)
+    assert counted["single"] == 0 and counted["batches"] == 1
+    assert stats.literal_bytes < 1_000  # (described against its old version)
     pair.close()
 
 

@@ -252,12 +252,11 @@ def offer_batch(
 def _offer_each(
     replica: Replica, files: list[tuple[str, m.Expected | None]],
     changed: Callable[[str], None] | None, hold: int | None, dirs: HeldDirs, root: int,
-    large: bool = False, sizes: Mapping[str, int] | None = None,
+    large: bool, sizes: Mapping[str, int],
 ) -> list[Offered]:
     out: list[Offered] = []
     held = 0
     rows = replica.indexed([path for path, _ in files])
-    sizes = sizes or {}
     limits = [_read_limit(expect, rows.get(path), large, sizes.get(path))
               for path, expect in files]
     read: list[Signed | None] = []
