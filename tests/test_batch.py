@@ -630,7 +630,7 @@ async def test_a_connection_serves_a_bounded_number_of_files_and_batches_at_once
     monkeypatch.setattr(batch, "BATCH_FILES", 3)  # many batches
     src, dst = tmp_path / "src", tmp_path / "dst"
     small_tree(src, 30)
-    _large_small_files(src / "big", 6, size=200_000)  # per-file exchanges
+    _large_small_files(src / "big", 6, size=batch.DELTA_FILE + 1000)  # per-file exchanges
     busy = {"files": 0, "batches": 0}
     peak = {"files": 0, "batches": 0}
 
@@ -725,17 +725,19 @@ async def test_edited_files_under_a_mebibyte_are_described_in_their_batch(
     pair.close()
 
 
-def test_edited_files_under_a_mebibyte_go_in_batches_only_where_the_peer_takes_them() -> None:
+def test_files_under_a_mebibyte_go_in_batches_only_where_the_peer_takes_them() -> None:
     from rdc.local.fs import PARTIAL_BYTES
 
     assert batch.DELTA_FILE <= PARTIAL_BYTES  # (a file that can be resumed goes alone)
     old = b"\x01" * 8
-    files = [("edited", old), ("edited-1m", old), ("new-100k", None), ("edited-2m", old)]
+    files = [("edited", old), ("edited-1m", old), ("new-100k", None), ("edited-2m", old),
+             ("new-1m", None)]
     sizes = {"edited": 100_000, "edited-1m": batch.DELTA_FILE - 1, "new-100k": 100_000,
-             "edited-2m": 2 << 20}
+             "edited-2m": 2 << 20, "new-1m": batch.DELTA_FILE}
     groups, alone = batch.batches(files, sizes, deltas=True, large=True)
-    assert groups == [[("edited", old)], [("edited-1m", old)]]  # 1 MiB of deltas a batch
-    assert alone == [("new-100k", None), ("edited-2m", old)]
+    # 1 MiB of deltas a batch, and 1 MiB of files sent whole (new at their path)
+    assert groups == [[("edited", old)], [("edited-1m", old), ("new-100k", None)]]
+    assert alone == [("edited-2m", old), ("new-1m", None)]
     groups, alone = batch.batches(files, sizes, deltas=True)
     assert not groups and alone == files
 
@@ -835,6 +837,53 @@ async def test_edited_files_under_a_mebibyte_are_pulled_in_their_batch(
     assert counted["gets"] == (2 if large else 0)  # 1 MiB of them a batch
     assert {stats.moved[name][0] for name in sizes} == {"delta"}
     assert stats.literal_bytes < 4 * 2000
+    pair.close()
+
+
+@pytest.mark.parametrize("large", [True, False])
+async def test_new_files_under_a_mebibyte_go_in_batches(
+        tmp_path, counted, monkeypatch, large: bool) -> None:
+    """A first copy of files of 100 KB, 300 KB and 900 KB and one of 1.5 MB: between
+    peers with ``large-deltas`` the first three go in batches (no per-file exchange), sent
+    whole, the 1.5 MB one alone; then a copy of the 300 KB one, pushed, is copied from it
+    by its batch (no data sent). A pull of the tree into an empty directory the same.
+    Without the feature each of them goes alone, as before."""
+    from rdc.transfer import serving
+
+    if not large:
+        monkeypatch.setattr(handshake, "FEATURES", tuple(
+            f for f in handshake.FEATURES if f != batch.LARGE_DELTAS))
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    sizes = {"a.txt": 100_000, "b.txt": 300_000, "c.txt": 900_000, "d.txt": 1_500_000}
+    for k, (name, size) in enumerate(sizes.items()):
+        write(src / name, _text(size, k), OLD)
+    pair = Pair(tmp_path)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 4
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["single"] == (1 if large else 4)
+    assert counted["batches"] == (2 if large else 0)  # 1 MiB of them a batch
+    assert {stats.moved[name][0] for name in sizes} == {"whole"}
+    write(src / "sub" / "copy-of-b.txt", _text(300_000, 1), OLD)
+    counted.update(batches=0, single=0)
+    stats = await pair.run("push", src)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 1
+    assert tree_state(pair.share) == tree_state(src)
+    assert stats.moved["sub/copy-of-b.txt"][0] == "copy" and stats.literal_bytes == 0
+    assert counted == {"batches": int(large), "single": int(not large), "gets": 0}
+    singles = []
+    real = serving.make_offer
+
+    def counting(*args, **kwargs):
+        singles.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serving, "make_offer", counting)
+    stats = await pair.run("pull", dst)
+    assert stats.in_step and not stats.failed and stats.files_transferred == 5
+    assert tree_state(dst) == tree_state(src)
+    assert len(singles) == (1 if large else 5)
+    assert counted["gets"] == (3 if large else 0)  # a and b, c, the copy: 1 MiB a batch
     pair.close()
 
 

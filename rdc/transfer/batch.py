@@ -180,8 +180,9 @@ def batches(files: Files, sizes: dict[str, int], deltas: bool = False, large: bo
     """``files`` cut into batches of small files, and the rest (larger, of unknown size,
     or, unless the peer takes ``deltas`` in batches, with an older version at the target
     to descend against), each in their original order. With ``large`` (a peer with
-    `LARGE_DELTAS`), files up to DELTA_FILE with an older version at the target go in
-    batches too."""
+    `LARGE_DELTAS`), files up to DELTA_FILE go in batches too: described there if the
+    target holds an older version, else (new at their path) sent whole unless the target
+    finds a seed or a copy for them, as their own exchange would."""
     out: list[Files] = []
     alone: Files = []
     count = size = described = 0
@@ -190,7 +191,7 @@ def batches(files: Files, sizes: dict[str, int], deltas: bool = False, large: bo
         n = sizes.get(path)
         delta = there is not None and n is not None and n >= SUBS_FROM
         if n is None or (delta and not deltas) or n >= (
-                DELTA_FILE if delta and large else SMALL_FILE):
+                DELTA_FILE if large and (delta or there is None) else SMALL_FILE):
             alone.append(item)
             continue
         if not out or count == BATCH_FILES or (
@@ -289,13 +290,14 @@ def _offer_each(
 def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool,
                 size: int | None = None) -> int:
     """The most a batch's source reads of a file whole: up to DELTA_FILE of one the target
-    holds a version of that was SMALL_FILE or more when indexed (``row``), or when walked
-    if it is not indexed (``size``; with ``large``: `batches` put it there by that size),
-    else up to SMALL_FILE. A file grown past its limit since is not read whole (it goes
-    alone), so a batch holds at most 16 files read up to DELTA_FILE (DELTA_BYTES of them
-    by the sizes it was cut by), whatever grows meanwhile."""
+    holds a version of, or nothing at all at its path, that was SMALL_FILE or more when
+    indexed (``row``), or when walked if it is not indexed (``size``; with ``large``:
+    `batches` put it there by that size), else up to SMALL_FILE. A file grown past its
+    limit since is not read whole (it goes alone), so a batch holds at most 16 files read
+    up to DELTA_FILE (1 MiB of them by the sizes it was cut by), whatever grows
+    meanwhile."""
     known = row.size if row is not None else size
-    if large and expect is not None and expect.kind == "f" and known is not None and (
+    if large and expect is not None and expect.kind in ("f", "") and known is not None and (
             known >= SMALL_FILE):
         return DELTA_FILE - 1
     return SMALL_FILE - 1
@@ -364,7 +366,8 @@ def decide_batch(
     if unindexed:  # (a side synced by stamp roots: read now, all at once)
         replica.index_paths(unindexed)
         rows.update(replica.indexed(unindexed))
-    holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < SMALL_FILE])
+    copied = DELTA_FILE if large else SMALL_FILE  # (the largest a batch copies locally)
+    holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < copied])
     with HeldDirs(replica.fs) as dirs:
         for offer, expect in offers:
             try:
@@ -428,7 +431,7 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     if m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)
         return Decision("have", check)
-    if offer.size < SMALL_FILE:
+    if offer.size < (DELTA_FILE if large else SMALL_FILE):
         for holder in holders:
             content = _local_copy(replica, holder, path, offer)
             if content is not None:
@@ -474,7 +477,7 @@ def _local_copy(replica: Replica, holder: str, path: str, offer: m.FileOffer) ->
         return None
     try:
         with replica.fs.open_read(holder) as f:
-            content = f.read(SMALL_FILE + 1)
+            content = f.read(offer.size + 1)
     except (OSError, PathError):
         return None
     return content if _is_offered(content, offer) else None
