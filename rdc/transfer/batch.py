@@ -293,9 +293,9 @@ def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool,
     holds a version of, or nothing at all at its path, that was SMALL_FILE or more when
     indexed (``row``), or when walked if it is not indexed (``size``; with ``large``:
     `batches` put it there by that size), else up to SMALL_FILE. A file grown past its
-    limit since is not read whole (it goes alone), so a batch holds at most 16 files read
-    up to DELTA_FILE (1 MiB of them by the sizes it was cut by), whatever grows
-    meanwhile."""
+    limit since is not read whole (it goes alone), so a batch holds at most 32 files read
+    up to DELTA_FILE (1 MiB of files to describe and 1 MiB of new ones, by the sizes it
+    was cut by), whatever grows meanwhile."""
     known = row.size if row is not None else size
     if large and expect is not None and expect.kind in ("f", "") and known is not None and (
             known >= SMALL_FILE):
