@@ -50,10 +50,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How many batches and single-file exchanges the server served."""
-    counts = {"batches": 0, "single": 0, "gets": 0}
+    """How many batches and single-file exchanges the server served: pushed batches
+    (``batches``) and files (``single``), pulled batches (``gets``) and files (``alone``:
+    the offers it made for a ``get``)."""
+    counts = {"batches": 0, "single": 0, "gets": 0, "alone": 0}
     real_offers, real_file, real_gets = (serving.receive_offers, serving.receive_file,
                                          serving.serve_gets)
+    real_offer = serving.make_offer
 
     async def offers(*args):
         counts["batches"] += 1
@@ -67,7 +70,12 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["gets"] += 1
         return await real_gets(*args)
 
+    def alone(*args, **kwargs):
+        counts["alone"] += 1
+        return real_offer(*args, **kwargs)
+
     monkeypatch.setattr(serving, "receive_offers", offers)
+    monkeypatch.setattr(serving, "make_offer", alone)
     monkeypatch.setattr(serving, "receive_file", single)
     monkeypatch.setattr(serving, "serve_gets", gets)
     return counts

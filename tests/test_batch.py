@@ -806,8 +806,6 @@ async def test_edited_files_under_a_mebibyte_are_pulled_in_their_batch(
     """The same in a pull: files of 100 KB, 300 KB and 900 KB edited on the server, whose
     older versions the client holds, come in batches the client describes (no per-file
     ``get``), and one of 1.5 MB alone; without ``large-deltas`` all four alone."""
-    from rdc.transfer import serving
-
     if not large:
         monkeypatch.setattr(handshake, "FEATURES", tuple(
             f for f in handshake.FEATURES if f != batch.LARGE_DELTAS))
@@ -817,15 +815,7 @@ async def test_edited_files_under_a_mebibyte_are_pulled_in_their_batch(
     for k, (name, size) in enumerate(sizes.items()):
         write(pair.share / name, _text(size, k), OLD)
     await pair.run("pull", dst)
-    singles = []
-    real = serving.make_offer
-
-    def counting(*args, **kwargs):
-        singles.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(serving, "make_offer", counting)
-    counted.update(gets=0)
+    counted.update(gets=0, alone=0)
     for name, size in sizes.items():
         data = bytearray((pair.share / name).read_bytes())
         data[size // 2 : size // 2 + 4] = b"EDIT"
@@ -833,7 +823,7 @@ async def test_edited_files_under_a_mebibyte_are_pulled_in_their_batch(
     stats = await pair.run("pull", dst)
     assert stats.in_step and not stats.failed and stats.files_transferred == 4
     assert tree_state(dst) == tree_state(pair.share)
-    assert len(singles) == (1 if large else 4)
+    assert counted["alone"] == (1 if large else 4)
     assert counted["gets"] == (2 if large else 0)  # 1 MiB of them a batch
     assert {stats.moved[name][0] for name in sizes} == {"delta"}
     assert stats.literal_bytes < 4 * 2000
@@ -848,8 +838,6 @@ async def test_new_files_under_a_mebibyte_go_in_batches(
     whole, the 1.5 MB one alone; then a copy of the 300 KB one, pushed, is copied from it
     by its batch (no data sent). A pull of the tree into an empty directory the same.
     Without the feature each of them goes alone, as before."""
-    from rdc.transfer import serving
-
     if not large:
         monkeypatch.setattr(handshake, "FEATURES", tuple(
             f for f in handshake.FEATURES if f != batch.LARGE_DELTAS))
@@ -870,19 +858,12 @@ async def test_new_files_under_a_mebibyte_go_in_batches(
     assert stats.in_step and not stats.failed and stats.files_transferred == 1
     assert tree_state(pair.share) == tree_state(src)
     assert stats.moved["sub/copy-of-b.txt"][0] == "copy" and stats.literal_bytes == 0
-    assert counted == {"batches": int(large), "single": int(not large), "gets": 0}
-    singles = []
-    real = serving.make_offer
-
-    def counting(*args, **kwargs):
-        singles.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(serving, "make_offer", counting)
+    assert counted == {"batches": int(large), "single": int(not large), "gets": 0,
+                       "alone": 0}
     stats = await pair.run("pull", dst)
     assert stats.in_step and not stats.failed and stats.files_transferred == 5
     assert tree_state(dst) == tree_state(src)
-    assert len(singles) == (1 if large else 5)
+    assert counted["alone"] == (1 if large else 5)
     assert counted["gets"] == (3 if large else 0)  # a and b, c, the copy: 1 MiB a batch
     pair.close()
 
