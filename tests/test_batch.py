@@ -694,6 +694,17 @@ def _text(size: int, seed: int) -> bytes:
     return out[:size]
 
 
+def _pushed_four(stats, pair: Pair, src: Path, counted: dict[str, int], large: bool,
+                 how: str) -> None:
+    """A push of files of 100 KB, 300 KB, 900 KB and 1.5 MB went as ``how``: the first
+    three in 2 batches with ``large-deltas`` (1 MiB of them a batch), else all alone."""
+    assert stats.in_step and not stats.failed and stats.files_transferred == 4
+    assert tree_state(pair.share) == tree_state(src)
+    assert counted["single"] == (1 if large else 4)
+    assert counted["batches"] == (2 if large else 0)
+    assert {stats.moved[name][0] for name in stats.moved} == {how}
+
+
 @pytest.mark.parametrize("large", [True, False])
 async def test_edited_files_under_a_mebibyte_are_described_in_their_batch(
         tmp_path, counted, monkeypatch, large: bool) -> None:
@@ -716,11 +727,7 @@ async def test_edited_files_under_a_mebibyte_are_described_in_their_batch(
         data[size // 2 : size // 2 + 4] = b"EDIT"
         write(src / name, bytes(data), OLD + 1)
     stats = await pair.run("push", src)
-    assert stats.in_step and not stats.failed and stats.files_transferred == 4
-    assert tree_state(pair.share) == tree_state(src)
-    assert counted["single"] == (1 if large else 4)
-    assert counted["batches"] == (2 if large else 0)  # 1 MiB of them a batch
-    assert {stats.moved[name][0] for name in sizes} == {"delta"}
+    _pushed_four(stats, pair, src, counted, large, "delta")
     assert stats.literal_bytes < 4 * 2000
     pair.close()
 
@@ -847,11 +854,7 @@ async def test_new_files_under_a_mebibyte_go_in_batches(
         write(src / name, _text(size, k), OLD)
     pair = Pair(tmp_path)
     stats = await pair.run("push", src)
-    assert stats.in_step and not stats.failed and stats.files_transferred == 4
-    assert tree_state(pair.share) == tree_state(src)
-    assert counted["single"] == (1 if large else 4)
-    assert counted["batches"] == (2 if large else 0)  # 1 MiB of them a batch
-    assert {stats.moved[name][0] for name in sizes} == {"whole"}
+    _pushed_four(stats, pair, src, counted, large, "whole")
     write(src / "sub" / "copy-of-b.txt", _text(300_000, 1), OLD)
     counted.update(batches=0, single=0)
     stats = await pair.run("push", src)
