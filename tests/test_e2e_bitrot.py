@@ -67,6 +67,24 @@ def test_a_pull_gets_what_is_there_and_a_push_repairs_it(e2e: E2E) -> None:
     assert "Traceback" not in server.log()
 
 
+def test_a_rotten_file_under_a_mebibyte_is_pulled_as_it_is_in_its_batch(e2e: E2E) -> None:
+    """A 300 KB file goes in a pulled batch (between peers with ``large-deltas``): rotten
+    under its index row on the server, it is read whole when offered, found changed and
+    offered as it is, and the batch's other files come too (offered as indexed, its read
+    to be sent found the change and failed the whole batch)."""
+    share = e2e.tmp / "share"
+    share.mkdir()
+    random_file(share / "mid.bin", 300_000, seed=3)
+    write(share / "small.txt", b"a small file in the same batch\n" * 100)
+    stamp_times(share, seed=4)
+    server = e2e.serve({"s": share})
+    e2e.pull(server.url("s"), e2e.tmp / "first").ok()  # the server indexed every file
+    rot(share / "mid.bin", at=1000)
+    e2e.pull(server.url("s"), e2e.tmp / "second").ok()
+    assert snapshot(e2e.tmp / "second") == snapshot(share)
+    assert f"mid.bin: {CHANGED}" in server.log()
+
+
 def test_checksum_finds_it_on_both_sides(e2e: E2E) -> None:
     share, good = e2e.tmp / "share", e2e.tmp / "good"
     a_tree(good)

@@ -241,10 +241,10 @@ def offer_batch(
     (``changed`` is told of it if its time did not move: bit rot). With ``hold``, small
     files past that many bytes of content are offered as indexed, without their content
     (None): `read_offered` reads it if the target asks for it. ``root``: how many bytes
-    of each file's root its offer carries (`offer_root`). With ``large`` (`batches`), a file
-    the target holds a version of is read whole up to DELTA_FILE, the rest up to
-    SMALL_FILE; ``sizes``: the sizes `batches` cut the batch by, for files not indexed (a
-    side synced by stamp roots has read none of them)."""
+    of each file's root its offer carries (`offer_root`). With ``large`` (`batches`), files
+    of SMALL_FILE up to DELTA_FILE are read whole too (`_read_limit`); ``sizes``: the sizes
+    `batches` cut the batch by, for files not indexed (a side synced by stamp roots has
+    read none of them)."""
     # One index transaction for the files signed; each directory opened once.
     with replica.recording_together(), HeldDirs(replica.fs) as dirs:
         return _offer_each(replica, files, changed, hold, dirs, root, large, sizes or {})
@@ -289,15 +289,19 @@ def _offer_each(
 
 def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool,
                 size: int | None = None) -> int:
-    """The most a batch's source reads of a file whole: up to DELTA_FILE of one the target
-    holds a version of, or nothing at all at its path, that was SMALL_FILE or more when
-    indexed (``row``), or when walked if it is not indexed (``size``; with ``large``:
-    `batches` put it there by that size), else up to SMALL_FILE. A file grown past its
+    """The most a batch's source reads of a file whole: with ``large``, up to DELTA_FILE of
+    one that was SMALL_FILE or more when indexed (``row``), or when walked if it is not
+    indexed (``size``: `batches` put it there by that size), and that the target holds a
+    version of or nothing at all at its path (``expect``; None: a pulled batch, whose
+    files a client asks for by those rules), else up to SMALL_FILE. A file grown past its
     limit since is not read whole (it goes alone), so a batch holds at most 32 files read
     up to DELTA_FILE (1 MiB of files to describe and 1 MiB of new ones, by the sizes it
-    was cut by), whatever grows meanwhile."""
+    was cut by), whatever grows meanwhile. Read whole, a file's bytes are checked against
+    its index row when offered (bit rot is found then, and it is offered as it is);
+    offered as indexed, a file changed under its row would fail the whole batch when
+    read to be sent."""
     known = row.size if row is not None else size
-    if large and expect is not None and expect.kind in ("f", "") and known is not None and (
+    if large and (expect is None or expect.kind in ("f", "")) and known is not None and (
             known >= SMALL_FILE):
         return DELTA_FILE - 1
     return SMALL_FILE - 1
@@ -859,7 +863,8 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
     _at_most_a_batch(message.files, "gets")
     signed = await trio.to_thread.run_sync(
         offer_batch, replica, [(request.path, None) for request in message.files], changed,
-        HELD_BYTES, offer_root(conversation.connection))
+        HELD_BYTES, offer_root(conversation.connection),
+        takes_large_deltas(conversation.connection))
     offers = [offer for offer, _, _ in signed]
     if ASKED_PATHS in conversation.connection.frames.features:
         offers = [dataclasses.replace(offer, path="") if isinstance(offer, m.FileOffer)
