@@ -164,6 +164,12 @@ def takes_large_deltas(connection: Connection) -> bool:
     return takes_deltas(connection) and LARGE_DELTAS in connection.frames.features
 
 
+def batch_below(large: bool) -> int:
+    """The files a batch holds are smaller than this: DELTA_FILE between peers with
+    `LARGE_DELTAS` (``large``), else SMALL_FILE."""
+    return DELTA_FILE if large else SMALL_FILE
+
+
 def offer_root(connection: Connection) -> int:
     """How many bytes of each file's root this side's offers carry: OFFER_ROOT if the
     peer takes them (``short-digests``), else the whole root."""
@@ -190,8 +196,7 @@ def batches(files: Files, sizes: dict[str, int], deltas: bool = False, large: bo
         path, there = item
         n = sizes.get(path)
         delta = there is not None and n is not None and n >= SUBS_FROM
-        if n is None or (delta and not deltas) or n >= (
-                DELTA_FILE if large and (delta or there is None) else SMALL_FILE):
+        if n is None or (delta and not deltas) or n >= batch_below(large):
             alone.append(item)
             continue
         if not out or count == BATCH_FILES or (
@@ -258,8 +263,7 @@ def _offer_each(
     out: list[Offered] = []
     held = 0
     rows = replica.indexed([path for path, _ in files])
-    limits = [_read_limit(expect, rows.get(path), large, sizes.get(path))
-              for path, expect in files]
+    limits = [_read_limit(rows.get(path), large, sizes.get(path)) for path, _ in files]
     read: list[Signed | None] = []
     # Files read at once: all of them, or a few at a time where ``hold`` bounds what is kept.
     step = len(files) if hold is None else HOLD_STEP
@@ -287,22 +291,20 @@ def _offer_each(
     return out
 
 
-def _read_limit(expect: m.Expected | None, row: IndexedFile | None, large: bool,
-                size: int | None = None) -> int:
+def _read_limit(row: IndexedFile | None, large: bool, size: int | None = None) -> int:
     """The most a batch's source reads of a file whole: with ``large``, up to DELTA_FILE of
     one that was SMALL_FILE or more when indexed (``row``), or when walked if it is not
-    indexed (``size``: `batches` put it there by that size), and that the target holds a
-    version of or nothing at all at its path (``expect``; None: a pulled batch, whose
-    files a client asks for by those rules), else up to SMALL_FILE. A file grown past its
-    limit since is not read whole (it goes alone), so a batch holds at most 32 files read
-    up to DELTA_FILE (1 MiB of files to describe and 1 MiB of new ones, by the sizes it
-    was cut by), whatever grows meanwhile. Read whole, a file's bytes are checked against
-    its index row when offered (bit rot is found then, and it is offered as it is);
-    offered as indexed, a file changed under its row would fail the whole batch when
-    read to be sent."""
+    indexed (``size``: `batches` put it there by that size), else up to SMALL_FILE. A
+    file grown past its limit since is not read whole (it goes alone), so a batch holds
+    at most 32 files read up to DELTA_FILE (1 MiB of files to describe and 1 MiB of new
+    ones, by the sizes it was cut by), whatever grows meanwhile. Read whole, a file's
+    bytes are checked against its index row when offered (bit rot is found then, and it
+    is offered as it is); offered as indexed, a file changed under its row would fail the
+    whole batch when read to be sent. (Every file a batch offers is one the target holds
+    a version of or nothing at all at its path, and a pulled one is asked for by the
+    same rules: what is there does not change the limit.)"""
     known = row.size if row is not None else size
-    if large and (expect is None or expect.kind in ("f", "")) and known is not None and (
-            known >= SMALL_FILE):
+    if large and known is not None and known >= SMALL_FILE:
         return DELTA_FILE - 1
     return SMALL_FILE - 1
 
@@ -370,8 +372,8 @@ def decide_batch(
     if unindexed:  # (a side synced by stamp roots: read now, all at once)
         replica.index_paths(unindexed)
         rows.update(replica.indexed(unindexed))
-    copied = DELTA_FILE if large else SMALL_FILE  # (the largest a batch copies locally)
-    holders = replica.holders_of([offer.root for offer, _ in offers if offer.size < copied])
+    holders = replica.holders_of([offer.root for offer, _ in offers
+                                  if offer.size < batch_below(large)])
     with HeldDirs(replica.fs) as dirs:
         for offer, expect in offers:
             try:
@@ -435,7 +437,7 @@ def _decide(replica: Replica, offer: m.FileOffer, expect: m.Expected | None,
     if m.same_root(current, offer.root):
         replica.set_meta(path, offer.mode, offer.mtime_ns, held=dirs)
         return Decision("have", check)
-    if offer.size < (DELTA_FILE if large else SMALL_FILE):
+    if offer.size < batch_below(large):
         for holder in holders:
             content = _local_copy(replica, holder, path, offer)
             if content is not None:
@@ -461,7 +463,7 @@ def _described(offer: m.FileOffer, check: Expect | None, deltas: bool, large: bo
     """A file worth describing against seeds: in this batch (``delta``) if it is small (up
     to DELTA_FILE with ``large``) and the source takes deltas, its seeds to be chosen with
     the batch's (`_seeded`); else by the per-file exchange."""
-    if not deltas or offer.size >= (DELTA_FILE if large else SMALL_FILE):
+    if not deltas or offer.size >= batch_below(large):
         return Decision("descend", check)
     return Decision("delta", check)
 
@@ -875,7 +877,7 @@ async def serve_gets(conversation: Conversation, replica: Replica, message: m.Ge
         raise ProtocolError(message="verdicts that do not match the offers")
     contents: list[bytes | m.FileOffer] = []  # an offer: read when its turn comes
     deltas: list[tuple[int, m.FileOffer, bytes | None, Tree]] = []
-    largest = DELTA_FILE if takes_large_deltas(conversation.connection) else SMALL_FILE
+    largest = batch_below(takes_large_deltas(conversation.connection))
     described = 0  # (what the deltas' sources hold together, whatever the peer asks)
     for n, ((offer, data, tree), verdict) in enumerate(zip(signed, verdicts, strict=True)):
         if verdict in ("send", "delta"):
